@@ -1,0 +1,93 @@
+"""Command line: ``amqpd`` starts the broker (``amqpd --help`` lists the options)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+
+from amqpd.broker import BrokerConfig
+from amqpd.logs import configure_logging
+from amqpd.server import ServerConfig, run
+
+log = logging.getLogger("amqpd")
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(f"AMQPD_{name}", default)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``amqpd`` argument parser; every option also reads an AMQPD_* variable."""
+    parser = argparse.ArgumentParser(
+        prog="amqpd",
+        description="An AMQP 0-9-1 message broker that RabbitMQ clients use unchanged. "
+        "Every option can also be set with the environment variable shown.",
+    )
+    parser.add_argument(
+        "--host", default=_env("HOST", "127.0.0.1"),
+        help="address to listen on [AMQPD_HOST, default 127.0.0.1]",
+    )
+    parser.add_argument(
+        "--port", type=int, default=int(_env("PORT", "5672")),
+        help="AMQP port; 0 picks a free one [AMQPD_PORT, default 5672]",
+    )
+    parser.add_argument(
+        "--data-dir", type=Path, default=Path(_env("DATA_DIR", "./data")),
+        help="directory of the SQLite store [AMQPD_DATA_DIR, default ./data]",
+    )
+    parser.add_argument(
+        "--log-level", default=_env("LOG_LEVEL", "info"),
+        choices=["debug", "info", "warning", "error"],
+        help="log verbosity [AMQPD_LOG_LEVEL, default info]",
+    )
+    parser.add_argument(
+        "--heartbeat", type=int, default=int(_env("HEARTBEAT", "60")),
+        help="heartbeat interval offered to clients, seconds; 0 disables [AMQPD_HEARTBEAT]",
+    )
+    parser.add_argument(
+        "--max-message-size", type=int, default=int(_env("MAX_MESSAGE_SIZE", str(128 << 20))),
+        help="largest accepted message body in bytes [AMQPD_MAX_MESSAGE_SIZE, default 128 MiB]",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``amqpd`` command."""
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_level)
+    try:
+        args.data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        log.error("cannot create data directory %s: %s; pass --data-dir", args.data_dir, exc)
+        return 2
+    broker_config = BrokerConfig(heartbeat=args.heartbeat, max_message_size=args.max_message_size)
+    server_config = ServerConfig(host=args.host, port=args.port)
+    backend_options = {}
+    try:
+        import uvloop  # noqa: F401
+
+        backend_options["use_uvloop"] = True
+    except ImportError:
+        pass
+    try:
+        anyio.run(run, broker_config, server_config, backend="asyncio",
+                  backend_options=backend_options)
+    except OSError as exc:
+        log.error(
+            "cannot listen on %s:%d: %s; is another broker running? Use --port",
+            args.host, args.port, exc,
+        )
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""The message record and its per-queue entry."""
+
+from __future__ import annotations
+
+from pamqp.common import FieldTable
+
+from amqpd.codec import decode_headers_table
+
+
+class Message:
+    """One published message, shared by every queue it was routed to.
+
+    The content header is kept as the raw payload the publisher sent and forwarded unchanged;
+    ``exchange_raw``/``routing_key_raw`` are the wire shortstrs (length byte included).
+    """
+
+    __slots__ = (
+        "_headers",
+        "body",
+        "body_size",
+        "exchange",
+        "exchange_raw",
+        "expiration",
+        "header",
+        "headers_raw",
+        "persistent",
+        "priority",
+        "routing_key",
+        "routing_key_raw",
+    )
+
+    def __init__(
+        self,
+        exchange: str,
+        routing_key: str,
+        exchange_raw: bytes,
+        routing_key_raw: bytes,
+        header: bytes,
+        body: bytes,
+        persistent: bool,
+        priority: int | None = None,
+        expiration: str | None = None,
+        headers_raw: bytes | None = None,
+    ) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.exchange_raw = exchange_raw
+        self.routing_key_raw = routing_key_raw
+        self.header = header
+        self.body = body
+        self.body_size = len(body)
+        self.persistent = persistent
+        self.priority = priority
+        self.expiration = expiration
+        self.headers_raw = headers_raw
+        self._headers: FieldTable | None = None
+
+    @property
+    def headers(self) -> FieldTable | None:
+        """The decoded ``headers`` property (decoded on first use only)."""
+        if self._headers is None and self.headers_raw is not None:
+            self._headers = decode_headers_table(self.headers_raw)
+        return self._headers
+
+
+class QueueEntry:
+    """A message's place in one queue: its position (for requeue order) and flags."""
+
+    __slots__ = ("message", "redelivered", "seq")
+
+    def __init__(self, message: Message, seq: int) -> None:
+        self.message = message
+        self.seq = seq
+        self.redelivered = False

@@ -1,0 +1,365 @@
+"""A virtual host: the registry of exchanges, queues and bindings, and routing across them."""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from exchanges.base import InvalidBinding, Router
+from exchanges.registry import EXCHANGE_TYPES, create_router
+
+from amqpd.errors import (
+    COMMAND_INVALID,
+    RESOURCE_LOCKED,
+    AMQPError,
+    access_refused,
+    not_found,
+    precondition_failed,
+)
+from amqpd.message import Message
+from amqpd.queue import Queue
+
+if TYPE_CHECKING:
+    from amqpd.connection import Connection
+
+STANDARD_EXCHANGES: Final = (
+    ("amq.direct", "direct"),
+    ("amq.fanout", "fanout"),
+    ("amq.topic", "topic"),
+    ("amq.headers", "headers"),
+    ("amq.match", "headers"),
+)
+# Queue arguments compared on redeclare (RabbitMQ's rabbit_amqqueue:declare_args()).
+EQUIVALENT_QUEUE_ARGS: Final = (
+    "x-expires",
+    "x-message-ttl",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-priority",
+    "x-overflow",
+    "x-queue-mode",
+    "x-queue-type",
+    "x-single-active-consumer",
+)
+
+
+class Exchange:
+    """An exchange: its declaration and the router holding its bindings."""
+
+    __slots__ = (
+        "alternate",
+        "arguments",
+        "auto_delete",
+        "durable",
+        "internal",
+        "is_default",
+        "name",
+        "router",
+        "type_name",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        type_name: str,
+        durable: bool = True,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.type_name = type_name
+        self.router: Router = create_router(type_name)
+        self.durable = durable
+        self.auto_delete = auto_delete
+        self.internal = internal
+        self.arguments = arguments or {}
+        alternate = self.arguments.get("alternate-exchange")
+        self.alternate = alternate if isinstance(alternate, str) and alternate else None
+        self.is_default = name == ""
+
+    def __repr__(self) -> str:
+        return f"<Exchange {self.name!r} {self.type_name}>"
+
+
+Destination = Queue | Exchange
+
+
+def _flag(value: object) -> str:
+    return "true" if value else "false"
+
+
+def generated_name(prefix: str) -> str:
+    """A server-generated name like RabbitMQ's ``amq.gen-…`` / ``amq.ctag-…``."""
+    return prefix + base64.urlsafe_b64encode(secrets.token_bytes(16)).decode().rstrip("=")
+
+
+class VirtualHost:
+    """Exchanges, queues and bindings of one vhost."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.exchanges: dict[str, Exchange] = {"": Exchange("", "direct")}
+        for ex_name, type_name in STANDARD_EXCHANGES:
+            self.exchanges[ex_name] = Exchange(ex_name, type_name)
+        self.queues: dict[str, Queue] = {}
+        # destination -> {source exchange: number of bindings} (for cleanup on delete)
+        self._bound_from: dict[Destination, dict[Exchange, int]] = {}
+        self.on_queue_deleted: Callable[[Queue], None] | None = None
+
+    # -- exchanges -------------------------------------------------------------------------
+    def get_exchange(self, name: str) -> Exchange:
+        """The exchange, or 404."""
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            raise not_found("exchange", name, self.name)
+        return exchange
+
+    def declare_exchange(
+        self,
+        name: str,
+        type_name: str,
+        passive: bool,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: dict[str, Any],
+    ) -> Exchange:
+        """Exchange.Declare with RabbitMQ's checks and reply codes."""
+        if not name:
+            raise access_refused("operation not permitted on the default exchange")
+        existing = self.exchanges.get(name)
+        if passive:
+            if existing is None:
+                raise not_found("exchange", name, self.name)
+            return existing
+        if name.startswith("amq.") and existing is None:
+            raise access_refused(
+                f"exchange name '{name}' contains reserved prefix 'amq.*'"
+            )
+        if type_name not in EXCHANGE_TYPES:
+            raise AMQPError(COMMAND_INVALID, f"unknown exchange type '{type_name}'", 40, 10)
+        if existing is not None:
+            what = f"for exchange '{name}' in vhost '{self.name}'"
+            self._check_equivalent("type", what, type_name, existing.type_name)
+            self._check_equivalent("durable", what, _flag(durable), _flag(existing.durable))
+            self._check_equivalent(
+                "auto_delete", what, _flag(auto_delete), _flag(existing.auto_delete)
+            )
+            self._check_equivalent("internal", what, _flag(internal), _flag(existing.internal))
+            self._check_equivalent(
+                "alternate-exchange",
+                what,
+                arguments.get("alternate-exchange"),
+                existing.arguments.get("alternate-exchange"),
+            )
+            return existing
+        exchange = Exchange(name, type_name, durable, auto_delete, internal, arguments)
+        self.exchanges[name] = exchange
+        return exchange
+
+    @staticmethod
+    def _check_equivalent(arg: str, what: str, received: object, current: object) -> None:
+        if received != current:
+            raise precondition_failed(
+                f"inequivalent arg '{arg}' {what}: received {_show(received)} "
+                f"but current is {_show(current)}"
+            )
+
+    def delete_exchange(self, name: str, if_unused: bool) -> None:
+        """Exchange.Delete (a missing exchange is not an error, as in RabbitMQ 3.x)."""
+        if not name:
+            raise access_refused("operation not permitted on the default exchange")
+        if name.startswith("amq."):
+            raise access_refused(f"cannot delete reserved exchange '{name}'")
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            return
+        if if_unused and len(exchange.router):
+            raise precondition_failed(f"exchange '{name}' in vhost '{self.name}' in use")
+        self._remove_exchange(exchange)
+
+    def _remove_exchange(self, exchange: Exchange) -> None:
+        del self.exchanges[exchange.name]
+        for destination, _key, _args in list(exchange.router.bindings()):
+            sources = self._bound_from.get(destination)
+            if sources is not None:
+                sources.pop(exchange, None)
+                if not sources:
+                    del self._bound_from[destination]
+        self._unbind_destination(exchange)
+
+    # -- queues ----------------------------------------------------------------------------
+    def get_queue(self, name: str) -> Queue:
+        """The queue, or 404."""
+        queue = self.queues.get(name)
+        if queue is None:
+            raise not_found("queue", name, self.name)
+        return queue
+
+    def declare_queue(
+        self,
+        name: str,
+        passive: bool,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+        owner: Connection,
+    ) -> Queue:
+        """Queue.Declare with RabbitMQ's checks and reply codes."""
+        existing = self.queues.get(name) if name else None
+        if passive:
+            if existing is None:
+                raise not_found("queue", name, self.name)
+            self.check_exclusive_access(existing, owner)
+            return existing
+        if existing is not None:
+            self.check_exclusive_access(existing, owner)
+            what = f"for queue '{name}' in vhost '{self.name}'"
+            self._check_equivalent("durable", what, _flag(durable), _flag(existing.durable))
+            self._check_equivalent(
+                "exclusive", what, _flag(exclusive), _flag(existing.exclusive_owner is not None)
+            )
+            self._check_equivalent(
+                "auto_delete", what, _flag(auto_delete), _flag(existing.auto_delete)
+            )
+            for arg in EQUIVALENT_QUEUE_ARGS:
+                self._check_equivalent(
+                    arg, what, arguments.get(arg), existing.arguments.get(arg)
+                )
+            return existing
+        if not name:
+            name = generated_name("amq.gen-")
+        elif name.startswith("amq."):
+            raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+        queue = Queue(name, self.name, durable, owner if exclusive else None, auto_delete, arguments)
+        self.queues[name] = queue
+        # Every queue is bound to the default exchange implicitly (routed by name).
+        return queue
+
+    def check_exclusive_access(self, queue: Queue, connection: Connection) -> None:
+        """405 RESOURCE_LOCKED if another connection owns this exclusive queue."""
+        owner = queue.exclusive_owner
+        if owner is not None and owner is not connection:
+            raise AMQPError(
+                RESOURCE_LOCKED,
+                f"cannot obtain exclusive access to locked queue '{queue.name}' "
+                f"in vhost '{self.name}'. It could be originally declared on another "
+                "connection or the exclusive property value does not match that of the "
+                "original declaration.",
+            )
+
+    def delete_queue(self, queue: Queue) -> int:
+        """Remove a queue, its bindings and consumers; return its ready-message count."""
+        if queue.deleted:
+            return 0
+        count = queue.message_count
+        queue.deleted = True
+        self.queues.pop(queue.name, None)
+        self._unbind_destination(queue)
+        queue.ready.clear()
+        if self.on_queue_deleted is not None:
+            self.on_queue_deleted(queue)
+        for consumer in list(queue.consumers):
+            consumer.channel.cancel_by_broker(consumer)
+        queue.consumers.clear()
+        return count
+
+    # -- bindings --------------------------------------------------------------------------
+    def bind(
+        self, source: Exchange, destination: Destination, key: str, arguments: dict[str, Any]
+    ) -> None:
+        """Add a binding (idempotent)."""
+        if source.is_default or (isinstance(destination, Exchange) and destination.is_default):
+            raise access_refused("operation not permitted on the default exchange")
+        try:
+            source.router.validate_binding(key, arguments)
+        except InvalidBinding as exc:
+            raise precondition_failed(str(exc)) from exc
+        if source.router.bind(destination, key, arguments):
+            sources = self._bound_from.setdefault(destination, {})
+            sources[source] = sources.get(source, 0) + 1
+
+    def unbind(
+        self, source: Exchange, destination: Destination, key: str, arguments: dict[str, Any]
+    ) -> None:
+        """Remove a binding (a missing binding is not an error, as in RabbitMQ 3.x)."""
+        if source.is_default or (isinstance(destination, Exchange) and destination.is_default):
+            raise access_refused("operation not permitted on the default exchange")
+        if source.router.unbind(destination, key, arguments):
+            sources = self._bound_from.get(destination)
+            if sources is not None:
+                remaining = sources.get(source, 1) - 1
+                if remaining > 0:
+                    sources[source] = remaining
+                else:
+                    sources.pop(source, None)
+                    if not sources:
+                        del self._bound_from[destination]
+            self._maybe_auto_delete(source)
+
+    def _unbind_destination(self, destination: Destination) -> None:
+        for source in self._bound_from.pop(destination, ()):
+            source.router.unbind_all(destination)
+            self._maybe_auto_delete(source)
+
+    def _maybe_auto_delete(self, exchange: Exchange) -> None:
+        if exchange.auto_delete and not len(exchange.router) and exchange.name in self.exchanges:
+            self._remove_exchange(exchange)
+
+    # -- routing ---------------------------------------------------------------------------
+    def route(self, exchange: Exchange, message: Message) -> list[Queue]:
+        """Queues a message published to ``exchange`` goes to: following exchange-to-exchange
+        bindings and alternate exchanges, each queue once, each exchange visited once."""
+        routing_key = message.routing_key
+        if exchange.is_default:
+            queue = self.queues.get(routing_key)
+            return [queue] if queue is not None else []
+        router = exchange.router
+        destinations = router.route(
+            routing_key, message.headers if router.uses_headers else None
+        )
+        if exchange.alternate is None and all(type(d) is Queue for d in destinations):
+            return list(destinations)  # type: ignore[arg-type]
+        queues: list[Queue] = []
+        seen_queues: set[Queue] = set()
+        visited = {exchange}
+        work = [(exchange, destinations)]
+        while work:
+            current, routed = work.pop()
+            if not routed and current.alternate is not None:
+                alternate = self.exchanges.get(current.alternate)
+                if alternate is not None and alternate not in visited:
+                    visited.add(alternate)
+                    work.append((alternate, self._route_one(alternate, message)))
+            for destination in routed:
+                if type(destination) is Queue:
+                    if destination not in seen_queues:
+                        seen_queues.add(destination)
+                        queues.append(destination)
+                elif isinstance(destination, Exchange) and destination not in visited:
+                    visited.add(destination)
+                    work.append((destination, self._route_one(destination, message)))
+        return queues
+
+    def _route_one(self, exchange: Exchange, message: Message) -> list[Any]:
+        if exchange.is_default:
+            queue = self.queues.get(message.routing_key)
+            return [queue] if queue is not None else []
+        router = exchange.router
+        return list(
+            router.route(message.routing_key, message.headers if router.uses_headers else None)
+        )
+
+
+def _show(value: object) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, str) and value in ("true", "false"):
+        return f"'{value}'"
+    return f"'{value}'"
