@@ -30,28 +30,38 @@ def build_parser() -> argparse.ArgumentParser:
         "Every option can also be set with the environment variable shown.",
     )
     parser.add_argument(
-        "--host", default=_env("HOST", "127.0.0.1"),
+        "--host",
+        default=_env("HOST", "127.0.0.1"),
         help="address to listen on [AMQPD_HOST, default 127.0.0.1]",
     )
     parser.add_argument(
-        "--port", type=int, default=int(_env("PORT", "5672")),
+        "--port",
+        type=int,
+        default=int(_env("PORT", "5672")),
         help="AMQP port; 0 picks a free one [AMQPD_PORT, default 5672]",
     )
     parser.add_argument(
-        "--data-dir", type=Path, default=Path(_env("DATA_DIR", "./data")),
+        "--data-dir",
+        type=Path,
+        default=Path(_env("DATA_DIR", "./data")),
         help="directory of the SQLite store [AMQPD_DATA_DIR, default ./data]",
     )
     parser.add_argument(
-        "--log-level", default=_env("LOG_LEVEL", "info"),
+        "--log-level",
+        default=_env("LOG_LEVEL", "info"),
         choices=["debug", "info", "warning", "error"],
         help="log verbosity [AMQPD_LOG_LEVEL, default info]",
     )
     parser.add_argument(
-        "--heartbeat", type=int, default=int(_env("HEARTBEAT", "60")),
+        "--heartbeat",
+        type=int,
+        default=int(_env("HEARTBEAT", "60")),
         help="heartbeat interval offered to clients, seconds; 0 disables [AMQPD_HEARTBEAT]",
     )
     parser.add_argument(
-        "--max-message-size", type=int, default=int(_env("MAX_MESSAGE_SIZE", str(128 << 20))),
+        "--max-message-size",
+        type=int,
+        default=int(_env("MAX_MESSAGE_SIZE", str(128 << 20))),
         help="largest accepted message body in bytes [AMQPD_MAX_MESSAGE_SIZE, default 128 MiB]",
     )
     return parser
@@ -76,12 +86,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError:
         pass
     try:
-        anyio.run(run, broker_config, server_config, backend="asyncio",
-                  backend_options=backend_options)
+        anyio.run(
+            run, broker_config, server_config, backend="asyncio", backend_options=backend_options
+        )
     except OSError as exc:
         log.error(
             "cannot listen on %s:%d: %s; is another broker running? Use --port",
-            args.host, args.port, exc,
+            args.host,
+            args.port,
+            exc,
         )
         return 1
     except KeyboardInterrupt:

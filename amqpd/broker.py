@@ -30,7 +30,9 @@ class Broker:
 
     def __init__(self, config: BrokerConfig | None = None) -> None:
         self.config = config or BrokerConfig()
-        self.vhosts: dict[str, VirtualHost] = {name: VirtualHost(name) for name in self.config.vhosts}
+        self.vhosts: dict[str, VirtualHost] = {
+            name: VirtualHost(name) for name in self.config.vhosts
+        }
         self.connections: set[Connection] = set()
 
     @property

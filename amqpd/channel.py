@@ -27,7 +27,6 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from confirms.tracker import ConfirmTracker
 from pamqp import commands as spec
 from pamqp.base import Frame as Method
 
@@ -48,6 +47,7 @@ from amqpd.errors import (
 from amqpd.message import Message, QueueEntry
 from amqpd.queue import Consumer, Queue
 from amqpd.vhost import Exchange, generated_name
+from confirms.tracker import ConfirmTracker
 
 if TYPE_CHECKING:
     from amqpd.connection import Connection
@@ -201,8 +201,7 @@ class Channel:
         if peek.class_id != codec.BASIC_CLASS:
             raise AMQPError(
                 UNEXPECTED_FRAME,
-                f"expected content header for class 60, got one for class {peek.class_id} "
-                "instead",
+                f"expected content header for class 60, got one for class {peek.class_id} instead",
                 60,
                 40,
             )
@@ -238,8 +237,7 @@ class Channel:
             if pending.received > expected:
                 raise AMQPError(
                     UNEXPECTED_FRAME,
-                    f"content body of {pending.received} bytes exceeds the declared "
-                    f"{expected}",
+                    f"content body of {pending.received} bytes exceeds the declared {expected}",
                     60,
                     40,
                 )
@@ -355,7 +353,9 @@ class Channel:
             self.confirm.track(self.publish_seq, self._confirm_tokens(message, queues))
             self.conn.confirms_pending(self)
 
-    def _route_and_enqueue(self, exchange: Exchange, message: Message, mandatory: bool) -> list[Queue]:
+    def _route_and_enqueue(
+        self, exchange: Exchange, message: Message, mandatory: bool
+    ) -> list[Queue]:
         queues = self.vhost.route(exchange, message)
         if not queues:
             if mandatory:
@@ -470,13 +470,11 @@ class Channel:
         )
         self.consumers[tag] = consumer
         if not method.nowait:
-            self.conn.send(
-                codec.encode_method(self.number, spec.Basic.ConsumeOk(consumer_tag=tag))
-            )
+            self.conn.send(codec.encode_method(self.number, spec.Basic.ConsumeOk(consumer_tag=tag)))
         queue.add_consumer(consumer)
 
     def _on_basic_cancel(self, method: spec.Basic.Cancel) -> None:
-        consumer = self.consumers.pop(method.consumer_tag, None)
+        consumer = self.consumers.pop(method.consumer_tag or "", None)
         if not method.nowait:
             self.conn.send(
                 codec.encode_method(
@@ -529,7 +527,7 @@ class Channel:
         self._dispatch_consumer_queues()
 
     def _on_channel_flow(self, method: spec.Channel.Flow) -> None:
-        self.flow_active = method.active
+        self.flow_active = bool(method.active)
         self.conn.send(codec.encode_method(self.number, spec.Channel.FlowOk(active=method.active)))
         if method.active:
             self._dispatch_consumer_queues()
@@ -570,7 +568,7 @@ class Channel:
         self._settle(records, "requeue" if method.requeue else "drop")
 
     def _on_basic_reject(self, method: spec.Basic.Reject) -> None:
-        records = self._take_unacked(method.delivery_tag, False)
+        records = self._take_unacked(method.delivery_tag or 0, False)
         self._settle(records, "requeue" if method.requeue else "drop")
 
     def _settle(self, records: list[tuple[int, Unacked]], action: str) -> None:
@@ -781,5 +779,5 @@ def codec_method_names() -> dict[int, str]:
     """Index -> dotted lower-case method name, for error texts."""
     if not _METHOD_NAMES:
         for index, cls in spec.INDEX_MAPPING.items():
-            _METHOD_NAMES[index] = cls.name.lower()
+            _METHOD_NAMES[index] = str(getattr(cls, "name", index)).lower()
     return _METHOD_NAMES

@@ -163,12 +163,14 @@ def decode_method(index: int, payload: bytes) -> Method | None:
     cls = commands.INDEX_MAPPING.get(index)
     if cls is None:
         return None
-    method = cls()
+    method: Method = cls()
     try:
         method.unmarshal(payload[4:])
     except (struct.error, ValueError, IndexError, TypeError, UnicodeDecodeError) as exc:
         raise AMQPError(
-            SYNTAX_ERROR, f"cannot decode arguments of {method.name.lower()}", index >> 16,
+            SYNTAX_ERROR,
+            f"cannot decode arguments of {method.name.lower()}",
+            index >> 16,
             index & 0xFFFF,
         ) from exc
     return method
@@ -180,7 +182,11 @@ def _shortstr(value: str) -> bytes:
 
 
 def encode_deliver(
-    channel: int, consumer_tag: bytes, delivery_tag: int, redelivered: bool, exchange: bytes,
+    channel: int,
+    consumer_tag: bytes,
+    delivery_tag: int,
+    redelivered: bool,
+    exchange: bytes,
     routing_key: bytes,
 ) -> bytes:
     """Basic.Deliver method frame. ``consumer_tag``/``exchange``/``routing_key`` are
@@ -199,7 +205,11 @@ def encode_deliver(
 
 
 def encode_get_ok(
-    channel: int, delivery_tag: int, redelivered: bool, exchange: bytes, routing_key: bytes,
+    channel: int,
+    delivery_tag: int,
+    redelivered: bool,
+    exchange: bytes,
+    routing_key: bytes,
     message_count: int,
 ) -> bytes:
     """Basic.Get-Ok method frame (shortstr arguments pre-encoded)."""

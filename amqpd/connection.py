@@ -162,7 +162,7 @@ class Connection:
         reader = self._reader
         reader.feed(data)
         try:
-            while self.state is not State.CLOSED and not self.should_close:
+            while not self.should_close:
                 item = reader.next_frame()
                 if item is None:
                     break
@@ -248,14 +248,15 @@ class Connection:
     def _open_channel(self, number: int, index: int) -> None:
         if index != spec.Channel.Open.index:
             raise AMQPError(
-                CHANNEL_ERROR, f"expected 'channel.open' on channel {number}", index >> 16,
+                CHANNEL_ERROR,
+                f"expected 'channel.open' on channel {number}",
+                index >> 16,
                 index & 0xFFFF,
             )
         if number > self.channel_max:
             raise AMQPError(
                 NOT_ALLOWED,
-                f"channel number {number} is above the negotiated channel_max "
-                f"({self.channel_max})",
+                f"channel number {number} is above the negotiated channel_max ({self.channel_max})",
                 20,
                 10,
             )
@@ -283,7 +284,7 @@ class Connection:
         if expected is not None and index != expected:
             raise AMQPError(
                 COMMAND_INVALID,
-                f"expected {spec.INDEX_MAPPING[expected].name.lower()} in state "
+                f"expected {getattr(spec.INDEX_MAPPING[expected], 'name', '?').lower()} in state "
                 f"{state.value}",
                 index >> 16,
                 index & 0xFFFF,
@@ -397,9 +398,7 @@ class Connection:
     def _on_open(self, method: spec.Connection.Open) -> None:
         vhost = self.broker.vhosts.get(method.virtual_host)
         if vhost is None:
-            raise AMQPError(
-                NOT_ALLOWED, f"vhost '{method.virtual_host}' not found", 10, 40
-            )
+            raise AMQPError(NOT_ALLOWED, f"vhost '{method.virtual_host}' not found", 10, 40)
         self.vhost = vhost
         self.state = State.OPEN
         self.broker.connection_opened(self)
@@ -417,7 +416,9 @@ class Connection:
         log.info("closing connection %s: %s", self.peer, error)
         self.close(error.reply_code, error.reply_text, error.class_id, error.method_id)
 
-    def close(self, reply_code: int, reply_text: str, class_id: int = 0, method_id: int = 0) -> None:
+    def close(
+        self, reply_code: int, reply_text: str, class_id: int = 0, method_id: int = 0
+    ) -> None:
         """Start the close handshake from the broker's side (sends Connection.Close)."""
         if self.state in (State.CLOSING, State.CLOSED) or self.should_close:
             return
@@ -497,10 +498,11 @@ class Connection:
                 self._close_deadline = now + CLOSE_TIMEOUT
             elif now >= self._close_deadline:
                 self._finish()
-        elif state is not State.CLOSED:
-            if now - self.created >= self.broker.config.handshake_timeout:
-                log.info("handshake timeout from %s; closing", self.peer)
-                self._finish()
+        elif (
+            state is not State.CLOSED and now - self.created >= self.broker.config.handshake_timeout
+        ):
+            log.info("handshake timeout from %s; closing", self.peer)
+            self._finish()
 
     # ------------------------------------------------------------------------------------
     # Confirms
@@ -524,4 +526,3 @@ class Connection:
             parts += channel.take_confirm_frames()
         if parts:
             self.send_parts(parts)
-

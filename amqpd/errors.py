@@ -52,8 +52,15 @@ REPLY_NAMES: Final[dict[int, str]] = {
 }
 
 _SOFT_CODES: Final = frozenset(
-    {CONTENT_TOO_LARGE, NO_ROUTE, NO_CONSUMERS, ACCESS_REFUSED, NOT_FOUND, RESOURCE_LOCKED,
-     PRECONDITION_FAILED}
+    {
+        CONTENT_TOO_LARGE,
+        NO_ROUTE,
+        NO_CONSUMERS,
+        ACCESS_REFUSED,
+        NOT_FOUND,
+        RESOURCE_LOCKED,
+        PRECONDITION_FAILED,
+    }
 )
 
 

@@ -14,7 +14,7 @@ class KeyValueFormatter(logging.Formatter):
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
         message = record.getMessage().replace('"', '\\"')
         line = (
-            f'ts={stamp}.{int(record.msecs):03d}Z level={record.levelname.lower()} '
+            f"ts={stamp}.{int(record.msecs):03d}Z level={record.levelname.lower()} "
             f'logger={record.name} msg="{message}"'
         )
         if record.exc_info:

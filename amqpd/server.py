@@ -64,7 +64,9 @@ class Server:
         self._task_group: anyio.abc.TaskGroup | None = None
         self._stopping = False
 
-    async def serve(self, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def serve(
+        self, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         """Listen and serve until cancelled or `shutdown` is called. Reports the bound port."""
         listener = await anyio.create_tcp_listener(
             local_host=self.config.host, local_port=self.config.port, reuse_port=False
@@ -104,8 +106,8 @@ class Server:
 
     async def _handle(self, stream: anyio.abc.SocketStream) -> None:
         try:
-            host, port = stream.extra(SocketAttribute.remote_address)[:2]
-            peer_name = f"{host}:{port}"
+            address = stream.extra(SocketAttribute.remote_address)
+            peer_name = f"{address[0]}:{address[1]}" if isinstance(address, tuple) else str(address)
         except Exception:
             peer_name = "?"
         conn = Connection(self.broker, anyio.current_time(), peer_name)

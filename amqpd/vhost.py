@@ -7,9 +7,6 @@ import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from exchanges.base import InvalidBinding, Router
-from exchanges.registry import EXCHANGE_TYPES, create_router
-
 from amqpd.errors import (
     COMMAND_INVALID,
     RESOURCE_LOCKED,
@@ -20,6 +17,8 @@ from amqpd.errors import (
 )
 from amqpd.message import Message
 from amqpd.queue import Queue
+from exchanges.base import InvalidBinding, Router
+from exchanges.registry import EXCHANGE_TYPES, create_router
 
 if TYPE_CHECKING:
     from amqpd.connection import Connection
@@ -138,9 +137,7 @@ class VirtualHost:
                 raise not_found("exchange", name, self.name)
             return existing
         if name.startswith("amq.") and existing is None:
-            raise access_refused(
-                f"exchange name '{name}' contains reserved prefix 'amq.*'"
-            )
+            raise access_refused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
         if type_name not in EXCHANGE_TYPES:
             raise AMQPError(COMMAND_INVALID, f"unknown exchange type '{type_name}'", 40, 10)
         if existing is not None:
@@ -186,6 +183,7 @@ class VirtualHost:
     def _remove_exchange(self, exchange: Exchange) -> None:
         del self.exchanges[exchange.name]
         for destination, _key, _args in list(exchange.router.bindings()):
+            assert isinstance(destination, Queue | Exchange)
             sources = self._bound_from.get(destination)
             if sources is not None:
                 sources.pop(exchange, None)
@@ -229,15 +227,15 @@ class VirtualHost:
                 "auto_delete", what, _flag(auto_delete), _flag(existing.auto_delete)
             )
             for arg in EQUIVALENT_QUEUE_ARGS:
-                self._check_equivalent(
-                    arg, what, arguments.get(arg), existing.arguments.get(arg)
-                )
+                self._check_equivalent(arg, what, arguments.get(arg), existing.arguments.get(arg))
             return existing
         if not name:
             name = generated_name("amq.gen-")
         elif name.startswith("amq."):
             raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
-        queue = Queue(name, self.name, durable, owner if exclusive else None, auto_delete, arguments)
+        queue = Queue(
+            name, self.name, durable, owner if exclusive else None, auto_delete, arguments
+        )
         self.queues[name] = queue
         # Every queue is bound to the default exchange implicitly (routed by name).
         return queue
@@ -321,9 +319,7 @@ class VirtualHost:
             queue = self.queues.get(routing_key)
             return [queue] if queue is not None else []
         router = exchange.router
-        destinations = router.route(
-            routing_key, message.headers if router.uses_headers else None
-        )
+        destinations = router.route(routing_key, message.headers if router.uses_headers else None)
         if exchange.alternate is None and all(type(d) is Queue for d in destinations):
             return list(destinations)  # type: ignore[arg-type]
         queues: list[Queue] = []

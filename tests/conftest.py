@@ -1,0 +1,56 @@
+"""Shared fixtures: a real amqpd server on 127.0.0.1 (port 0) in a background thread."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+import pika
+import pytest
+
+from amqpd.broker import BrokerConfig
+from amqpd.server import Server, ServerConfig, background_server
+
+
+@contextmanager
+def running_server(tick_interval: float = 1.0, **broker_options: Any) -> Iterator[Server]:
+    """Start a fresh broker on 127.0.0.1:0; stopped when the block ends."""
+    with background_server(
+        BrokerConfig(**broker_options), ServerConfig(port=0, tick_interval=tick_interval)
+    ) as server:
+        yield server
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    """A fresh broker for one test."""
+    with running_server() as srv:
+        yield srv
+
+
+@pytest.fixture
+def start_server() -> Callable[..., AbstractContextManager[Server]]:
+    """Factory for a server with non-default BrokerConfig options (e.g. heartbeat=1)."""
+    return running_server
+
+
+@pytest.fixture
+def amqp_url(server: Server) -> str:
+    """amqp:// URL of the fresh broker."""
+    return f"amqp://guest:guest@127.0.0.1:{server.port}/%2F"
+
+
+@pytest.fixture
+def connection(server: Server) -> Iterator[pika.BlockingConnection]:
+    """A pika BlockingConnection to the fresh broker."""
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))
+    yield conn
+    if conn.is_open:
+        conn.close()
+
+
+@pytest.fixture
+def channel(connection: pika.BlockingConnection) -> Any:
+    """A channel on ``connection``."""
+    return connection.channel()
