@@ -350,17 +350,26 @@ class Channel:
         if self.mode is Mode.CONFIRM:
             assert self.confirm is not None
             self.publish_seq += 1
-            self.confirm.track(self.publish_seq, self._confirm_tokens(message, queues))
+            if queues is None:
+                self.confirm.track(self.publish_seq, ())
+                self.confirm.reject(self.publish_seq)
+            else:
+                self.confirm.track(self.publish_seq, self._confirm_tokens(message, queues))
             self.conn.confirms_pending(self)
 
     def _route_and_enqueue(
         self, exchange: Exchange, message: Message, mandatory: bool
-    ) -> list[Queue]:
+    ) -> list[Queue] | None:
+        """Route and enqueue; None if a target queue refused it (x-overflow=reject-publish):
+        then the message is in no queue at all, so a nack is truthful."""
         queues = self.vhost.route(exchange, message)
         if not queues:
             if mandatory:
                 self._send_return(message, NO_ROUTE, "NO_ROUTE")
             return queues
+        for queue in queues:
+            if queue.rejects_overflow and queue.would_overflow(message):
+                return None
         for queue in queues:
             queue.enqueue(message)
         return queues

@@ -9,6 +9,11 @@ A delivered-but-unacked entry lives in its channel's unacked map, not here; when
 requeued it goes back to its original position (by ``seq``) with redelivered set, as in
 RabbitMQ's classic queues. The queue never does I/O: delivering appends frames to the
 consumer's connection output.
+
+Length limits (``x-max-length``, ``x-max-length-bytes``) count ready messages only, as in
+RabbitMQ. ``x-overflow=drop-head`` drops the oldest ready messages after an enqueue;
+``reject-publish`` / ``reject-publish-dlx`` refuse a publish that would overflow
+(`would_overflow`), which the channel turns into a basic.nack in confirm mode.
 """
 
 from __future__ import annotations
@@ -23,6 +28,44 @@ from amqpd.message import Message, QueueEntry
 if TYPE_CHECKING:
     from amqpd.channel import Channel
     from amqpd.connection import Connection
+
+
+OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
+
+
+class InvalidQueueArgument(ValueError):
+    """A queue argument RabbitMQ would refuse (reported as 406 PRECONDITION_FAILED)."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        super().__init__(problem)
+        self.name = name
+        self.problem = problem
+
+
+def _non_negative_int(arguments: dict[str, Any], name: str) -> int | None:
+    value = arguments.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidQueueArgument(name, f"{{unacceptable_type,{type(value).__name__}}}")
+    if value < 0:
+        raise InvalidQueueArgument(name, f"{{value_negative,{value}}}")
+    return value
+
+
+def parse_length_limits(arguments: dict[str, Any]) -> tuple[int | None, int | None, str]:
+    """(max_length, max_length_bytes, overflow) from queue arguments, validated."""
+    max_length = _non_negative_int(arguments, "x-max-length")
+    max_bytes = _non_negative_int(arguments, "x-max-length-bytes")
+    overflow = arguments.get("x-overflow", "drop-head")
+    if isinstance(overflow, bytes):
+        overflow = overflow.decode(errors="replace")
+    if overflow not in OVERFLOW_MODES:
+        raise InvalidQueueArgument(
+            "x-overflow",
+            f"{{invalid_value,{overflow!s}}} (expected one of {', '.join(OVERFLOW_MODES)})",
+        )
+    return max_length, max_bytes, str(overflow)
 
 
 class Consumer:
@@ -74,9 +117,14 @@ class Queue:
         "durable",
         "exclusive_owner",
         "had_consumer",
+        "max_length",
+        "max_length_bytes",
         "name",
         "next_seq",
+        "overflow",
         "ready",
+        "ready_bytes",
+        "rejects_overflow",
         "vhost_name",
     )
 
@@ -101,6 +149,11 @@ class Queue:
         self.next_seq = 0
         self.had_consumer = False
         self.deleted = False
+        self.ready_bytes = 0
+        self.max_length, self.max_length_bytes, self.overflow = parse_length_limits(arguments)
+        self.rejects_overflow = self.overflow != "drop-head" and (
+            self.max_length is not None or self.max_length_bytes is not None
+        )
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} in vhost {self.vhost_name!r}>"
@@ -118,18 +171,49 @@ class Queue:
                 return consumer
         return None
 
+    def would_overflow(self, message: Message) -> bool:
+        """True if this queue refuses the message (reject-publish and the limit reached)."""
+        if not self.rejects_overflow:
+            return False
+        if self.max_length is not None and len(self.ready) + 1 > self.max_length:
+            return True
+        return (
+            self.max_length_bytes is not None
+            and self.ready_bytes + message.body_size > self.max_length_bytes
+        )
+
     def enqueue(self, message: Message) -> QueueEntry:
-        """Append a message and try to deliver it."""
+        """Append a message and try to deliver it; drop-head enforces the length limits."""
         entry = QueueEntry(message, self.next_seq)
         self.next_seq += 1
         self.ready.append(entry)
+        self.ready_bytes += message.body_size
         if self.consumers:
             self.dispatch()
+        if self.max_length is not None or self.max_length_bytes is not None:
+            self._drop_head_over_limit()
+        return entry
+
+    def _drop_head_over_limit(self) -> None:
+        ready = self.ready
+        max_length = self.max_length
+        max_bytes = self.max_length_bytes
+        while ready and (
+            (max_length is not None and len(ready) > max_length)
+            or (max_bytes is not None and self.ready_bytes > max_bytes)
+        ):
+            dropped = ready.popleft()
+            self.ready_bytes -= dropped.message.body_size
+            # dead-lettering with reason maxlen hooks in here
+
+    def _pop_ready(self) -> QueueEntry:
+        entry = self.ready.popleft()
+        self.ready_bytes -= entry.message.body_size
         return entry
 
     def take(self) -> QueueEntry | None:
         """Pop the head entry (basic.get)."""
-        return self.ready.popleft() if self.ready else None
+        return self._pop_ready() if self.ready else None
 
     def requeue(self, entries: Iterable[QueueEntry]) -> None:
         """Put delivered entries back at their original positions, marked redelivered."""
@@ -140,6 +224,7 @@ class Queue:
             return
         for entry in back:
             entry.redelivered = True
+            self.ready_bytes += entry.message.body_size
         ready = self.ready
         if not ready or back[-1].seq < ready[0].seq:
             ready.extendleft(reversed(back))
@@ -154,6 +239,7 @@ class Queue:
         """Drop every ready message; return how many."""
         count = len(self.ready)
         self.ready.clear()
+        self.ready_bytes = 0
         return count
 
     def add_consumer(self, consumer: Consumer) -> None:
@@ -189,7 +275,7 @@ class Queue:
             else:
                 return
             self._rr = (index + 1) % count
-            consumer.channel.deliver(consumer, self, ready.popleft())
+            consumer.channel.deliver(consumer, self, self._pop_ready())
 
 
 def _by_seq(entry: QueueEntry) -> int:

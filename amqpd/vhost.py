@@ -16,7 +16,7 @@ from amqpd.errors import (
     precondition_failed,
 )
 from amqpd.message import Message
-from amqpd.queue import Queue
+from amqpd.queue import InvalidQueueArgument, Queue
 from exchanges.base import InvalidBinding, Router
 from exchanges.registry import EXCHANGE_TYPES, create_router
 
@@ -233,9 +233,14 @@ class VirtualHost:
             name = generated_name("amq.gen-")
         elif name.startswith("amq."):
             raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
-        queue = Queue(
-            name, self.name, durable, owner if exclusive else None, auto_delete, arguments
-        )
+        try:
+            queue = Queue(
+                name, self.name, durable, owner if exclusive else None, auto_delete, arguments
+            )
+        except InvalidQueueArgument as exc:
+            raise precondition_failed(
+                f"invalid arg '{exc.name}' for queue '{name}' in vhost '{self.name}': {exc.problem}"
+            ) from exc
         self.queues[name] = queue
         # Every queue is bound to the default exchange implicitly (routed by name).
         return queue
@@ -260,7 +265,7 @@ class VirtualHost:
         queue.deleted = True
         self.queues.pop(queue.name, None)
         self._unbind_destination(queue)
-        queue.ready.clear()
+        queue.purge()
         if self.on_queue_deleted is not None:
             self.on_queue_deleted(queue)
         for consumer in list(queue.consumers):
