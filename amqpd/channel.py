@@ -351,7 +351,7 @@ class Channel:
             assert self.confirm is not None
             self.publish_seq += 1
             if queues is None:
-                self.confirm.track(self.publish_seq, ())
+                self.confirm.track(self.publish_seq, (self,))
                 self.confirm.reject(self.publish_seq)
             else:
                 self.confirm.track(self.publish_seq, self._confirm_tokens(message, queues))

@@ -1,0 +1,92 @@
+"""Drive the sans-IO engine with frames built by pamqp (no sockets)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pamqp import body, commands, frame, header
+from pamqp.base import Frame as Method
+
+from amqpd.broker import Broker
+from amqpd.connection import Connection
+
+
+class Client:
+    """A fake peer: encodes frames with pamqp, decodes the engine's output with pamqp."""
+
+    def __init__(
+        self, broker: Broker, now: float = 0.0, capabilities: dict[str, Any] | None = None
+    ) -> None:
+        self.conn = Connection(broker, now, "test")
+        self.capabilities = capabilities or {
+            "consumer_cancel_notify": True,
+            "authentication_failure_close": True,
+        }
+
+    def send(self, channel: int, *frames: Any) -> None:
+        self.conn.receive_data(b"".join(frame.marshal(f, channel) for f in frames))
+
+    def publish(
+        self, channel: int, routing_key: str, payload: bytes, exchange: str = "", **props: Any
+    ) -> None:
+        self.conn.receive_data(
+            self.encode_publish(channel, routing_key, payload, exchange, **props)
+        )
+
+    @staticmethod
+    def encode_publish(
+        channel: int,
+        routing_key: str,
+        payload: bytes,
+        exchange: str = "",
+        mandatory: bool = False,
+        **props: Any,
+    ) -> bytes:
+        return b"".join(
+            (
+                frame.marshal(
+                    commands.Basic.Publish(
+                        exchange=exchange, routing_key=routing_key, mandatory=mandatory
+                    ),
+                    channel,
+                ),
+                frame.marshal(
+                    header.ContentHeader(0, len(payload), commands.Basic.Properties(**props)),
+                    channel,
+                ),
+                frame.marshal(body.ContentBody(payload), channel) if payload else b"",
+            )
+        )
+
+    def received(self) -> list[tuple[int, Any]]:
+        data = self.conn.data_to_send()
+        out = []
+        while data:
+            consumed, channel, value = frame.unmarshal(data)
+            out.append((channel, value))
+            data = data[consumed:]
+        return out
+
+    def methods(self) -> list[Method]:
+        return [v for _c, v in self.received() if isinstance(v, Method)]
+
+    def handshake(
+        self, vhost: str = "/", user: str = "guest", password: str = "guest"
+    ) -> list[Any]:
+        self.conn.receive_data(b"AMQP\x00\x00\x09\x01")
+        self.send(
+            0,
+            commands.Connection.StartOk(
+                client_properties={"capabilities": self.capabilities},
+                mechanism="PLAIN",
+                response=f"\0{user}\0{password}",
+            ),
+        )
+        out = self.received()
+        self.send(0, commands.Connection.TuneOk(channel_max=2047, frame_max=131072, heartbeat=0))
+        self.send(0, commands.Connection.Open(virtual_host=vhost))
+        return out + self.received()
+
+    def open_channel(self, number: int = 1) -> None:
+        self.send(number, commands.Channel.Open())
+        assert isinstance(self.methods()[-1], commands.Channel.OpenOk)

@@ -1,0 +1,176 @@
+"""The sans-IO connection/channel engine driven with pamqp frames."""
+
+from __future__ import annotations
+
+from pamqp import body, commands, header
+
+from amqpd.broker import Broker, BrokerConfig
+from amqpd.connection import State
+from tests.unit.engine_driver import Client
+
+
+def test_handshake_sends_start_tune_and_open_ok() -> None:
+    client = Client(Broker())
+    frames = [v for _c, v in client.handshake()]
+    kinds = [type(f) for f in frames]
+    assert kinds == [
+        commands.Connection.Start,
+        commands.Connection.Tune,
+        commands.Connection.OpenOk,
+    ]
+    start = frames[0]
+    assert start.mechanisms == "PLAIN AMQPLAIN"
+    caps = start.server_properties["capabilities"]
+    assert caps["publisher_confirms"] and caps["basic.nack"] and caps["consumer_cancel_notify"]
+    assert frames[1].channel_max == 2047 and frames[1].frame_max == 131072
+    assert client.conn.state is State.OPEN
+
+
+def test_bad_password_is_403_close() -> None:
+    client = Client(Broker())
+    frames = [v for _c, v in client.handshake(password="nope")]
+    close = frames[-1]
+    assert isinstance(close, commands.Connection.Close)
+    assert close.reply_code == 403
+
+
+def test_unknown_vhost_is_530() -> None:
+    client = Client(Broker())
+    close = [v for _c, v in client.handshake(vhost="nope")][-1]
+    assert isinstance(close, commands.Connection.Close)
+    assert close.reply_code == 530
+    assert "nope" in close.reply_text
+
+
+def test_publish_on_one_connection_delivers_on_another() -> None:
+    broker = Broker()
+    producer, consumer = Client(broker), Client(broker)
+    for c in (producer, consumer):
+        c.handshake()
+        c.open_channel()
+    consumer.send(1, commands.Queue.Declare(queue="q"))
+    consumer.send(1, commands.Basic.Consume(queue="q", consumer_tag="ctag"))
+    assert isinstance(consumer.methods()[-1], commands.Basic.ConsumeOk)
+    producer.publish(1, "q", b"hello", delivery_mode=2, headers={"k": "v"})
+    out = consumer.received()
+    deliver, content, payload = (v for _c, v in out)
+    assert isinstance(deliver, commands.Basic.Deliver)
+    assert (deliver.consumer_tag, deliver.delivery_tag, deliver.routing_key) == ("ctag", 1, "q")
+    assert isinstance(content, header.ContentHeader)
+    assert content.properties.headers == {"k": "v"} and content.properties.delivery_mode == 2
+    assert isinstance(payload, body.ContentBody) and payload.value == b"hello"
+
+
+def test_confirms_for_a_batch_coalesce_into_one_ack() -> None:
+    client = Client(Broker())
+    client.handshake()
+    client.open_channel()
+    client.send(1, commands.Queue.Declare(queue="q"), commands.Confirm.Select())
+    client.received()
+    chunk = b"".join(Client.encode_publish(1, "q", b"x") for _ in range(1000))
+    client.conn.receive_data(chunk)
+    acks = client.methods()
+    assert len(acks) == 1
+    assert isinstance(acks[0], commands.Basic.Ack)
+    assert acks[0].delivery_tag == 1000 and acks[0].multiple
+
+
+def test_reject_publish_overflow_nacks_and_keeps_message_out() -> None:
+    client = Client(Broker())
+    client.handshake()
+    client.open_channel()
+    client.send(
+        1,
+        commands.Queue.Declare(
+            queue="q", arguments={"x-max-length": 2, "x-overflow": "reject-publish"}
+        ),
+        commands.Confirm.Select(),
+    )
+    client.received()
+    for n in range(3):
+        client.publish(1, "q", b"%d" % n)
+    frames = client.methods()
+    assert [type(f) for f in frames] == [
+        commands.Basic.Ack,
+        commands.Basic.Ack,
+        commands.Basic.Nack,
+    ]
+    assert frames[2].delivery_tag == 3
+    assert client.conn.vhost.queues["q"].message_count == 2
+
+
+def test_tx_commit_applies_publishes_atomically_and_rollback_discards() -> None:
+    broker = Broker()
+    client = Client(broker)
+    client.handshake()
+    client.open_channel()
+    client.send(1, commands.Queue.Declare(queue="q"), commands.Tx.Select())
+    client.received()
+    queue = broker.vhosts["/"].queues["q"]
+    for n in range(10):
+        client.publish(1, "q", b"%d" % n)
+    assert queue.message_count == 0
+    client.send(1, commands.Tx.Rollback())
+    assert queue.message_count == 0
+    for n in range(10):
+        client.publish(1, "q", b"%d" % n)
+    client.send(1, commands.Tx.Commit())
+    assert isinstance(client.methods()[-1], commands.Tx.CommitOk)
+    assert queue.message_count == 10
+
+
+def test_channel_error_closes_only_that_channel_and_ignores_until_close_ok() -> None:
+    client = Client(Broker())
+    client.handshake()
+    client.open_channel(1)
+    client.open_channel(2)
+    client.send(1, commands.Queue.Declare(queue="missing", passive=True))
+    close = client.methods()[-1]
+    assert isinstance(close, commands.Channel.Close) and close.reply_code == 404
+    client.send(1, commands.Queue.Declare(queue="other"))  # ignored while closing
+    assert client.methods() == []
+    client.send(2, commands.Queue.Declare(queue="other"))
+    assert isinstance(client.methods()[-1], commands.Queue.DeclareOk)
+    client.send(1, commands.Channel.CloseOk())
+    client.open_channel(1)  # the number is free again
+
+
+def test_heartbeat_timeout_drops_silent_peer() -> None:
+    broker = Broker(BrokerConfig(heartbeat=5))
+    client = Client(broker)
+    client.conn.receive_data(b"AMQP\x00\x00\x09\x01")
+    client.send(
+        0,
+        commands.Connection.StartOk(
+            client_properties={}, mechanism="PLAIN", response="\0guest\0guest"
+        ),
+    )
+    client.send(0, commands.Connection.TuneOk(channel_max=0, frame_max=131072, heartbeat=5))
+    client.send(0, commands.Connection.Open(virtual_host="/"))
+    client.received()
+    client.conn.tick(1.0)
+    client.conn.tick(3.6)
+    assert any(v.__class__.__name__ == "Heartbeat" for _c, v in client.received())
+    client.conn.tick(11.5)
+    assert client.conn.should_close
+
+
+def test_handshake_timeout() -> None:
+    client = Client(Broker(), now=100.0)
+    client.conn.receive_data(b"AMQP\x00\x00\x09\x01")
+    client.conn.tick(105.0)
+    assert not client.conn.should_close
+    client.conn.tick(110.0)
+    assert client.conn.should_close
+
+
+def test_exclusive_queue_deleted_when_owner_goes() -> None:
+    broker = Broker()
+    client = Client(broker)
+    client.handshake()
+    client.open_channel()
+    client.send(1, commands.Queue.Declare(queue="", exclusive=True))
+    name = client.methods()[-1].queue
+    assert name.startswith("amq.gen-") and name in broker.vhosts["/"].queues
+    client.conn.connection_lost()
+    assert name not in broker.vhosts["/"].queues
