@@ -89,17 +89,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         anyio.run(
             run, broker_config, server_config, backend="asyncio", backend_options=backend_options
         )
-    except OSError as exc:
+    except (OSError, BaseExceptionGroup) as exc:
+        os_error = _find_os_error(exc)
+        if os_error is None:
+            raise
         log.error(
             "cannot listen on %s:%d: %s; is another broker running? Use --port",
             args.host,
             args.port,
-            exc,
+            os_error.strerror or os_error,
         )
         return 1
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _find_os_error(exc: BaseException) -> OSError | None:
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _find_os_error(inner)
+            if found is not None:
+                return found
+    return None
 
 
 if __name__ == "__main__":
