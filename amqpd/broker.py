@@ -57,5 +57,6 @@ class Broker:
         """A connection is closing or gone: drop its exclusive queues."""
         self.connections.discard(connection)
         vhost = connection.vhost
-        for queue in [q for q in vhost.queues.values() if q.exclusive_owner is connection]:
+        for queue in connection.exclusive_queues:
             vhost.delete_queue(queue)
+        connection.exclusive_queues.clear()

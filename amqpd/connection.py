@@ -47,6 +47,7 @@ from amqpd.errors import (
 
 if TYPE_CHECKING:
     from amqpd.broker import Broker
+    from amqpd.queue import Queue
     from amqpd.vhost import VirtualHost
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ class Connection:
         self.state = State.AWAIT_HEADER
         self.created = now
         self.channels: dict[int, Channel] = {}
+        self.exclusive_queues: list[Queue] = []
         self.channel_max = config.channel_max
         self.frame_max = config.frame_max
         self.heartbeat = config.heartbeat

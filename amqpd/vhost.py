@@ -242,7 +242,8 @@ class VirtualHost:
                 f"invalid arg '{exc.name}' for queue '{name}' in vhost '{self.name}': {exc.problem}"
             ) from exc
         self.queues[name] = queue
-        # Every queue is bound to the default exchange implicitly (routed by name).
+        if exclusive:
+            owner.exclusive_queues.append(queue)
         return queue
 
     def check_exclusive_access(self, queue: Queue, connection: Connection) -> None:
