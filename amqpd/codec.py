@@ -14,6 +14,7 @@ byte for byte against pamqp.
 from __future__ import annotations
 
 import struct
+import warnings
 from dataclasses import dataclass
 from typing import Final
 
@@ -47,6 +48,8 @@ BASIC_GET_OK: Final = 0x003C0047
 BASIC_ACK: Final = 0x003C0050
 BASIC_NACK: Final = 0x003C0078
 BASIC_CLASS: Final = 60
+# Methods pamqp warns about when instantiated (deprecated in 0-9-1 but still sent by clients).
+_DEPRECATED: Final = frozenset({0x003C0064})  # basic.recover-async
 
 
 class FrameReader:
@@ -163,7 +166,12 @@ def decode_method(index: int, payload: bytes) -> Method | None:
     cls = commands.INDEX_MAPPING.get(index)
     if cls is None:
         return None
-    method: Method = cls()
+    if index in _DEPRECATED:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            method: Method = cls()
+    else:
+        method = cls()
     try:
         method.unmarshal(payload[4:])
     except (struct.error, ValueError, IndexError, TypeError, UnicodeDecodeError) as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from pamqp import body, commands, header
 
 from amqpd.broker import Broker, BrokerConfig
@@ -174,3 +175,122 @@ def test_exclusive_queue_deleted_when_owner_goes() -> None:
     assert name.startswith("amq.gen-") and name in broker.vhosts["/"].queues
     client.conn.connection_lost()
     assert name not in broker.vhosts["/"].queues
+
+
+def test_amqplain_login() -> None:
+    from pamqp import encode
+
+    client = Client(Broker())
+    client.conn.receive_data(b"AMQP\x00\x00\x09\x01")
+    table = encode.field_table({"LOGIN": "guest", "PASSWORD": "guest"})[4:]
+    client.send(
+        0,
+        commands.Connection.StartOk(
+            client_properties={}, mechanism="AMQPLAIN", response=table.decode("latin-1")
+        ),
+    )
+    frames = [v for _c, v in client.received()]
+    assert isinstance(frames[-1], commands.Connection.Tune)
+
+
+def test_unsupported_mechanism_is_refused() -> None:
+    client = Client(Broker())
+    client.conn.receive_data(b"AMQP\x00\x00\x09\x01")
+    client.send(
+        0,
+        commands.Connection.StartOk(
+            client_properties={"capabilities": {"authentication_failure_close": True}},
+            mechanism="EXTERNAL",
+            response="",
+        ),
+    )
+    close = [v for _c, v in client.received()][-1]
+    assert isinstance(close, commands.Connection.Close) and close.reply_code == 403
+    assert "EXTERNAL" in close.reply_text
+
+
+def test_nowait_methods_send_no_reply() -> None:
+    broker = Broker()
+    client = Client(broker)
+    client.handshake()
+    client.open_channel()
+    client.send(
+        1,
+        commands.Exchange.Declare(exchange="x", exchange_type="fanout", nowait=True),
+        commands.Queue.Declare(queue="q", nowait=True),
+        commands.Queue.Bind(queue="q", exchange="x", nowait=True),
+        commands.Basic.Consume(queue="q", consumer_tag="c", nowait=True),
+        commands.Basic.Cancel(consumer_tag="c", nowait=True),
+        commands.Queue.Purge(queue="q", nowait=True),
+        commands.Confirm.Select(nowait=True),
+    )
+    assert client.methods() == []
+    vhost = broker.vhosts["/"]
+    assert "x" in vhost.exchanges and "q" in vhost.queues
+    client.publish(1, "", b"m", exchange="x")
+    assert [type(m) for m in client.methods()] == [commands.Basic.Ack]
+    assert vhost.queues["q"].message_count == 1
+
+
+def test_multiple_ack_and_nack_settle_ranges() -> None:
+    broker = Broker()
+    client = Client(broker)
+    client.handshake()
+    client.open_channel()
+    client.send(1, commands.Queue.Declare(queue="q"))
+    for n in range(6):
+        client.publish(1, "q", b"%d" % n)
+    client.send(1, commands.Basic.Consume(queue="q", consumer_tag="c"))
+    client.received()
+    channel = client.conn.channels[1]
+    assert list(channel.unacked) == [1, 2, 3, 4, 5, 6]
+    client.send(1, commands.Basic.Ack(delivery_tag=3, multiple=True))
+    assert list(channel.unacked) == [4, 5, 6]
+    client.send(1, commands.Basic.Nack(delivery_tag=5, multiple=True, requeue=False))
+    assert list(channel.unacked) == [6]
+    client.send(1, commands.Basic.Ack(delivery_tag=0, multiple=True))
+    assert channel.unacked == {}
+    assert broker.vhosts["/"].queues["q"].message_count == 0
+    client.send(1, commands.Basic.Ack(delivery_tag=2))
+    close = client.methods()[-1]
+    assert isinstance(close, commands.Channel.Close) and close.reply_code == 406
+    assert "unknown delivery tag 2" in close.reply_text
+
+
+def test_recover_async_requeues() -> None:
+    broker = Broker()
+    client = Client(broker)
+    client.handshake()
+    client.open_channel()
+    client.send(1, commands.Queue.Declare(queue="q"))
+    client.publish(1, "q", b"m")
+    client.send(1, commands.Basic.Get(queue="q"))
+    client.received()
+    with pytest.warns(DeprecationWarning):
+        recover_async = commands.Basic.RecoverAsync(requeue=True)
+    client.send(1, recover_async)
+    assert client.methods() == []
+    assert broker.vhosts["/"].queues["q"].ready[0].redelivered
+    client.send(1, commands.Basic.Recover(requeue=False))
+    close = client.methods()[-1]
+    assert isinstance(close, commands.Connection.Close) and close.reply_code == 540
+
+
+def test_auto_delete_exchange_goes_with_its_last_binding() -> None:
+    broker = Broker()
+    client = Client(broker)
+    client.handshake()
+    client.open_channel()
+    client.send(
+        1,
+        commands.Exchange.Declare(exchange="ad", exchange_type="direct", auto_delete=True),
+        commands.Queue.Declare(queue="q1"),
+        commands.Queue.Declare(queue="q2"),
+        commands.Queue.Bind(queue="q1", exchange="ad", routing_key="a"),
+        commands.Queue.Bind(queue="q2", exchange="ad", routing_key="b"),
+        commands.Queue.Unbind(queue="q1", exchange="ad", routing_key="a"),
+    )
+    vhost = broker.vhosts["/"]
+    assert "ad" in vhost.exchanges
+    client.send(1, commands.Queue.Delete(queue="q2"))
+    assert "ad" not in vhost.exchanges
