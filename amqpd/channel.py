@@ -650,9 +650,15 @@ class Channel:
             self.conn.send(codec.encode_method(self.number, spec.Exchange.BindOk()))
 
     def _on_exchange_unbind(self, method: spec.Exchange.Unbind) -> None:
-        destination = self.vhost.get_exchange(method.destination)
-        source = self.vhost.get_exchange(method.source)
-        self.vhost.unbind(source, destination, method.routing_key, dict(method.arguments or {}))
+        # RabbitMQ 3.x (rabbit_binding:remove, absent_errs_only): unbind is idempotent, a
+        # missing source or destination is not an error; the default exchange still is
+        destination = self.vhost.exchanges.get(method.destination)
+        source = self.vhost.exchanges.get(method.source)
+        if destination is not None and source is not None:
+            args = dict(method.arguments or {})
+            self.vhost.unbind(source, destination, method.routing_key, args)
+        elif not method.source or not method.destination:
+            raise AMQPError(ACCESS_REFUSED, "operation not permitted on the default exchange")
         if not method.nowait:
             self.conn.send(codec.encode_method(self.number, spec.Exchange.UnbindOk()))
 
@@ -688,10 +694,15 @@ class Channel:
             self.conn.send(codec.encode_method(self.number, spec.Queue.BindOk()))
 
     def _on_queue_unbind(self, method: spec.Queue.Unbind) -> None:
-        queue = self._usable_queue(method.queue)
-        exchange = self.vhost.get_exchange(method.exchange)
-        key = method.routing_key if (method.routing_key or method.queue) else queue.name
-        self.vhost.unbind(exchange, queue, key, dict(method.arguments or {}))
+        # idempotent like exchange.unbind: a missing queue or exchange is not an error
+        queue = self.vhost.queues.get(self._queue_name(method.queue))
+        exchange = self.vhost.exchanges.get(method.exchange)
+        if queue is not None and exchange is not None:
+            self.vhost.check_exclusive_access(queue, self.conn)
+            key = method.routing_key if (method.routing_key or method.queue) else queue.name
+            self.vhost.unbind(exchange, queue, key, dict(method.arguments or {}))
+        elif not method.exchange:
+            raise AMQPError(ACCESS_REFUSED, "operation not permitted on the default exchange")
         self.conn.send(codec.encode_method(self.number, spec.Queue.UnbindOk()))
 
     def _on_queue_purge(self, method: spec.Queue.Purge) -> None:

@@ -75,6 +75,11 @@ class FrameReader:
             del self._buf[: self._pos]
             self._pos = 0
 
+    def discard(self) -> None:
+        """Drop everything buffered (the stream cannot be parsed any further)."""
+        self._buf = bytearray()
+        self._pos = 0
+
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as frames."""

@@ -42,6 +42,7 @@ from amqpd.errors import (
     FRAME_ERROR,
     INTERNAL_ERROR,
     NOT_ALLOWED,
+    UNEXPECTED_FRAME,
     AMQPError,
 )
 
@@ -113,6 +114,7 @@ class Connection:
         self._last_tx = now
         self._close_deadline = 0.0
         self._close_armed = False
+        self._desynchronised = False
         self._confirm_channels: dict[Channel, None] = {}
         self._released = False
 
@@ -157,6 +159,8 @@ class Connection:
         if self.state is State.CLOSED or self.should_close:
             return
         self._received = True
+        if self._desynchronised:
+            return  # after a framing error nothing more can be parsed; wait for the close
         if self.state is State.AWAIT_HEADER:
             data = self._receive_protocol_header(data)
             if not data:
@@ -170,6 +174,9 @@ class Connection:
                     break
                 self._handle_frame(*item)
         except AMQPError as exc:
+            if exc.reply_code == FRAME_ERROR:
+                self._desynchronised = True
+                reader.discard()
             self._connection_error(exc)
         except Exception:
             log.exception("internal error on connection %s", self.peer)
@@ -223,7 +230,9 @@ class Connection:
             if self.state is not State.OPEN:
                 if self.state is State.CLOSING:
                     return
-                raise AMQPError(COMMAND_INVALID, "channel method before connection.open")
+                raise AMQPError(  # rabbit_reader: unexpected_frame before "running"
+                    UNEXPECTED_FRAME, f"method frame on channel {number} before connection.open"
+                )
             channel = self.channels.get(number)
             if channel is None:
                 self._open_channel(number, index)
@@ -233,17 +242,17 @@ class Connection:
             if self.state is State.CLOSING:
                 return
             if number == 0:
-                raise AMQPError(CHANNEL_ERROR, "content frame on channel 0")
+                raise AMQPError(UNEXPECTED_FRAME, "content frame on channel 0")
             channel = self.channels.get(number)
             if channel is None:
-                raise AMQPError(CHANNEL_ERROR, f"content frame on unopened channel {number}")
+                raise AMQPError(UNEXPECTED_FRAME, f"content frame on unopened channel {number}")
             if frame_type == codec.FRAME_HEADER:
                 channel.handle_header(payload)
             else:
                 channel.handle_body(payload)
         elif frame_type == codec.FRAME_HEARTBEAT:
             if number != 0:
-                raise AMQPError(FRAME_ERROR, f"heartbeat frame on channel {number}")
+                raise AMQPError(UNEXPECTED_FRAME, f"heartbeat frame on channel {number}")
         else:
             raise AMQPError(FRAME_ERROR, f"unknown frame type {frame_type}")
 
@@ -283,11 +292,13 @@ class Connection:
                 self.send(codec.encode_method(0, spec.Connection.CloseOk()))
             return
         expected = HANDSHAKE.get(state)
-        if expected is not None and index != expected:
+        if index != expected and (expected is not None or index in HANDSHAKE.values()):
+            # rabbit_reader: 504 "unexpected method in connection state ~w"; a handshake
+            # method on an open connection must not re-run the handshake
+            got = getattr(spec.INDEX_MAPPING.get(index), "name", f"{index >> 16}.{index & 0xFFFF}")
             raise AMQPError(
-                COMMAND_INVALID,
-                f"expected {getattr(spec.INDEX_MAPPING[expected], 'name', '?').lower()} in state "
-                f"{state.value}",
+                CHANNEL_ERROR,
+                f"unexpected method {got.lower()} in connection state {state.value}",
                 index >> 16,
                 index & 0xFFFF,
             )

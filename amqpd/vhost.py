@@ -217,12 +217,11 @@ class VirtualHost:
             self.check_exclusive_access(existing, owner)
             return existing
         if existing is not None:
-            self.check_exclusive_access(existing, owner)
+            # rabbit_amqqueue:assert_equivalence: exclusivity is checked strictly and first,
+            # so an exclusive-flag mismatch is 405, not 406
+            self.check_exclusive_access(existing, owner if exclusive else None, strict=True)
             what = f"for queue '{name}' in vhost '{self.name}'"
             self._check_equivalent("durable", what, _flag(durable), _flag(existing.durable))
-            self._check_equivalent(
-                "exclusive", what, _flag(exclusive), _flag(existing.exclusive_owner is not None)
-            )
             self._check_equivalent(
                 "auto_delete", what, _flag(auto_delete), _flag(existing.auto_delete)
             )
@@ -246,10 +245,13 @@ class VirtualHost:
             owner.exclusive_queues.append(queue)
         return queue
 
-    def check_exclusive_access(self, queue: Queue, connection: Connection) -> None:
-        """405 RESOURCE_LOCKED if another connection owns this exclusive queue."""
+    def check_exclusive_access(
+        self, queue: Queue, connection: Connection | None, strict: bool = False
+    ) -> None:
+        """405 RESOURCE_LOCKED if another connection owns this exclusive queue; ``strict``
+        (redeclare): also unless the owner is exactly ``connection`` (None = not exclusive)."""
         owner = queue.exclusive_owner
-        if owner is not None and owner is not connection:
+        if owner is not connection and (strict or owner is not None):
             raise AMQPError(
                 RESOURCE_LOCKED,
                 f"cannot obtain exclusive access to locked queue '{queue.name}' "

@@ -294,3 +294,14 @@ def test_auto_delete_exchange_goes_with_its_last_binding() -> None:
     assert "ad" in vhost.exchanges
     client.send(1, commands.Queue.Delete(queue="q2"))
     assert "ad" not in vhost.exchanges
+
+
+def test_nothing_is_buffered_after_a_framing_error() -> None:
+    client = Client(Broker())
+    client.handshake()
+    client.conn.receive_data(b"\x01\x00\x01\x00\x00\x00\x04abcdX")  # bad frame-end octet
+    close = client.methods()[-1]
+    assert isinstance(close, commands.Connection.Close) and close.reply_code == 501
+    for _ in range(100):
+        client.conn.receive_data(b"\x00" * 65536)
+    assert client.conn._reader.buffered == 0
