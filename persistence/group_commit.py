@@ -1,0 +1,139 @@
+"""Group commit: one store transaction for everything journaled while the last one was written.
+
+Theory of operation
+-------------------
+The broker core journals mutations synchronously (:class:`persistence.journal.Journal`) and,
+once per received chunk, calls :meth:`GroupCommitter.wake`. :meth:`GroupCommitter.run` is a
+single task that loops:
+
+1. wait until woken;
+2. while the journal has something pending: take the whole open batch, ``await
+   store.apply(batch)``, then call ``on_committed(batch.id)`` (or ``on_failed(batch.id,
+   error)`` if the store raised :class:`~persistence.errors.StoreError`).
+
+There is exactly one ``apply`` in flight, because only this task calls it and it awaits each
+call. Mutations that arrive while a transaction is being written stay in the journal's open
+batch and are all taken together as soon as the transaction returns: the busier the broker,
+the larger the batches, with no timer. A lone mutation is committed at once, since the task
+is already waiting when it is woken (no artificial delay, so latency at low load is one
+transaction).
+
+The callbacks are how promises are kept (ARCHITECTURE, principle 4): ``on_committed(id)``
+is the moment the confirms and ``tx.commit-ok`` waiting on batch ``id`` may be sent. Ids are
+handed out in order, so when ``on_committed(n)`` or ``on_failed(n, ...)`` runs, every batch
+below ``n`` has already been reported. After a failure the task carries on with the next
+batch: the store rolled the failed one back and stays usable.
+
+Cancelling :meth:`run` does not interrupt a transaction in progress (the store shields it)
+and its outcome is still reported. :meth:`drain` commits whatever is left once ``run`` has
+stopped, for an orderly shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+import anyio
+import anyio.lowlevel
+
+from persistence.errors import StoreError
+from persistence.journal import Journal
+from persistence.records import Batch
+
+__all__ = ["BatchStore", "GroupCommitter"]
+
+log = logging.getLogger(__name__)
+
+
+class BatchStore(Protocol):
+    """What the committer needs of a store (:class:`persistence.store.Store` fits)."""
+
+    async def apply(self, batch: Batch) -> None:
+        """Write ``batch`` in one transaction; raise :class:`StoreError` on failure."""
+        ...
+
+
+class GroupCommitter:
+    """Commits the journal's batches one transaction at a time.
+
+    Args:
+        store: Where batches are written.
+        journal: Where batches are taken from.
+        on_committed: Called with a batch id once its transaction has committed.
+        on_failed: Called with a batch id and the error if its transaction failed (nothing
+            of that batch was written).
+    """
+
+    def __init__(
+        self,
+        store: BatchStore,
+        journal: Journal,
+        on_committed: Callable[[int], None],
+        on_failed: Callable[[int, StoreError], None],
+    ) -> None:
+        self._store = store
+        self._journal = journal
+        self._on_committed = on_committed
+        self._on_failed = on_failed
+        self._wakeup = anyio.Event()
+        self._running = False
+
+    def wake(self) -> None:
+        """Tell the committer the journal may have something pending.
+
+        Synchronous, cheap and idempotent; call it from the event loop thread.
+        """
+        if not self._wakeup.is_set():
+            self._wakeup.set()
+
+    async def run(self) -> None:
+        """Commit batches forever (until cancelled).
+
+        Raises:
+            RuntimeError: ``run`` or :meth:`drain` is already running.
+            Exception: Whatever ``store.apply`` raises other than ``StoreError`` (a bug)
+                and whatever the callbacks raise; the loop stops.
+        """
+        self._start()
+        try:
+            while True:
+                await self._wakeup.wait()
+                self._wakeup = anyio.Event()
+                await self._commit_pending()
+        finally:
+            self._running = False
+
+    async def drain(self) -> None:
+        """Commit everything pending now, then return (for shutdown, after ``run`` stopped).
+
+        Raises:
+            RuntimeError: :meth:`run` is running.
+        """
+        self._start()
+        try:
+            await self._commit_pending()
+        finally:
+            self._running = False
+
+    def _start(self) -> None:
+        if self._running:
+            raise RuntimeError("the group committer is already running")
+        self._running = True
+
+    async def _commit_pending(self) -> None:
+        journal = self._journal
+        while True:
+            # Stop between transactions when cancelled; what is left stays in the journal.
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            batch = journal.take_batch()
+            if batch is None:
+                return
+            try:
+                await self._store.apply(batch)
+            except StoreError as exc:
+                log.error("batch %d failed: %s", batch.id, exc)
+                self._on_failed(batch.id, exc)
+            else:
+                self._on_committed(batch.id)

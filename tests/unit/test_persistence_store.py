@@ -1,0 +1,606 @@
+"""Tests for the SQLite store (persistence/store.py, persistence/schema.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from persistence import schema
+from persistence.errors import StoreError
+from persistence.journal import Journal
+from persistence.records import (
+    Batch,
+    BindingDef,
+    ExchangeDef,
+    MessageRecord,
+    OpKind,
+    QueueDef,
+    QueueKey,
+)
+from persistence.store import Store
+from tests.unit.test_persistence import (
+    ARGS,
+    EXCHANGES,
+    QUEUES,
+    RECORDS,
+    VHOSTS,
+    Reference,
+    State,
+    binding_defs,
+)
+from tests.unit.test_persistence_codec import TRICKY
+
+Q: QueueKey = ("/", "q")
+
+
+def run(fn: Callable[[], Awaitable[None]]) -> None:
+    anyio.run(fn)
+
+
+def rec(i: int, body: bytes | None = None, **kw: Any) -> MessageRecord:
+    header = b"\x00<header" + bytes([i % 256])
+    return MessageRecord("amq.direct", f"key.{i}", header, body or b"body%d" % i, **kw)
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+async def commit(store: Store, journal: Journal) -> None:
+    batch = journal.take_batch()
+    assert batch is not None
+    await store.apply(batch)
+
+
+def with_queue(*names: str) -> Journal:
+    j = Journal()
+    for name in names:
+        j.put_queue(QueueDef("/", name, False, {}))
+    return j
+
+
+# ---------------------------------------------------------------------- round trips
+
+
+def test_round_trip_definitions_and_messages_in_seq_order(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = await Store.open(tmp_path)
+        j = with_queue("q", "empty")
+        j.put_queue(QueueDef("v", "q", True, {"x-queue-type": "classic"}))
+        j.put_exchange(ExchangeDef("/", "x", "topic", False, True, {"alternate-exchange": "ae"}))
+        j.put_binding(BindingDef("/", "x", "queue", "q", "a.*", {}))
+        j.put_binding(BindingDef("/", "x", "exchange", "y", "#", {"k": 1}))
+        for seq in (5, 1, 9):
+            j.insert_message(Q, seq, rec(seq))
+        await commit(store, j)
+        for seq in (3, 7, 2):
+            j.insert_message(Q, seq, rec(seq, expires_at=1.5e9))
+        j.insert_message(("v", "q"), 1, rec(100, redelivered=True, delivery_count=3))
+        await commit(store, j)
+        state = await store.load()
+        assert [s for s, _ in state.messages[Q]] == [1, 2, 3, 5, 7, 9]
+        assert state.messages[Q][1] == (2, rec(2, expires_at=1.5e9))
+        assert state.messages[("v", "q")] == [(1, rec(100, redelivered=True, delivery_count=3))]
+        assert ("/", "empty") not in state.messages
+        assert {(q.vhost, q.name) for q in state.queues} == {("/", "q"), ("/", "empty"), ("v", "q")}
+        assert QueueDef("v", "q", True, {"x-queue-type": "classic"}) in state.queues
+        assert state.exchanges == [
+            ExchangeDef("/", "x", "topic", False, True, {"alternate-exchange": "ae"})
+        ]
+        assert BindingDef("/", "x", "exchange", "y", "#", {"k": 1}) in state.bindings
+        assert len(state.bindings) == 2
+        record = state.messages[Q][0][1]
+        assert type(record.redelivered) is bool
+        await store.close()
+
+        reopened = await Store.open(tmp_path)
+        assert await reopened.load() == state
+        await reopened.close()
+
+    run(main)
+
+
+def test_tricky_field_tables_survive_exactly(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with await Store.open(tmp_path) as store:
+            j = Journal()
+            j.put_exchange(ExchangeDef("/", "x", "headers", True, False, TRICKY))
+            j.put_queue(QueueDef("/", "q", False, TRICKY))
+            j.put_binding(BindingDef("/", "x", "queue", "q", "", TRICKY))
+            await commit(store, j)
+        async with await Store.open(tmp_path) as store:
+            state = await store.load()
+        assert state.exchanges[0].arguments == TRICKY
+        assert list(state.exchanges[0].arguments) == list(TRICKY)
+        assert state.queues[0].arguments == TRICKY
+        assert state.bindings[0].arguments == TRICKY
+        for key, value in TRICKY.items():
+            assert type(state.queues[0].arguments[key]) is type(value)
+
+    run(main)
+
+
+def test_queue_redeclare_keeps_messages_and_delete_cascades(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with await Store.open(tmp_path) as store:
+            j = with_queue("q", "other")
+            j.put_exchange(ExchangeDef("/", "x", "direct", False, False, {}))
+            j.put_exchange(ExchangeDef("/", "y", "direct", False, False, {}))
+            j.put_binding(BindingDef("/", "x", "queue", "q", "k", {}))
+            j.put_binding(BindingDef("/", "x", "queue", "other", "k", {}))
+            j.put_binding(BindingDef("/", "y", "exchange", "x", "k", {}))
+            j.put_binding(BindingDef("/", "x", "exchange", "y", "k", {}))
+            j.insert_message(Q, 1, rec(1))
+            j.insert_message(("/", "other"), 1, rec(1))
+            await commit(store, j)
+            j.put_queue(QueueDef("/", "q", True, {"x-max-length": 5}))
+            await commit(store, j)
+            state = await store.load()
+            assert QueueDef("/", "q", True, {"x-max-length": 5}) in state.queues
+            assert state.messages[Q] == [(1, rec(1))]
+
+            j.delete_queue("/", "q")
+            await commit(store, j)
+            state = await store.load()
+            assert Q not in state.messages and ("/", "other") in state.messages
+            assert len(state.bindings) == 3
+
+            j.delete_exchange("/", "x")
+            await commit(store, j)
+            state = await store.load()
+            assert state.bindings == []
+            assert [e.name for e in state.exchanges] == ["y"]
+
+    run(main)
+
+
+def test_mark_delivered_and_delete_after_commit(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with await Store.open(tmp_path) as store:
+            j = with_queue("q")
+            for seq in range(4):
+                j.insert_message(Q, seq, rec(seq))
+            await commit(store, j)
+            j.mark_delivered(Q, 1, 2)
+            j.mark_delivered(Q, 2, 1)
+            j.delete_message(Q, 2)
+            j.delete_message(Q, 3)
+            await commit(store, j)
+            state = await store.load()
+            assert state.messages[Q] == [
+                (0, rec(0)),
+                (1, rec(1, redelivered=True, delivery_count=2)),
+            ]
+
+    run(main)
+
+
+def test_read_messages_pages_in_order(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with await Store.open(tmp_path) as store:
+            j = with_queue("q", "other")
+            for seq in reversed(range(25)):
+                j.insert_message(Q, seq * 2, rec(seq))
+                j.insert_message(("/", "other"), seq, rec(seq))
+            await commit(store, j)
+            pages: list[list[int]] = []
+            after = -1
+            while page := await store.read_messages(Q, after, 10):
+                pages.append([seq for seq, _ in page])
+                after = page[-1][0]
+            assert pages == [
+                list(range(0, 20, 2)),
+                list(range(20, 40, 2)),
+                list(range(40, 50, 2)),
+            ]
+            assert await store.read_messages(Q, 10, 1) == [(12, rec(6))]
+            assert await store.read_messages(("/", "missing"), -1, 10) == []
+
+    run(main)
+
+
+def test_reads_see_only_committed_data(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with await Store.open(tmp_path) as store:
+            j = with_queue("q")
+            j.insert_message(Q, 1, rec(1))
+            await commit(store, j)
+            writer = store._writer  # a transaction left open half-way through
+            await writer.execute("BEGIN IMMEDIATE")
+            await writer.execute("DELETE FROM messages")
+            assert len(await store.read_messages(Q, -1, 10)) == 1
+            assert len((await store.load()).messages[Q]) == 1
+            j.insert_message(Q, 2, rec(2))
+            await commit(store, j)  # rolls back the stray transaction first
+            assert [s for s, _ in await store.read_messages(Q, -1, 10)] == [1, 2]
+
+    run(main)
+
+
+def test_concurrent_apply_is_refused(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with await Store.open(tmp_path) as store:
+            j = with_queue("q")
+            for seq in range(2000):
+                j.insert_message(Q, seq, rec(seq))
+            first = j.take_batch()
+            j.put_queue(QueueDef("/", "other", False, {}))
+            second = j.take_batch()
+            assert first is not None and second is not None
+            errors: list[BaseException] = []
+
+            async def apply_second() -> None:
+                try:
+                    await store.apply(second)
+                except RuntimeError as exc:
+                    errors.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(store.apply, first)
+                await anyio.sleep(0)
+                tg.start_soon(apply_second)
+            assert len(errors) == 1 and "in flight" in str(errors[0])
+            assert len((await store.load()).messages[Q]) == 2000
+
+    run(main)
+
+
+def test_empty_batch_is_a_noop(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with await Store.open(tmp_path) as store:
+            await store.apply(Batch(1, []))
+            assert (await store.load()).queues == []
+
+    run(main)
+
+
+def test_cancellation_does_not_interrupt_a_started_apply(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with await Store.open(tmp_path) as store:
+            j = with_queue("q")
+            j.insert_message(Q, 1, rec(1))
+            batch = j.take_batch()
+            assert batch is not None
+            with anyio.CancelScope() as scope:
+                scope.cancel()
+                await store.apply(batch)
+                await anyio.sleep(0)  # the cancellation is delivered here, after the commit
+            assert scope.cancelled_caught
+            assert (await store.load()).messages[Q] == [(1, rec(1))]
+
+    run(main)
+
+
+# ---------------------------------------------------------------------- opening
+
+
+def test_new_store_is_marked_and_in_wal_mode(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = await Store.open(tmp_path / "new" / "dir", synchronous="normal")
+        assert store.path == tmp_path / "new" / "dir" / schema.DB_FILENAME
+        sync = await store._writer.execute_fetchall("PRAGMA synchronous")
+        assert list(sync) == [(1,)]  # NORMAL
+        await store.close()
+        await store.close()  # idempotent
+
+    run(main)
+    con = sqlite3.connect(tmp_path / "new" / "dir" / schema.DB_FILENAME)
+    assert con.execute("PRAGMA application_id").fetchone() == (schema.APPLICATION_ID,)
+    assert con.execute("PRAGMA user_version").fetchone() == (schema.SCHEMA_VERSION,)
+    assert con.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert con.execute("PRAGMA page_size").fetchone() == (schema.PAGE_SIZE,)
+    con.close()
+
+
+def test_bad_synchronous_mode_is_rejected(tmp_path: Path) -> None:
+    async def main() -> None:
+        with pytest.raises(ValueError, match="synchronous"):
+            await Store.open(tmp_path, synchronous="OFF")
+
+    run(main)
+
+
+def open_fails(data_dir: Path, match: str) -> None:
+    async def main() -> None:
+        with pytest.raises(StoreError, match=match):
+            await Store.open(data_dir)
+
+    run(main)
+
+
+def test_newer_schema_is_refused_untouched(tmp_path: Path) -> None:
+    async def main() -> None:
+        await (await Store.open(tmp_path)).close()
+
+    run(main)
+    db = tmp_path / schema.DB_FILENAME
+    con = sqlite3.connect(db)
+    con.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION + 2}")
+    con.commit()
+    con.close()
+    before = digest(db)
+    open_fails(tmp_path, r"newer amqpd \(schema 3 > 1\); upgrade amqpd or point --data-dir")
+    assert digest(db) == before
+    # The lock was released: a fixed file opens again.
+    con = sqlite3.connect(db)
+    con.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION}")
+    con.commit()
+    con.close()
+
+    async def reopen() -> None:
+        await (await Store.open(tmp_path)).close()
+
+    run(reopen)
+
+
+@pytest.mark.parametrize("application_id", [0, 0x12345678])
+def test_foreign_sqlite_database_is_refused_untouched(tmp_path: Path, application_id: int) -> None:
+    db = tmp_path / schema.DB_FILENAME
+    con = sqlite3.connect(db)
+    con.execute(f"PRAGMA application_id = {application_id}")
+    con.execute("CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER)")
+    con.execute("INSERT INTO accounts VALUES (1, 100)")
+    con.commit()
+    con.close()
+    before = digest(db)
+    open_fails(tmp_path, "not created by amqpd")
+    assert digest(db) == before
+    assert sorted(os.listdir(tmp_path)) == ["amqpd.lock", schema.DB_FILENAME]
+
+
+def test_foreign_application_id_on_empty_database_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / schema.DB_FILENAME
+    con = sqlite3.connect(db)
+    con.execute("PRAGMA application_id = 7")
+    con.commit()
+    con.close()
+    open_fails(tmp_path, "application_id 0x00000007")
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"not a database at all\n" * 100, schema.SQLITE_MAGIC + b"\xff" * 4000],
+    ids=["text", "corrupt-sqlite"],
+)
+def test_non_sqlite_file_is_refused_untouched(tmp_path: Path, content: bytes) -> None:
+    db = tmp_path / schema.DB_FILENAME
+    db.write_bytes(content)
+    open_fails(tmp_path, "not (an|a usable) SQLite database")
+    assert db.read_bytes() == content
+
+
+def test_empty_file_is_a_new_store(tmp_path: Path) -> None:
+    (tmp_path / schema.DB_FILENAME).write_bytes(b"")
+
+    async def main() -> None:
+        async with await Store.open(tmp_path) as store:
+            assert (await store.load()).queues == []
+
+    run(main)
+
+
+def test_data_directory_in_use_is_refused(tmp_path: Path) -> None:
+    async def main() -> None:
+        first = await Store.open(tmp_path)
+        with pytest.raises(StoreError, match=rf"in use by another amqpd \(pid {os.getpid()}\)"):
+            await Store.open(tmp_path)
+        await first.close()
+        await (await Store.open(tmp_path)).close()
+
+    run(main)
+
+
+def test_data_directory_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    open_fails(tmp_path / "file", "cannot create data directory")
+
+
+# ---------------------------------------------------------------------- failures
+
+
+async def set_pragma(store: Store, pragma: str) -> None:
+    await store._writer.execute(f"PRAGMA {pragma}")
+
+
+def test_read_only_database_raises_store_error_and_recovers(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with await Store.open(tmp_path) as store:
+            j = with_queue("q")
+            await commit(store, j)
+            j.insert_message(Q, 1, rec(1))
+            j.put_exchange(ExchangeDef("/", "x", "direct", False, False, {}))
+            batch = j.take_batch()
+            assert batch is not None
+            # Works as root too, unlike chmod: the connection refuses every write.
+            await set_pragma(store, "query_only = ON")
+            with pytest.raises(StoreError, match=f"batch {batch.id} .*readonly"):
+                await store.apply(batch)
+            assert not store._writer.in_transaction
+            state = await store.load()
+            assert state.messages == {} and state.exchanges == []
+            await set_pragma(store, "query_only = OFF")  # the cause goes away
+            await store.apply(batch)
+            assert (await store.load()).messages[Q] == [(1, rec(1))]
+
+    run(main)
+
+
+def test_disk_full_rolls_back_the_whole_batch(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with await Store.open(tmp_path) as store:
+            j = with_queue("q")
+            await commit(store, j)
+            (pages,) = next(iter(await store._writer.execute_fetchall("PRAGMA page_count")))
+            await set_pragma(store, f"max_page_count = {pages + 2}")
+            j.put_exchange(ExchangeDef("/", "x", "direct", False, False, {}))
+            for seq in range(100):
+                j.insert_message(Q, seq, rec(seq, body=os.urandom(4096)))
+            batch = j.take_batch()
+            assert batch is not None
+            with pytest.raises(StoreError, match="full"):
+                await store.apply(batch)
+            state = await store.load()
+            assert state.messages == {} and state.exchanges == []
+            await set_pragma(store, "max_page_count = 1073741823")
+            await store.apply(batch)
+            assert len((await store.load()).messages[Q]) == 100
+
+    run(main)
+
+
+def test_insert_for_unknown_queue_fails_the_batch(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with await Store.open(tmp_path) as store:
+            j = Journal()
+            j.put_exchange(ExchangeDef("/", "x", "direct", False, False, {}))
+            j.insert_message(("/", "nowhere"), 1, rec(1))
+            with pytest.raises(StoreError, match="NOT NULL"):
+                await commit(store, j)
+            assert (await store.load()).exchanges == []
+
+    run(main)
+
+
+def test_closed_store_raises_store_error(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = await Store.open(tmp_path)
+        await store.close()
+        batch = with_queue("q").take_batch()
+        assert batch is not None
+        with pytest.raises(StoreError, match="closed"):
+            await store.apply(batch)
+        with pytest.raises(StoreError, match="closed"):
+            await store.load()
+        with pytest.raises(StoreError, match="closed"):
+            await store.read_messages(Q, -1, 1)
+
+    run(main)
+
+
+def test_corrupt_definition_raises_store_error(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with await Store.open(tmp_path) as store:
+            await commit(store, with_queue("q"))
+            await store._writer.execute("UPDATE queues SET arguments = x'0203'")
+            with pytest.raises(StoreError, match="field-table"):
+                await store.load()
+
+    run(main)
+
+
+def test_orphan_message_rows_are_skipped_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def main() -> None:
+        async with await Store.open(tmp_path) as store:
+            j = with_queue("q")
+            j.insert_message(Q, 1, rec(1))
+            await commit(store, j)
+            await store._writer.execute(
+                "INSERT INTO messages SELECT 999, seq, exchange, routing_key, header, body,"
+                " redelivered, delivery_count, expires_at FROM messages"
+            )
+            state = await store.load()
+            assert state.messages == {Q: [(1, rec(1))]}
+
+    run(main)
+    assert "unknown queue id 999" in caplog.text
+
+
+# ---------------------------------------------------------------------- property
+
+
+COMMANDS = st.one_of(
+    st.tuples(
+        st.just("put_exchange"),
+        st.builds(
+            ExchangeDef, VHOSTS, EXCHANGES, st.just("fanout"), st.booleans(), st.booleans(), ARGS
+        ),
+    ),
+    st.tuples(st.just("delete_exchange"), VHOSTS, EXCHANGES),
+    st.tuples(st.just("put_queue"), st.builds(QueueDef, VHOSTS, QUEUES, st.booleans(), ARGS)),
+    st.tuples(st.just("delete_queue"), VHOSTS, QUEUES),
+    st.tuples(st.just("put_binding"), binding_defs()),
+    st.tuples(st.just("delete_binding"), binding_defs()),
+    st.tuples(st.just("insert"), VHOSTS, QUEUES, st.integers(0, 5), RECORDS),
+    st.tuples(st.just("insert"), VHOSTS, QUEUES, st.integers(0, 5), RECORDS),
+    st.tuples(st.just("mark"), VHOSTS, QUEUES, st.integers(0, 5), st.integers(1, 5)),
+    st.tuples(st.just("delete"), VHOSTS, QUEUES, st.integers(0, 5)),
+    st.tuples(st.just("commit")),
+    st.tuples(st.just("reopen")),
+)
+
+
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(st.lists(COMMANDS, max_size=40))
+def test_store_matches_reference_model(commands: list[tuple[Any, ...]]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir = Path(tmp)
+
+        async def main() -> None:
+            store = await Store.open(data_dir)
+            journal = Journal()
+            reference = Reference()
+            try:
+                for name, *args in commands:
+                    if name in ("commit", "reopen"):
+                        while (batch := journal.take_batch()) is not None:
+                            await store.apply(batch)
+                        if name == "reopen":
+                            await store.close()
+                            store = await Store.open(data_dir)
+                        assert State.from_recovered(await store.load()) == reference
+                        continue
+                    if name == "insert":
+                        vhost, queue, seq, record = args
+                        key = (vhost, queue)
+                        if key not in reference.queues or (key, seq) in reference.messages:
+                            continue  # the core never does this
+                        reference.insert_message(key, seq, record)
+                        journal.insert_message(key, seq, record)
+                        continue
+                    if name in ("mark", "delete"):
+                        vhost, queue, seq, *rest = args
+                        method = "mark_delivered" if name == "mark" else "delete_message"
+                        args = [(vhost, queue), seq, *rest]
+                    else:
+                        method = name
+                    getattr(reference, method)(*args)
+                    getattr(journal, method)(*args)
+                while (batch := journal.take_batch()) is not None:
+                    await store.apply(batch)
+                assert State.from_recovered(await store.load()) == reference
+                for key in reference.queues:
+                    paged = await store.read_messages(key, -1, 1000)
+                    expected = sorted(
+                        (s, m) for (k, s), m in reference.messages.items() if k == key
+                    )
+                    assert [(s, tuple(vars_of(m))) for s, m in paged] == expected
+            finally:
+                await store.close()
+
+        run(main)
+
+
+def vars_of(m: MessageRecord) -> list[Any]:
+    return [getattr(m, f) for f in MessageRecord.__slots__]
+
+
+def test_op_kinds_all_have_sql() -> None:
+    from persistence.store import _SQL
+
+    assert set(_SQL) == set(OpKind)
