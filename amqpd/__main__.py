@@ -8,14 +8,17 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import anyio
 
 from amqpd.broker import BrokerConfig
 from amqpd.logs import configure_logging
 from amqpd.server import ServerConfig, run
+from persistence.errors import StoreError
 
 log = logging.getLogger("amqpd")
+E = TypeVar("E", bound=BaseException)
 
 
 def _env(name: str, default: str) -> str:
@@ -45,6 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=Path(_env("DATA_DIR", "./data")),
         help="directory of the SQLite store [AMQPD_DATA_DIR, default ./data]",
+    )
+    parser.add_argument(
+        "--sync",
+        default=_env("SYNC", "full").lower(),
+        choices=["full", "normal"],
+        help="SQLite synchronous mode: full survives power loss; normal is faster and can "
+        "lose the last commits on power loss (never on a crash of amqpd alone) "
+        "[AMQPD_SYNC, default full]",
     )
     parser.add_argument(
         "--log-level",
@@ -77,7 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("cannot create data directory %s: %s; pass --data-dir", args.data_dir, exc)
         return 2
     broker_config = BrokerConfig(heartbeat=args.heartbeat, max_message_size=args.max_message_size)
-    server_config = ServerConfig(host=args.host, port=args.port)
+    server_config = ServerConfig(
+        host=args.host, port=args.port, data_dir=args.data_dir, synchronous=args.sync.upper()
+    )
     backend_options = {}
     try:
         import uvloop  # noqa: F401
@@ -89,8 +102,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         anyio.run(
             run, broker_config, server_config, backend="asyncio", backend_options=backend_options
         )
-    except (OSError, BaseExceptionGroup) as exc:
-        os_error = _find_os_error(exc)
+    except (OSError, StoreError, BaseExceptionGroup) as exc:
+        store_error = _find(exc, StoreError)
+        if store_error is not None:
+            log.error("cannot open the store: %s", store_error)
+            return 2
+        os_error = _find(exc, OSError)
         if os_error is None:
             raise
         log.error(
@@ -105,12 +122,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _find_os_error(exc: BaseException) -> OSError | None:
-    if isinstance(exc, OSError):
+def _find(exc: BaseException, kind: type[E]) -> E | None:
+    """The first ``kind`` exception in ``exc`` or, for an exception group, inside it."""
+    if isinstance(exc, kind):
         return exc
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
-            found = _find_os_error(inner)
+            found = _find(inner, kind)
             if found is not None:
                 return found
     return None

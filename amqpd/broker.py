@@ -1,15 +1,29 @@
-"""The root object of the broker core: configuration, users, virtual hosts, connections."""
+"""The root object of the broker core: configuration, users, virtual hosts, connections.
+
+With a store, the broker owns the `Journal` every durable change goes into, and the map of
+storage batches to the channels waiting for them (confirms, tx.commit-ok). The shell's
+group committer reports each batch back through `batch_committed` / `batch_failed`.
+"""
 
 from __future__ import annotations
 
 import hmac
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from amqpd.vhost import VirtualHost
+from amqpd.codec import encode_shortstr, peek_header
+from amqpd.message import Message, QueueEntry
+from amqpd.queue import Queue
+from amqpd.vhost import Exchange, VirtualHost
+from persistence.journal import Journal
+from persistence.records import RecoveredState
 
 if TYPE_CHECKING:
+    from amqpd.channel import Channel
     from amqpd.connection import Connection
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -28,12 +42,16 @@ class BrokerConfig:
 class Broker:
     """Shared state of all connections (sans-IO: no sockets, no clock, no awaits)."""
 
-    def __init__(self, config: BrokerConfig | None = None) -> None:
+    def __init__(self, config: BrokerConfig | None = None, journal: Journal | None = None) -> None:
         self.config = config or BrokerConfig()
-        self.vhosts: dict[str, VirtualHost] = {
-            name: VirtualHost(name) for name in self.config.vhosts
-        }
+        self.journal = journal
+        self.vhosts: dict[str, VirtualHost] = {}
+        for name in self.config.vhosts:
+            vhost = VirtualHost(name)
+            vhost.journal = journal
+            self.vhosts[name] = vhost
         self.connections: set[Connection] = set()
+        self._batch_waiters: dict[int, dict[Channel, None]] = {}
 
     @property
     def default_vhost(self) -> VirtualHost:
@@ -60,3 +78,97 @@ class Broker:
         for queue in connection.exclusive_queues:
             vhost.delete_queue(queue)
         connection.exclusive_queues.clear()
+
+    # -- storage batches -----------------------------------------------------------------
+    def wait_for_batch(self, batch: int, channel: Channel) -> None:
+        """``channel`` has confirms or a commit-ok waiting for storage batch ``batch``."""
+        waiters = self._batch_waiters.get(batch)
+        if waiters is None:
+            self._batch_waiters[batch] = waiters = {}
+        waiters[channel] = None
+
+    def batch_committed(self, batch: int) -> None:
+        """The group committer wrote ``batch``: release confirms and commit-oks."""
+        for channel in self._batch_waiters.pop(batch, ()):
+            channel.batch_committed(batch)
+
+    def batch_failed(self, batch: int, error: Exception) -> None:
+        """The group committer could not write ``batch``: nack what waited for it."""
+        for channel in self._batch_waiters.pop(batch, ()):
+            channel.batch_failed(batch, error)
+
+    # -- recovery ------------------------------------------------------------------------
+    def recover(self, state: RecoveredState) -> tuple[int, int]:
+        """Rebuild durable exchanges, queues, bindings and messages read from the store.
+
+        Returns:
+            (queues, messages) recovered.
+        """
+        for ex in state.exchanges:
+            vhost = self._vhost_for(ex.vhost)
+            if vhost is not None and ex.name not in vhost.exchanges:
+                vhost.exchanges[ex.name] = Exchange(
+                    ex.name, ex.type_name, True, ex.auto_delete, ex.internal, dict(ex.arguments)
+                )
+        queue_count = 0
+        for q in state.queues:
+            vhost = self._vhost_for(q.vhost)
+            if vhost is None:
+                continue
+            queue = Queue(q.name, q.vhost, True, None, q.auto_delete, dict(q.arguments))
+            queue.journal = self.journal
+            vhost.queues[q.name] = queue
+            queue_count += 1
+        for b in state.bindings:
+            vhost = self._vhost_for(b.vhost)
+            if vhost is None:
+                continue
+            source = vhost.exchanges.get(b.source)
+            destination: Queue | Exchange | None = (
+                vhost.queues.get(b.destination)
+                if b.destination_kind == "queue"
+                else vhost.exchanges.get(b.destination)
+            )
+            if source is not None and destination is not None:
+                vhost.restore_binding(source, destination, b.routing_key, dict(b.arguments))
+        message_count = 0
+        for (vhost_name, queue_name), records in state.messages.items():
+            vhost = self._vhost_for(vhost_name)
+            found = vhost.queues.get(queue_name) if vhost is not None else None
+            if found is None:
+                continue
+            queue = found
+            exchanges: dict[str, bytes] = {}
+            for seq, record in records:
+                peek = peek_header(record.header)
+                exchange_raw = exchanges.get(record.exchange)
+                if exchange_raw is None:
+                    exchange_raw = exchanges[record.exchange] = encode_shortstr(record.exchange)
+                message = Message(
+                    record.exchange,
+                    record.routing_key,
+                    exchange_raw,
+                    encode_shortstr(record.routing_key),
+                    record.header,
+                    record.body,
+                    True,
+                    peek.priority,
+                    peek.expiration,
+                    peek.headers_raw,
+                )
+                entry = QueueEntry(message, seq)
+                entry.stored = True
+                entry.redelivered = record.redelivered
+                entry.delivery_count = record.delivery_count
+                queue.ready.append(entry)
+                queue.ready_bytes += message.body_size
+            if records:
+                queue.next_seq = records[-1][0] + 1
+            message_count += len(records)
+        return queue_count, message_count
+
+    def _vhost_for(self, name: str) -> VirtualHost | None:
+        vhost = self.vhosts.get(name)
+        if vhost is None:
+            log.warning("store holds vhost %r, which is not configured; its data is kept", name)
+        return vhost

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,7 @@ from amqpd.errors import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
     COMMAND_INVALID,
+    INTERNAL_ERROR,
     NO_ROUTE,
     NOT_ALLOWED,
     NOT_FOUND,
@@ -126,6 +128,8 @@ class Channel:
         self.confirm: ConfirmTracker | None = None
         self.publish_seq = 0
         self._tx: _Transaction | None = None
+        self._batch_seqs: dict[int, list[int]] = {}  # storage batch -> confirms waiting on it
+        self._commit_oks: deque[int] = deque()  # storage batches tx.commit-oks wait for
         self._handlers: dict[int, Callable[[Any], None]] = {
             spec.Basic.Ack.index: self._on_basic_ack,
             spec.Basic.Nack.index: self._on_basic_nack,
@@ -375,9 +379,51 @@ class Channel:
         return queues
 
     def _confirm_tokens(self, message: Message, queues: list[Queue]) -> tuple[object, ...]:
-        """What a confirm waits for. Hook for persistence: a persistent message in a durable
-        queue will wait for its storage commit; until then every enqueue is final at once."""
+        """What a confirm waits for: the storage batch holding a persistent message routed to
+        a durable queue (ARCHITECTURE principle 4), otherwise nothing (final at enqueue)."""
+        journal = self.conn.broker.journal
+        if journal is None or not message.persistent:
+            return ()
+        for queue in queues:
+            if queue.journal is not None:
+                batch = journal.open_batch_id
+                seqs = self._batch_seqs.get(batch)
+                if seqs is None:
+                    self._batch_seqs[batch] = seqs = []
+                    self.conn.broker.wait_for_batch(batch, self)
+                seqs.append(self.publish_seq)
+                return (batch,)
         return ()
+
+    def batch_committed(self, batch: int) -> None:
+        """The storage batch ``batch`` is durable: release what waited for it."""
+        if self.state is not ChannelState.OPEN:
+            return
+        seqs = self._batch_seqs.pop(batch, None)
+        if seqs is not None and self.confirm is not None:
+            self.confirm.settle_token(batch, seqs)
+            self.conn.confirms_pending(self)
+        commit_oks = self._commit_oks
+        while commit_oks and commit_oks[0] <= batch:
+            commit_oks.popleft()
+            self.conn.send(codec.encode_method(self.number, spec.Tx.CommitOk()))
+        self.conn.flush_confirms()
+
+    def batch_failed(self, batch: int, error: Exception) -> None:
+        """The storage batch ``batch`` could not be written: nack its confirms and fail a
+        tx.commit waiting on it (the broker cannot take responsibility for those)."""
+        if self.state is not ChannelState.OPEN:
+            return
+        seqs = self._batch_seqs.pop(batch, None)
+        if seqs is not None and self.confirm is not None:
+            for seq in seqs:
+                self.confirm.reject(seq)
+            self.conn.confirms_pending(self)
+            self.conn.flush_confirms()
+        if self._commit_oks and self._commit_oks[0] <= batch:
+            self.close_with_error(
+                AMQPError(INTERNAL_ERROR, f"tx.commit failed: storage error: {error}", 90, 20)
+            )
 
     def _send_return(self, message: Message, code: int, text: str) -> None:
         method = spec.Basic.Return(
@@ -409,7 +455,10 @@ class Channel:
         """Send one message to a consumer of this channel."""
         tag = self.next_tag
         self.next_tag = tag + 1
-        if not consumer.no_ack:
+        queue.delivered(entry)
+        if consumer.no_ack:
+            queue.settled(entry)
+        else:
             self.unacked[tag] = Unacked(queue, entry, consumer)
             consumer.unacked += 1
             self.global_unacked += 1
@@ -507,7 +556,10 @@ class Channel:
             return
         tag = self.next_tag
         self.next_tag = tag + 1
-        if not method.no_ack:
+        queue.delivered(entry)
+        if method.no_ack:
+            queue.settled(entry)
+        else:
             self.unacked[tag] = Unacked(queue, entry, None)
         message = entry.message
         parts = [
@@ -597,7 +649,9 @@ class Channel:
                 self.global_unacked -= 1
         if action == "requeue":
             self._requeue([record for _tag, record in records])
-        # "ack" and "drop": the message is gone (persistence / dead-lettering hook here)
+        else:  # "ack" and "drop": the message is gone (dead-lettering hooks in here)
+            for _tag, record in records:
+                record.queue.settled(record.entry)
 
     def _requeue(self, records: Iterable[Unacked]) -> None:
         by_queue: dict[Queue, list[QueueEntry]] = {}
@@ -771,7 +825,14 @@ class Channel:
             self._route_and_enqueue(exchange, message, mandatory)
         for records, action in tx.settlements:
             self._apply_settlement(records, action)
-        self.conn.send(codec.encode_method(self.number, spec.Tx.CommitOk()))
+        journal = self.conn.broker.journal
+        if journal is not None and (journal.pending or self._commit_oks):
+            # Commit-Ok once everything journaled so far (this commit included) is durable.
+            batch = journal.barrier()
+            self._commit_oks.append(batch)
+            self.conn.broker.wait_for_batch(batch, self)
+        else:
+            self.conn.send(codec.encode_method(self.number, spec.Tx.CommitOk()))
         self._dispatch_consumer_queues()
 
     def _on_tx_rollback(self, _method: spec.Tx.Rollback) -> None:

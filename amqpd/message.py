@@ -64,11 +64,17 @@ class Message:
 
 
 class QueueEntry:
-    """A message's place in one queue: its position (for requeue order) and flags."""
+    """A message's place in one queue: its position (for requeue order) and flags.
 
-    __slots__ = ("message", "redelivered", "seq")
+    ``stored`` is True when the entry was journaled (persistent message in a durable queue):
+    every later change of it (delivered, acked, dropped) is journaled too.
+    """
+
+    __slots__ = ("delivery_count", "message", "redelivered", "seq", "stored")
 
     def __init__(self, message: Message, seq: int) -> None:
         self.message = message
         self.seq = seq
         self.redelivered = False
+        self.stored = False
+        self.delivery_count = 0

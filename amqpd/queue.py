@@ -24,6 +24,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from amqpd.message import Message, QueueEntry
+from persistence.journal import Journal
+from persistence.records import MessageRecord
 
 if TYPE_CHECKING:
     from amqpd.channel import Channel
@@ -117,6 +119,7 @@ class Queue:
         "durable",
         "exclusive_owner",
         "had_consumer",
+        "journal",
         "max_length",
         "max_length_bytes",
         "name",
@@ -125,6 +128,7 @@ class Queue:
         "ready",
         "ready_bytes",
         "rejects_overflow",
+        "store_key",
         "vhost_name",
     )
 
@@ -154,6 +158,9 @@ class Queue:
         self.rejects_overflow = self.overflow != "drop-head" and (
             self.max_length is not None or self.max_length_bytes is not None
         )
+        # Set by the vhost for durable, non-exclusive queues when the broker has a store.
+        self.journal: Journal | None = None
+        self.store_key = (vhost_name, name)
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} in vhost {self.vhost_name!r}>"
@@ -186,6 +193,13 @@ class Queue:
         """Append a message and try to deliver it; drop-head enforces the length limits."""
         entry = QueueEntry(message, self.next_seq)
         self.next_seq += 1
+        if message.persistent and self.journal is not None:
+            entry.stored = True
+            self.journal.insert_message(
+                self.store_key,
+                entry.seq,
+                MessageRecord(message.exchange, message.routing_key, message.header, message.body),
+            )
         self.ready.append(entry)
         self.ready_bytes += message.body_size
         if self.consumers:
@@ -204,12 +218,24 @@ class Queue:
         ):
             dropped = ready.popleft()
             self.ready_bytes -= dropped.message.body_size
-            # dead-lettering with reason maxlen hooks in here
+            self.settled(dropped)  # dead-lettering with reason maxlen hooks in here
 
     def _pop_ready(self) -> QueueEntry:
         entry = self.ready.popleft()
         self.ready_bytes -= entry.message.body_size
         return entry
+
+    def delivered(self, entry: QueueEntry) -> None:
+        """An entry is handed to a client (journaled so a crash brings it back redelivered)."""
+        entry.delivery_count += 1
+        if entry.stored and self.journal is not None and not self.deleted:
+            self.journal.mark_delivered(self.store_key, entry.seq, entry.delivery_count)
+
+    def settled(self, entry: QueueEntry) -> None:
+        """An entry leaves the queue for good (acked, dropped, auto-acked)."""
+        if entry.stored and self.journal is not None and not self.deleted:
+            entry.stored = False
+            self.journal.delete_message(self.store_key, entry.seq)
 
     def take(self) -> QueueEntry | None:
         """Pop the head entry (basic.get)."""
@@ -238,6 +264,9 @@ class Queue:
     def purge(self) -> int:
         """Drop every ready message; return how many."""
         count = len(self.ready)
+        if self.journal is not None:
+            for entry in self.ready:
+                self.settled(entry)
         self.ready.clear()
         self.ready_bytes = 0
         return count

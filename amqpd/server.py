@@ -12,9 +12,11 @@ from __future__ import annotations
 import logging
 import math
 import signal
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from pathlib import Path
 
 import anyio
 import anyio.abc
@@ -22,6 +24,9 @@ from anyio.abc import SocketAttribute
 
 from amqpd.broker import Broker, BrokerConfig
 from amqpd.connection import Connection
+from persistence.group_commit import GroupCommitter
+from persistence.journal import Journal
+from persistence.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +41,8 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 5672
     tick_interval: float = 1.0
+    data_dir: Path | None = None  # None: memory only (nothing survives a restart)
+    synchronous: str = "FULL"  # SQLite synchronous mode: FULL (durable) or NORMAL (faster)
 
 
 class _Peer:
@@ -63,22 +70,75 @@ class Server:
         self._peers: set[_Peer] = set()
         self._task_group: anyio.abc.TaskGroup | None = None
         self._stopping = False
+        self._committer: GroupCommitter | None = None
 
     async def serve(
         self, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        """Listen and serve until cancelled or `shutdown` is called. Reports the bound port."""
-        listener = await anyio.create_tcp_listener(
-            local_host=self.config.host, local_port=self.config.port, reuse_port=False
+        """Recover the store (if any), listen and serve until cancelled or `shutdown` is
+        called. Reports the bound port."""
+        store = await self._open_store()
+        try:
+            listener = await anyio.create_tcp_listener(
+                local_host=self.config.host, local_port=self.config.port, reuse_port=False
+            )
+            self.port = listener.extra(SocketAttribute.local_port)
+            async with listener, anyio.create_task_group() as group:
+                self._task_group = group
+                group.start_soon(self._ticker)
+                if self._committer is not None:
+                    group.start_soon(self._committer.run)
+                group.start_soon(listener.serve, self._handle, group)
+                log.info("listening on %s:%d", self.config.host, self.port)
+                task_status.started(self.port)
+                await anyio.sleep(math.inf)
+        finally:
+            if store is not None:
+                with anyio.CancelScope(shield=True):
+                    await self._close_store(store)
+
+    async def _open_store(self) -> Store | None:
+        journal = self.broker.journal
+        if self.config.data_dir is None or journal is None:
+            return None
+        started = time.perf_counter()
+        store = await Store.open(self.config.data_dir, self.config.synchronous)
+        try:
+            state = await store.load()
+            queues, messages = self.broker.recover(state)
+        except BaseException:
+            await store.close()
+            raise
+        log.info(
+            "recovered %d durable queues and %d persistent messages from %s in %.2f s",
+            queues,
+            messages,
+            store.path,
+            time.perf_counter() - started,
         )
-        self.port = listener.extra(SocketAttribute.local_port)
-        async with listener, anyio.create_task_group() as group:
-            self._task_group = group
-            group.start_soon(self._ticker)
-            group.start_soon(listener.serve, self._handle, group)
-            log.info("listening on %s:%d", self.config.host, self.port)
-            task_status.started(self.port)
-            await anyio.sleep(math.inf)
+        self._committer = GroupCommitter(
+            store, journal, self.broker.batch_committed, self.broker.batch_failed
+        )
+        return store
+
+    async def _close_store(self, store: Store) -> None:
+        committer = self._committer
+        journal = self.broker.journal
+        try:
+            if committer is not None:
+                await committer.drain()
+        finally:
+            await store.close()
+        if journal is not None:
+            stats = journal.stats
+            log.info(
+                "store closed: %d batches, %d inserts, %d deletes, %d writes saved by acks "
+                "that arrived before their insert was committed",
+                stats.batches,
+                stats.inserts,
+                stats.deletes,
+                stats.saved_writes,
+            )
 
     async def shutdown(self, reason: str = "shutdown") -> None:
         """Close every connection with 320 CONNECTION_FORCED, then stop serving."""
@@ -103,6 +163,9 @@ class Server:
                 peer.conn.tick(now)
                 if peer.conn.should_close or peer.conn.output_pending:
                     peer.kick()
+            journal = self.broker.journal
+            if self._committer is not None and journal is not None and journal.pending:
+                self._committer.wake()  # e.g. exclusive queues deleted by a dropped peer
 
     async def _handle(self, stream: anyio.abc.SocketStream) -> None:
         try:
@@ -123,6 +186,9 @@ class Server:
         finally:
             conn.connection_lost()
             self._peers.discard(peer)
+            journal = self.broker.journal
+            if self._committer is not None and journal is not None and journal.pending:
+                self._committer.wake()
             with suppress(Exception):
                 await stream.aclose()
             peer.done.set()
@@ -132,9 +198,13 @@ class Server:
         conn = peer.conn
         stream = peer.stream
         try:
+            journal = self.broker.journal
+            committer = self._committer
             while not conn.should_close:
                 data = await stream.receive(READ_SIZE)
                 conn.receive_data(data)
+                if committer is not None and journal is not None and journal.pending:
+                    committer.wake()
                 if conn.should_close:
                     peer.kick()
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
@@ -161,7 +231,7 @@ class Server:
 
 async def run(broker_config: BrokerConfig, server_config: ServerConfig) -> None:
     """Serve until SIGINT / SIGTERM, then close every connection with 320."""
-    server = Server(Broker(broker_config), server_config)
+    server = Server(_make_broker(broker_config, server_config), server_config)
     async with anyio.create_task_group() as group:
 
         async def watch_signals() -> None:
@@ -177,6 +247,11 @@ async def run(broker_config: BrokerConfig, server_config: ServerConfig) -> None:
         group.cancel_scope.cancel()
 
 
+def _make_broker(broker_config: BrokerConfig | None, server_config: ServerConfig) -> Broker:
+    journal = Journal() if server_config.data_dir is not None else None
+    return Broker(broker_config, journal)
+
+
 @contextmanager
 def background_server(
     broker_config: BrokerConfig | None = None, server_config: ServerConfig | None = None
@@ -184,7 +259,7 @@ def background_server(
     """Run a server in a background thread (for tests and embedding); yields it with
     ``.port`` set. Leaving the block shuts it down (connections get 320)."""
     config = server_config or ServerConfig(port=0)
-    server = Server(Broker(broker_config), config)
+    server = Server(_make_broker(broker_config, config), config)
     with anyio.from_thread.start_blocking_portal(backend="asyncio") as portal:
         future, _port = portal.start_task(server.serve)
         try:

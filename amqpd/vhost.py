@@ -19,6 +19,8 @@ from amqpd.message import Message
 from amqpd.queue import InvalidQueueArgument, Queue
 from exchanges.base import InvalidBinding, Router
 from exchanges.registry import EXCHANGE_TYPES, create_router
+from persistence.journal import Journal
+from persistence.records import BindingDef, ExchangeDef, QueueDef
 
 if TYPE_CHECKING:
     from amqpd.connection import Connection
@@ -109,6 +111,8 @@ class VirtualHost:
         # destination -> {source exchange: number of bindings} (for cleanup on delete)
         self._bound_from: dict[Destination, dict[Exchange, int]] = {}
         self.on_queue_deleted: Callable[[Queue], None] | None = None
+        # Set by the broker when it has a store: durable definitions are journaled.
+        self.journal: Journal | None = None
 
     # -- exchanges -------------------------------------------------------------------------
     def get_exchange(self, name: str) -> Exchange:
@@ -157,6 +161,10 @@ class VirtualHost:
             return existing
         exchange = Exchange(name, type_name, durable, auto_delete, internal, arguments)
         self.exchanges[name] = exchange
+        if durable and self.journal is not None:
+            self.journal.put_exchange(
+                ExchangeDef(self.name, name, type_name, auto_delete, internal, arguments)
+            )
         return exchange
 
     @staticmethod
@@ -182,6 +190,8 @@ class VirtualHost:
 
     def _remove_exchange(self, exchange: Exchange) -> None:
         del self.exchanges[exchange.name]
+        if exchange.durable and self.journal is not None:
+            self.journal.delete_exchange(self.name, exchange.name)  # cascades its bindings
         for destination, _key, _args in list(exchange.router.bindings()):
             assert isinstance(destination, Queue | Exchange)
             sources = self._bound_from.get(destination)
@@ -243,6 +253,9 @@ class VirtualHost:
         self.queues[name] = queue
         if exclusive:
             owner.exclusive_queues.append(queue)
+        elif durable and self.journal is not None:
+            queue.journal = self.journal
+            self.journal.put_queue(QueueDef(self.name, name, auto_delete, arguments))
         return queue
 
     def check_exclusive_access(
@@ -265,6 +278,8 @@ class VirtualHost:
         if queue.deleted:
             return 0
         count = queue.message_count
+        if queue.journal is not None:
+            queue.journal.delete_queue(self.name, queue.name)  # cascades messages, bindings
         queue.deleted = True
         self.queues.pop(queue.name, None)
         self._unbind_destination(queue)
@@ -290,6 +305,9 @@ class VirtualHost:
         if source.router.bind(destination, key, arguments):
             sources = self._bound_from.setdefault(destination, {})
             sources[source] = sources.get(source, 0) + 1
+            binding = self._binding_def(source, destination, key, arguments)
+            if binding is not None and self.journal is not None:
+                self.journal.put_binding(binding)
 
     def unbind(
         self, source: Exchange, destination: Destination, key: str, arguments: dict[str, Any]
@@ -298,6 +316,9 @@ class VirtualHost:
         if source.is_default or (isinstance(destination, Exchange) and destination.is_default):
             raise access_refused("operation not permitted on the default exchange")
         if source.router.unbind(destination, key, arguments):
+            binding = self._binding_def(source, destination, key, arguments)
+            if binding is not None and self.journal is not None:
+                self.journal.delete_binding(binding)
             sources = self._bound_from.get(destination)
             if sources is not None:
                 remaining = sources.get(source, 1) - 1
@@ -308,6 +329,29 @@ class VirtualHost:
                     if not sources:
                         del self._bound_from[destination]
             self._maybe_auto_delete(source)
+
+    def _binding_def(
+        self, source: Exchange, destination: Destination, key: str, arguments: dict[str, Any]
+    ) -> BindingDef | None:
+        """The stored form of a binding, or None if it does not survive a restart (RabbitMQ:
+        only bindings between durable exchanges and durable queues/exchanges persist)."""
+        if not source.durable:
+            return None
+        if isinstance(destination, Queue):
+            if destination.journal is None:
+                return None
+            return BindingDef(self.name, source.name, "queue", destination.name, key, arguments)
+        if not destination.durable:
+            return None
+        return BindingDef(self.name, source.name, "exchange", destination.name, key, arguments)
+
+    def restore_binding(
+        self, source: Exchange, destination: Destination, key: str, arguments: dict[str, Any]
+    ) -> None:
+        """Re-create a binding read from the store (not journaled again)."""
+        if source.router.bind(destination, key, arguments):
+            sources = self._bound_from.setdefault(destination, {})
+            sources[source] = sources.get(source, 0) + 1
 
     def _unbind_destination(self, destination: Destination) -> None:
         for source in self._bound_from.pop(destination, ()):

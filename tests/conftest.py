@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import pika
@@ -14,11 +15,16 @@ from amqpd.server import Server, ServerConfig, background_server
 
 
 @contextmanager
-def running_server(tick_interval: float = 1.0, **broker_options: Any) -> Iterator[Server]:
-    """Start a fresh broker on 127.0.0.1:0; stopped when the block ends."""
-    with background_server(
-        BrokerConfig(**broker_options), ServerConfig(port=0, tick_interval=tick_interval)
-    ) as server:
+def running_server(
+    tick_interval: float = 1.0,
+    data_dir: Path | None = None,
+    port: int = 0,
+    **broker_options: Any,
+) -> Iterator[Server]:
+    """Start a broker on 127.0.0.1 (memory only unless ``data_dir``); stopped when the block
+    ends. Pass the previous ``port`` to restart on the same one."""
+    config = ServerConfig(port=port, tick_interval=tick_interval, data_dir=data_dir)
+    with background_server(BrokerConfig(**broker_options), config) as server:
         yield server
 
 
