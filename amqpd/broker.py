@@ -52,6 +52,7 @@ class Broker:
             self.vhosts[name] = vhost
         self.connections: set[Connection] = set()
         self._batch_waiters: dict[int, dict[Channel, None]] = {}
+        self.blocked_reason: str | None = None  # set while the store is failing
 
     @property
     def default_vhost(self) -> VirtualHost:
@@ -89,13 +90,29 @@ class Broker:
 
     def batch_committed(self, batch: int) -> None:
         """The group committer wrote ``batch``: release confirms and commit-oks."""
+        if self.blocked_reason is not None:
+            self.set_blocked(None)
         for channel in self._batch_waiters.pop(batch, ()):
             channel.batch_committed(batch)
 
     def batch_failed(self, batch: int, error: Exception) -> None:
-        """The group committer could not write ``batch``: nack what waited for it."""
+        """The group committer could not write ``batch``: nack what waited for it and tell
+        publishers (connection.blocked) until a later batch commits again."""
+        log.error(
+            "storage batch %d failed: %s; publishers are blocked until it recovers", batch, error
+        )
+        self.set_blocked(f"storage failure: {error}"[:255])
         for channel in self._batch_waiters.pop(batch, ()):
             channel.batch_failed(batch, error)
+
+    def set_blocked(self, reason: str | None) -> None:
+        """Send connection.blocked (reason) or connection.unblocked (None) to every client
+        that announced the connection.blocked capability."""
+        if reason == self.blocked_reason:
+            return
+        self.blocked_reason = reason
+        for connection in self.connections:
+            connection.notify_blocked(reason)
 
     # -- recovery ------------------------------------------------------------------------
     def recover(self, state: RecoveredState) -> tuple[int, int]:

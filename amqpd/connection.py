@@ -416,6 +416,17 @@ class Connection:
         self.state = State.OPEN
         self.broker.connection_opened(self)
         self.send(codec.encode_method(0, spec.Connection.OpenOk()))
+        if self.broker.blocked_reason is not None:
+            self.notify_blocked(self.broker.blocked_reason)
+
+    def notify_blocked(self, reason: str | None) -> None:
+        """Connection.Blocked / Unblocked, for clients with the connection.blocked capability."""
+        if self.state is not State.OPEN or not self.client_capability("connection.blocked"):
+            return
+        if reason is None:
+            self.send(codec.encode_method(0, spec.Connection.Unblocked()))
+        else:
+            self.send(codec.encode_method(0, spec.Connection.Blocked(reason=reason)))
 
     def client_capability(self, name: str) -> bool:
         """Whether the client announced a capability in its Start-Ok properties."""

@@ -105,3 +105,58 @@ def test_port_in_use_exits_with_a_clear_message(
     )
     assert result.returncode != 0
     assert "--port" in result.stderr
+
+
+def test_a_data_dir_that_is_not_ours_stops_startup(tmp_path: Path) -> None:
+    data_dir = tmp_path / "foreign"
+    data_dir.mkdir()
+    store_file = data_dir / "amqpd.sqlite3"
+    store_file.write_bytes(b"this is not a database" * 100)
+    before = store_file.read_bytes()
+    result = subprocess.run(
+        [sys.executable, "-m", "amqpd", "--port", "0", "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert "cannot open the store" in result.stderr and "--data-dir" in result.stderr
+    assert store_file.read_bytes() == before  # nothing overwritten
+
+
+def test_startup_reports_what_it_recovered(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    proc, port = _start(["--port", "0", "--data-dir", str(data_dir)])
+    try:
+        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+        ch = conn.channel()
+        ch.queue_declare("kept", durable=True)
+        ch.confirm_delivery()
+        for _ in range(7):
+            ch.basic_publish("", "kept", b"x", pika.BasicProperties(delivery_mode=2))
+        conn.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+        assert proc.stderr is not None
+        shutdown_log = proc.stderr.read()
+        proc.stderr.close()
+    assert "writes saved" in shutdown_log
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "amqpd", "--port", "0", "--data-dir", str(data_dir)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    try:
+        recovered = ""
+        for line in proc.stderr:
+            if "recovered" in line:
+                recovered = line
+            if LISTENING.search(line):
+                break
+        assert "1 durable queues and 7 persistent messages" in recovered
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+        proc.stderr.close()
