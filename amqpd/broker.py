@@ -12,9 +12,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from amqpd.codec import encode_shortstr, peek_header
+from amqpd.codec import HeaderPeek, encode_shortstr, peek_header
 from amqpd.message import Message, QueueEntry
-from amqpd.queue import Queue
+from amqpd.queue import BodyLoader, Queue
 from amqpd.vhost import Exchange, VirtualHost
 from persistence.journal import Journal
 from persistence.records import RecoveredState
@@ -46,9 +46,11 @@ class Broker:
         self.config = config or BrokerConfig()
         self.journal = journal
         self.vhosts: dict[str, VirtualHost] = {}
+        self.paging_queues: set[Queue] = set()
         for name in self.config.vhosts:
             vhost = VirtualHost(name)
             vhost.journal = journal
+            vhost.paging_queues = self.paging_queues
             self.vhosts[name] = vhost
         self.connections: set[Connection] = set()
         self._batch_waiters: dict[int, dict[Channel, None]] = {}
@@ -81,6 +83,14 @@ class Broker:
         connection.exclusive_queues.clear()
 
     # -- storage batches -----------------------------------------------------------------
+    def set_body_loader(self, loader: BodyLoader) -> None:
+        """Let durable queues page bodies out to the store and read them back."""
+        for vhost in self.vhosts.values():
+            vhost.body_loader = loader
+            for queue in vhost.queues.values():
+                if queue.journal is not None:
+                    queue.pager = loader
+
     def wait_for_batch(self, batch: int, channel: Channel) -> None:
         """``channel`` has confirms or a commit-ok waiting for storage batch ``batch``."""
         waiters = self._batch_waiters.get(batch)
@@ -94,6 +104,10 @@ class Broker:
             self.set_blocked(None)
         for channel in self._batch_waiters.pop(batch, ()):
             channel.batch_committed(batch)
+        if self.paging_queues:
+            for queue in list(self.paging_queues):
+                if not queue.page_out(batch):
+                    self.paging_queues.discard(queue)
 
     def batch_failed(self, batch: int, error: Exception) -> None:
         """The group committer could not write ``batch``: nack what waited for it and tell
@@ -133,7 +147,7 @@ class Broker:
             if vhost is None:
                 continue
             queue = Queue(q.name, q.vhost, True, None, q.auto_delete, dict(q.arguments))
-            queue.journal = self.journal
+            vhost.attach_store(queue)
             vhost.queues[q.name] = queue
             queue_count += 1
         for b in state.bindings:
@@ -155,24 +169,34 @@ class Broker:
             if found is None:
                 continue
             queue = found
-            exchanges: dict[str, bytes] = {}
+            shortstrs: dict[str, bytes] = {}  # a million messages share a few names
+            peeks: dict[bytes, HeaderPeek] = {}
             for seq, record in records:
-                peek = peek_header(record.header)
-                exchange_raw = exchanges.get(record.exchange)
+                peek = peeks.get(record.header)
+                if peek is None:
+                    peek = peeks[record.header] = peek_header(record.header)
+                exchange_raw = shortstrs.get(record.exchange)
                 if exchange_raw is None:
-                    exchange_raw = exchanges[record.exchange] = encode_shortstr(record.exchange)
+                    exchange_raw = shortstrs[record.exchange] = encode_shortstr(record.exchange)
+                key_raw = shortstrs.get(record.routing_key)
+                if key_raw is None:
+                    key_raw = shortstrs[record.routing_key] = encode_shortstr(record.routing_key)
+                paged_out = record.body_size is not None
                 message = Message(
                     record.exchange,
                     record.routing_key,
                     exchange_raw,
-                    encode_shortstr(record.routing_key),
+                    key_raw,
                     record.header,
-                    record.body,
+                    None if paged_out else record.body,
                     True,
                     peek.priority,
                     peek.expiration,
                     peek.headers_raw,
                 )
+                if record.body_size is not None:
+                    message.body_size = record.body_size
+                message.refs = 1
                 entry = QueueEntry(message, seq)
                 entry.stored = True
                 entry.redelivered = record.redelivered

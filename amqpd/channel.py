@@ -434,7 +434,7 @@ class Channel:
         )
         parts = [codec.encode_method(self.number, method)]
         parts += codec.encode_content(
-            self.number, message.header, message.body, self.conn.frame_max
+            self.number, message.header, message.payload, self.conn.frame_max
         )
         self.conn.send_parts(parts)
 
@@ -474,7 +474,7 @@ class Channel:
             )
         ]
         parts += codec.encode_content(
-            self.number, message.header, message.body, self.conn.frame_max
+            self.number, message.header, message.payload, self.conn.frame_max
         )
         self.conn.send_parts(parts)
 
@@ -573,7 +573,7 @@ class Channel:
             )
         ]
         parts += codec.encode_content(
-            self.number, message.header, message.body, self.conn.frame_max
+            self.number, message.header, message.payload, self.conn.frame_max
         )
         self.conn.send_parts(parts)
 

@@ -25,6 +25,7 @@ class Message:
         "headers_raw",
         "persistent",
         "priority",
+        "refs",
         "routing_key",
         "routing_key_raw",
     )
@@ -36,7 +37,7 @@ class Message:
         exchange_raw: bytes,
         routing_key_raw: bytes,
         header: bytes,
-        body: bytes,
+        body: bytes | None,
         persistent: bool,
         priority: int | None = None,
         expiration: str | None = None,
@@ -47,13 +48,22 @@ class Message:
         self.exchange_raw = exchange_raw
         self.routing_key_raw = routing_key_raw
         self.header = header
+        # None while paged out to the store (long durable queues); see Queue.page_in
         self.body = body
-        self.body_size = len(body)
+        self.body_size = len(body) if body is not None else 0
+        self.refs = 0  # queues holding it; only a message held by one queue is paged out
         self.persistent = persistent
         self.priority = priority
         self.expiration = expiration
         self.headers_raw = headers_raw
         self._headers: FieldTable | None = None
+
+    @property
+    def payload(self) -> bytes:
+        """The body; only valid while it is in memory (queues page it in before delivery)."""
+        body = self.body
+        assert body is not None, "message body is paged out"
+        return body
 
     @property
     def headers(self) -> FieldTable | None:

@@ -14,14 +14,22 @@ Length limits (``x-max-length``, ``x-max-length-bytes``) count ready messages on
 RabbitMQ. ``x-overflow=drop-head`` drops the oldest ready messages after an enqueue;
 ``reject-publish`` / ``reject-publish-dlx`` refuse a publish that would overflow
 (`would_overflow`), which the channel turns into a basic.nack in confirm mode.
+
+Paging (long durable queues, like RabbitMQ's lazy queues): a persistent message enqueued
+behind the first ``HOT_WINDOW`` entries becomes a page-out candidate, tagged with the storage
+batch of its insert. Once that batch has committed (`page_out`), its body is dropped from
+memory (only if no other queue shares the message). Whenever dispatch or basic.get reaches
+an entry without a body, `page_in` reads the next page of bodies back in seq order.
 """
 
 from __future__ import annotations
 
+import logging
 from bisect import insort
 from collections import deque
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from itertools import islice
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from amqpd.message import Message, QueueEntry
 from persistence.journal import Journal
@@ -30,6 +38,21 @@ from persistence.records import MessageRecord
 if TYPE_CHECKING:
     from amqpd.channel import Channel
     from amqpd.connection import Connection
+
+log = logging.getLogger(__name__)
+
+HOT_WINDOW: Final = 1024  # entries at the head of a durable queue that keep their bodies
+PAGE_SIZE: Final = 1024  # bodies read back per page-in
+
+
+class BodyLoader(Protocol):
+    """Reads committed bodies back from the store (persistence.store.BodyReader)."""
+
+    def read_bodies(
+        self, queue: tuple[str, str], after_seq: int, limit: int
+    ) -> list[tuple[int, bytes]]:
+        """``(seq, body)`` of up to ``limit`` messages with ``seq > after_seq``."""
+        ...
 
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
@@ -111,6 +134,7 @@ class Queue:
     """A message queue in one virtual host."""
 
     __slots__ = (
+        "_page_candidates",
         "_rr",
         "arguments",
         "auto_delete",
@@ -125,6 +149,8 @@ class Queue:
         "name",
         "next_seq",
         "overflow",
+        "pager",
+        "paging_set",
         "ready",
         "ready_bytes",
         "rejects_overflow",
@@ -161,6 +187,9 @@ class Queue:
         # Set by the vhost for durable, non-exclusive queues when the broker has a store.
         self.journal: Journal | None = None
         self.store_key = (vhost_name, name)
+        self.pager: BodyLoader | None = None  # set with journal when the store can page
+        self.paging_set: set[Queue] | None = None  # the broker's queues with page candidates
+        self._page_candidates: deque[tuple[int, QueueEntry]] = deque()
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} in vhost {self.vhost_name!r}>"
@@ -193,13 +222,18 @@ class Queue:
         """Append a message and try to deliver it; drop-head enforces the length limits."""
         entry = QueueEntry(message, self.next_seq)
         self.next_seq += 1
-        if message.persistent and self.journal is not None:
+        message.refs += 1
+        if message.persistent and self.journal is not None and message.body is not None:
             entry.stored = True
-            self.journal.insert_message(
+            batch = self.journal.insert_message(
                 self.store_key,
                 entry.seq,
                 MessageRecord(message.exchange, message.routing_key, message.header, message.body),
             )
+            if self.pager is not None and len(self.ready) >= HOT_WINDOW:
+                self._page_candidates.append((batch, entry))
+                if self.paging_set is not None:
+                    self.paging_set.add(self)
         self.ready.append(entry)
         self.ready_bytes += message.body_size
         if self.consumers:
@@ -239,7 +273,42 @@ class Queue:
 
     def take(self) -> QueueEntry | None:
         """Pop the head entry (basic.get)."""
+        if not self.ready:
+            return None
+        if self.ready[0].message.body is None:
+            self.page_in()
         return self._pop_ready() if self.ready else None
+
+    def page_out(self, committed_batch: int) -> bool:
+        """Drop bodies of candidates whose insert is in a committed batch (they can be read
+        back). Returns True while candidates remain."""
+        candidates = self._page_candidates
+        while candidates and candidates[0][0] <= committed_batch:
+            _batch, entry = candidates.popleft()
+            message = entry.message
+            if entry.stored and message.refs == 1 and not self.deleted:
+                message.body = None
+        return bool(candidates)
+
+    def page_in(self) -> None:
+        """Read the next page of bodies for the entries at the head that lack one. An entry
+        whose body cannot be found (cannot happen through the store) is dropped, logged."""
+        pager = self.pager
+        ready = self.ready
+        if pager is None:
+            return
+        while ready and ready[0].message.body is None:
+            head = ready[0]
+            bodies = dict(pager.read_bodies(self.store_key, head.seq - 1, PAGE_SIZE))
+            for entry in islice(ready, 0, 2 * PAGE_SIZE):
+                if entry.message.body is None:
+                    body = bodies.get(entry.seq)
+                    if body is not None:
+                        entry.message.body = body
+            if head.message.body is None:
+                log.error("lost body of message %d in %r; dropping it", head.seq, self)
+                self._pop_ready()
+                self.settled(head)
 
     def requeue(self, entries: Iterable[QueueEntry]) -> None:
         """Put delivered entries back at their original positions, marked redelivered."""
@@ -303,6 +372,10 @@ class Queue:
                     break
             else:
                 return
+            if ready[0].message.body is None:
+                self.page_in()
+                if not ready:
+                    return
             self._rr = (index + 1) % count
             consumer.channel.deliver(consumer, self, self._pop_ready())
 

@@ -24,9 +24,10 @@ from anyio.abc import SocketAttribute
 
 from amqpd.broker import Broker, BrokerConfig
 from amqpd.connection import Connection
+from amqpd.queue import HOT_WINDOW
 from persistence.group_commit import GroupCommitter
 from persistence.journal import Journal
-from persistence.store import Store
+from persistence.store import BodyReader, Store
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ class Server:
         self._task_group: anyio.abc.TaskGroup | None = None
         self._stopping = False
         self._committer: GroupCommitter | None = None
+        self._body_reader: BodyReader | None = None
 
     async def serve(
         self, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
@@ -104,8 +106,11 @@ class Server:
         started = time.perf_counter()
         store = await Store.open(self.config.data_dir, self.config.synchronous)
         try:
-            state = await store.load()
+            self._body_reader = BodyReader(store.path)
+            self.broker.set_body_loader(self._body_reader)
+            state = await store.load(body_window=HOT_WINDOW)
             queues, messages = self.broker.recover(state)
+            del state
         except BaseException:
             await store.close()
             raise
@@ -128,6 +133,8 @@ class Server:
             if committer is not None:
                 await committer.drain()
         finally:
+            if self._body_reader is not None:
+                self._body_reader.close()
             await store.close()
         if journal is not None:
             stats = journal.stats

@@ -16,7 +16,7 @@ from amqpd.errors import (
     precondition_failed,
 )
 from amqpd.message import Message
-from amqpd.queue import InvalidQueueArgument, Queue
+from amqpd.queue import BodyLoader, InvalidQueueArgument, Queue
 from exchanges.base import InvalidBinding, Router
 from exchanges.registry import EXCHANGE_TYPES, create_router
 from persistence.journal import Journal
@@ -111,8 +111,11 @@ class VirtualHost:
         # destination -> {source exchange: number of bindings} (for cleanup on delete)
         self._bound_from: dict[Destination, dict[Exchange, int]] = {}
         self.on_queue_deleted: Callable[[Queue], None] | None = None
-        # Set by the broker when it has a store: durable definitions are journaled.
+        # Set by the broker when it has a store: durable definitions are journaled, and long
+        # durable queues page bodies out (paging_queues: those with candidates).
         self.journal: Journal | None = None
+        self.body_loader: BodyLoader | None = None
+        self.paging_queues: set[Queue] | None = None
 
     # -- exchanges -------------------------------------------------------------------------
     def get_exchange(self, name: str) -> Exchange:
@@ -254,9 +257,15 @@ class VirtualHost:
         if exclusive:
             owner.exclusive_queues.append(queue)
         elif durable and self.journal is not None:
-            queue.journal = self.journal
+            self.attach_store(queue)
             self.journal.put_queue(QueueDef(self.name, name, auto_delete, arguments))
         return queue
+
+    def attach_store(self, queue: Queue) -> None:
+        """Make a durable queue journal its persistent messages (and page long tails)."""
+        queue.journal = self.journal
+        queue.pager = self.body_loader
+        queue.paging_set = self.paging_queues
 
     def check_exclusive_access(
         self, queue: Queue, connection: Connection | None, strict: bool = False

@@ -49,6 +49,8 @@ class MessageRecord:
         delivery_count: How many times it has been delivered.
         expires_at: Absolute unix time at which it expires (TTL), or ``None``. Stored, never
             interpreted by the persistence layer.
+        body_size: Set (and ``body`` left empty) when a load skipped the body to save
+            memory; read it back with `BodyReader.read_bodies` when it is needed.
     """
 
     exchange: str
@@ -58,6 +60,7 @@ class MessageRecord:
     redelivered: bool = False
     delivery_count: int = 0
     expires_at: float | None = None
+    body_size: int | None = None
 
 
 @dataclass(slots=True)
