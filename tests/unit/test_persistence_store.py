@@ -597,10 +597,35 @@ def test_store_matches_reference_model(commands: list[tuple[Any, ...]]) -> None:
 
 
 def vars_of(m: MessageRecord) -> list[Any]:
-    return [getattr(m, f) for f in MessageRecord.__slots__]
+    """The stored columns (body_size is only set by a windowed load)."""
+    return [getattr(m, f) for f in MessageRecord.__slots__ if f != "body_size"]
 
 
 def test_op_kinds_all_have_sql() -> None:
     from persistence.store import _SQL
 
     assert set(_SQL) == set(OpKind)
+
+
+def test_windowed_load_keeps_only_head_bodies_and_body_reader_pages_them(tmp_path: Path) -> None:
+    from persistence.store import BodyReader
+
+    async def main() -> None:
+        async with await Store.open(tmp_path) as store:
+            j = with_queue("q")
+            for seq in range(5):
+                j.insert_message(Q, seq, rec(seq, body=b"body-%d" % seq))
+            await commit(store, j)
+            state = await store.load(body_window=2)
+            records = state.messages[Q]
+            assert [r.body for _s, r in records[:2]] == [b"body-0", b"body-1"]
+            assert all(r.body_size is None for _s, r in records[:2])
+            assert [(r.body, r.body_size) for _s, r in records[2:]] == [(b"", 6)] * 3
+            reader = BodyReader(store.path)
+            try:
+                assert reader.read_bodies(Q, 1, 2) == [(2, b"body-2"), (3, b"body-3")]
+                assert reader.read_bodies(Q, 4, 10) == []
+            finally:
+                reader.close()
+
+    run(main)
