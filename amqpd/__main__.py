@@ -13,7 +13,9 @@ from typing import TypeVar
 import anyio
 
 from amqpd.broker import BrokerConfig
+from amqpd.definitions import DefinitionsError
 from amqpd.logs import configure_logging
+from amqpd.security_cli import add_options, apply_options
 from amqpd.server import ServerConfig, run
 from persistence.errors import StoreError
 
@@ -75,11 +77,21 @@ def build_parser() -> argparse.ArgumentParser:
         default=int(_env("MAX_MESSAGE_SIZE", str(128 << 20))),
         help="largest accepted message body in bytes [AMQPD_MAX_MESSAGE_SIZE, default 128 MiB]",
     )
+    add_options(parser)  # TLS, access control, limits and alarms (amqpd/security_cli.py)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``amqpd`` command."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "perf":
+        from amqpd.perf.cli import main as perf_main
+
+        return perf_main(argv[1:])
+    if argv and argv[0] in ("users", "vhosts", "definitions"):
+        from amqpd.admin import main as admin_main
+
+        return admin_main(argv)
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level)
     try:
@@ -87,9 +99,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         log.error("cannot create data directory %s: %s; pass --data-dir", args.data_dir, exc)
         return 2
-    broker_config = BrokerConfig(heartbeat=args.heartbeat, max_message_size=args.max_message_size)
+    try:
+        applied = apply_options(args)
+    except (ValueError, OSError) as exc:
+        log.error("%s", exc)
+        return 2
+    broker_config = BrokerConfig(
+        heartbeat=args.heartbeat, max_message_size=args.max_message_size, **applied.broker
+    )
     server_config = ServerConfig(
-        host=args.host, port=args.port, data_dir=args.data_dir, synchronous=args.sync.upper()
+        host=args.host,
+        port=args.port,
+        data_dir=args.data_dir,
+        synchronous=args.sync.upper(),
+        **applied.server,
     )
     backend_options = {}
     try:
@@ -102,7 +125,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         anyio.run(
             run, broker_config, server_config, backend="asyncio", backend_options=backend_options
         )
-    except (OSError, StoreError, BaseExceptionGroup) as exc:
+    except (OSError, StoreError, DefinitionsError, BaseExceptionGroup) as exc:
+        definitions_error = _find(exc, DefinitionsError)
+        if definitions_error is not None:
+            log.error("cannot import definitions: %s", definitions_error)
+            return 2
         store_error = _find(exc, StoreError)
         if store_error is not None:
             log.error("cannot open the store: %s", store_error)

@@ -7,13 +7,14 @@ group committer reports each batch back through `batch_committed` / `batch_faile
 
 from __future__ import annotations
 
-import hmac
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from amqpd.alarms import ResourceAlarms
+from amqpd.auth import AccessControl, AccessState, default_access
 from amqpd.codec import HeaderPeek, encode_shortstr, peek_header
-from amqpd.message import Message, QueueEntry
+from amqpd.message import Clock, Message, QueueEntry
 from amqpd.queue import BodyLoader, Queue
 from amqpd.vhost import Exchange, VirtualHost
 from persistence.journal import Journal
@@ -35,8 +36,12 @@ class BrokerConfig:
     heartbeat: int = 60
     max_message_size: int = 128 * 1024 * 1024
     handshake_timeout: float = 10.0
-    users: dict[str, str] = field(default_factory=lambda: {"guest": "guest"})
-    vhosts: tuple[str, ...] = ("/",)
+    vhosts: tuple[str, ...] = ("/",)  # a memory-only broker's vhosts (a store has its own)
+    loopback_users: tuple[str, ...] = ("guest",)  # may only connect from 127/8 or ::1
+    connection_max: int | None = None  # open connections on the broker; None: unlimited
+    memory_high_watermark: int | None = None  # bytes; None: no memory alarm
+    disk_free_limit: int | None = None  # bytes; None: no disk alarm
+    write_ahead_limit: int = 4 * 1024 * 1024  # unflushed output before deliveries pause
 
 
 class Broker:
@@ -47,14 +52,17 @@ class Broker:
         self.journal = journal
         self.vhosts: dict[str, VirtualHost] = {}
         self.paging_queues: set[Queue] = set()
+        self.clock = Clock()  # set by the shell (unix time) before it hands the core input
+        self.body_loader: BodyLoader | None = None
         for name in self.config.vhosts:
-            vhost = VirtualHost(name)
-            vhost.journal = journal
-            vhost.paging_queues = self.paging_queues
-            self.vhosts[name] = vhost
+            self.add_vhost(name)
+        self.access = AccessControl(default_access(self.config.vhosts), self.config.loopback_users)
+        self.alarms = ResourceAlarms(self.config.memory_high_watermark, self.config.disk_free_limit)
+        self.vhost_connections: dict[str, int] = {}
         self.connections: set[Connection] = set()
         self._batch_waiters: dict[int, dict[Channel, None]] = {}
         self.blocked_reason: str | None = None  # set while the store is failing
+        self.reply_queues: dict[str, Queue] = {}  # direct reply-to addresses -> pseudo-queue
 
     @property
     def default_vhost(self) -> VirtualHost:
@@ -62,29 +70,104 @@ class Broker:
         return next(iter(self.vhosts.values()))
 
     def authenticate(self, user: str, password: str) -> bool:
-        """Check a login (constant-time comparison; same answer for unknown users)."""
-        expected = self.config.users.get(user)
-        candidate = password.encode()
-        if expected is None:
-            hmac.compare_digest(candidate, candidate)
-            return False
-        return hmac.compare_digest(candidate, expected.encode())
+        """Check a login (constant time; the same answer for unknown users)."""
+        return self.access.authenticate(user, password) is not None
+
+    # -- vhosts and access control (amqpd/auth.py) -----------------------------------------
+    def add_vhost(self, name: str) -> VirtualHost:
+        """The vhost called ``name``, created (empty) if it does not exist."""
+        vhost = self.vhosts.get(name)
+        if vhost is None:
+            vhost = VirtualHost(name)
+            vhost.clock = self.clock
+            vhost.journal = self.journal
+            vhost.paging_queues = self.paging_queues
+            vhost.body_loader = self.body_loader
+            self.vhosts[name] = vhost
+        return vhost
+
+    def load_access(self, state: AccessState) -> None:
+        """Adopt stored access definitions: their vhosts replace the configured ones (call
+        before `recover`, while the vhosts are still empty)."""
+        self.access.state = state
+        for name in list(self.vhosts):
+            if name not in state.vhosts:
+                del self.vhosts[name]
+        for name in state.vhosts:
+            self.add_vhost(name)
+
+    def connection_limit_error(self, vhost: str, refused: str) -> str | None:
+        """Why one more connection to ``vhost`` is refused (RabbitMQ's wording; ``refused``
+        is the "access to vhost … refused for user …" prefix), or None."""
+        limit = self.config.connection_max
+        if limit is not None and len(self.connections) >= limit:
+            return f"connection refused: node connection limit ({limit}) is reached"
+        info = self.access.state.vhosts.get(vhost)
+        vhost_limit = None if info is None else info.max_connections
+        if (
+            vhost_limit is not None
+            and vhost_limit >= 0
+            and self.vhost_connections.get(vhost, 0) >= vhost_limit
+        ):
+            return f"{refused}: connection limit ({vhost_limit}) is reached"
+        return None
+
+    # -- resource alarms (amqpd/alarms.py) -------------------------------------------------
+    def memory_used(self, used: int) -> None:
+        """The shell's measurement of the broker's memory (bytes)."""
+        if self.alarms.memory_used(used):
+            self._alarms_changed()
+
+    def disk_free(self, free: int) -> None:
+        """The shell's measurement of the data directory's free space (bytes)."""
+        if self.alarms.disk_free(free):
+            self._alarms_changed()
+
+    def _alarms_changed(self) -> None:
+        if not self.alarms.active:
+            for connection in list(self.connections):
+                connection.resources_available()
 
     def connection_opened(self, connection: Connection) -> None:
         """A connection finished its handshake."""
         self.connections.add(connection)
+        name = connection.vhost.name
+        self.vhost_connections[name] = self.vhost_connections.get(name, 0) + 1
 
     def connection_released(self, connection: Connection) -> None:
         """A connection is closing or gone: drop its exclusive queues."""
-        self.connections.discard(connection)
+        if connection in self.connections:
+            self.connections.discard(connection)
+            name = connection.vhost.name
+            self.vhost_connections[name] -= 1
         vhost = connection.vhost
         for queue in connection.exclusive_queues:
             vhost.delete_queue(queue)
         connection.exclusive_queues.clear()
 
+    def reply_queue(self, address: str) -> list[Queue]:
+        """The pseudo-queue behind a direct reply-to address (empty if it is gone)."""
+        queue = self.reply_queues.get(address)
+        return [queue] if queue is not None else []
+
+    def tick(self, now: float) -> None:
+        """Run queue timers: message TTL expiry and x-expires deletion of unused queues."""
+        self.clock.now = now
+        for vhost in self.vhosts.values():
+            watched = vhost.watch_queues
+            for queue in list(watched):
+                if queue.deleted:
+                    watched.discard(queue)
+                elif queue.tick():
+                    vhost.delete_queue(queue)
+                    watched.discard(queue)
+                elif not queue.needs_ticks:
+                    watched.discard(queue)
+
     # -- storage batches -----------------------------------------------------------------
     def set_body_loader(self, loader: BodyLoader) -> None:
         """Let durable queues page bodies out to the store and read them back."""
+        self.body_loader = loader
         for vhost in self.vhosts.values():
             vhost.body_loader = loader
             for queue in vhost.queues.values():
@@ -146,7 +229,7 @@ class Broker:
             vhost = self._vhost_for(q.vhost)
             if vhost is None:
                 continue
-            queue = Queue(q.name, q.vhost, True, None, q.auto_delete, dict(q.arguments))
+            queue = vhost.new_queue(q.name, True, None, q.auto_delete, dict(q.arguments))
             vhost.attach_store(queue)
             vhost.queues[q.name] = queue
             queue_count += 1
@@ -196,13 +279,12 @@ class Broker:
                 )
                 if record.body_size is not None:
                     message.body_size = record.body_size
-                message.refs = 1
                 entry = QueueEntry(message, seq)
                 entry.stored = True
                 entry.redelivered = record.redelivered
                 entry.delivery_count = record.delivery_count
-                queue.ready.append(entry)
-                queue.ready_bytes += message.body_size
+                entry.expires_at = record.expires_at
+                queue.restore(entry)
             if records:
                 queue.next_seq = records[-1][0] + 1
             message_count += len(records)

@@ -44,10 +44,14 @@ from amqpd.errors import (
     PRECONDITION_FAILED,
     UNEXPECTED_FRAME,
     AMQPError,
+    not_found,
     precondition_failed,
 )
 from amqpd.message import Message, QueueEntry
+from amqpd.permissions import check_method
+from amqpd.properties import REPLY_TO, RawProperties, with_delivery_count
 from amqpd.queue import Consumer, Queue
+from amqpd.queue_args import parse_expiration
 from amqpd.vhost import Exchange, generated_name
 from confirms.tracker import ConfirmTracker
 
@@ -55,6 +59,9 @@ if TYPE_CHECKING:
     from amqpd.connection import Connection
 
 log = logging.getLogger(__name__)
+
+REPLY_TO_QUEUE = "amq.rabbitmq.reply-to"
+REPLY_TO_PREFIX = REPLY_TO_QUEUE + "."
 
 
 class ChannelState(enum.Enum):
@@ -85,7 +92,7 @@ class Unacked:
 
 
 class _PendingPublish:
-    __slots__ = ("args", "body", "exchange", "header", "peek", "received")
+    __slots__ = ("args", "body", "exchange", "expiration_ms", "header", "peek", "received")
 
     def __init__(self, args: codec.PublishArgs, exchange: Exchange) -> None:
         self.args = args
@@ -94,6 +101,7 @@ class _PendingPublish:
         self.peek: codec.HeaderPeek | None = None
         self.body: list[bytes] = []
         self.received = 0
+        self.expiration_ms: int | None = None
 
 
 class _Transaction:
@@ -102,7 +110,7 @@ class _Transaction:
     __slots__ = ("publishes", "settlements")
 
     def __init__(self) -> None:
-        self.publishes: list[tuple[Exchange, Message, bool]] = []
+        self.publishes: list[tuple[Exchange, Message, bool, int | None]] = []
         # (records, action) where action is "ack", "requeue" or "drop"
         self.settlements: list[tuple[list[tuple[int, Unacked]], str]] = []
 
@@ -130,6 +138,7 @@ class Channel:
         self._tx: _Transaction | None = None
         self._batch_seqs: dict[int, list[int]] = {}  # storage batch -> confirms waiting on it
         self._commit_oks: deque[int] = deque()  # storage batches tx.commit-oks wait for
+        self._reply_queue: Queue | None = None  # direct reply-to pseudo-queue
         self._handlers: dict[int, Callable[[Any], None]] = {
             spec.Basic.Ack.index: self._on_basic_ack,
             spec.Basic.Nack.index: self._on_basic_nack,
@@ -186,6 +195,8 @@ class Channel:
                 self._unknown_method(index)
                 return
             method = codec.decode_method(index, payload)
+            if not self.conn.authz.full:
+                check_method(self, index, method)  # access control: amqpd/permissions.py
             handler(method)
         except AMQPError as exc:
             if not exc.class_id:
@@ -221,6 +232,18 @@ class Channel:
                 )
             )
             return
+        user_id_error = self.conn.authz.check_user_id(payload)
+        if user_id_error is not None:
+            self._pending = None
+            self.close_with_error(user_id_error)
+            return
+        if peek.expiration is not None:
+            try:
+                pending.expiration_ms = parse_expiration(peek.expiration)
+            except ValueError as exc:
+                self._pending = None
+                self.close_with_error(AMQPError(PRECONDITION_FAILED, str(exc), 60, 40))
+                return
         pending.header = payload
         pending.peek = peek
         if peek.body_size == 0:
@@ -321,6 +344,7 @@ class Channel:
         args = codec.decode_publish(payload)
         if args.immediate:
             raise AMQPError(NOT_IMPLEMENTED, "immediate=true", 60, 40)
+        self.conn.authz.write("exchange", args.exchange)
         exchange = self.vhost.get_exchange(args.exchange)
         if exchange.internal:
             raise AMQPError(
@@ -346,11 +370,22 @@ class Channel:
             peek.expiration,
             peek.headers_raw,
         )
+        if peek.flags & codec.FLAG_REPLY_TO:
+            try:
+                self._direct_reply_to(message)
+            except AMQPError as exc:  # a channel error in RabbitMQ, not a connection one
+                exc.class_id, exc.method_id = 60, 40
+                self.close_with_error(exc)
+                return
         if self.mode is Mode.TX:
             assert self._tx is not None
-            self._tx.publishes.append((pending.exchange, message, args.mandatory))
+            self._tx.publishes.append(
+                (pending.exchange, message, args.mandatory, pending.expiration_ms)
+            )
             return
-        queues = self._route_and_enqueue(pending.exchange, message, args.mandatory)
+        queues = self._route_and_enqueue(
+            pending.exchange, message, args.mandatory, pending.expiration_ms
+        )
         if self.mode is Mode.CONFIRM:
             assert self.confirm is not None
             self.publish_seq += 1
@@ -362,21 +397,42 @@ class Channel:
             self.conn.confirms_pending(self)
 
     def _route_and_enqueue(
-        self, exchange: Exchange, message: Message, mandatory: bool
+        self,
+        exchange: Exchange,
+        message: Message,
+        mandatory: bool,
+        expiration_ms: int | None = None,
     ) -> list[Queue] | None:
         """Route and enqueue; None if a target queue refused it (x-overflow=reject-publish):
-        then the message is in no queue at all, so a nack is truthful."""
-        queues = self.vhost.route(exchange, message)
+        then the message is in no queue at all, so a nack is truthful. reject-publish-dlx
+        also dead-letters it (reason maxlen) from the refusing queue."""
+        if exchange.is_default and message.routing_key.startswith(REPLY_TO_PREFIX):
+            queues = self.conn.broker.reply_queue(message.routing_key)
+        else:
+            queues = self.vhost.route(exchange, message)
         if not queues:
             if mandatory:
                 self._send_return(message, NO_ROUTE, "NO_ROUTE")
             return queues
         for queue in queues:
             if queue.rejects_overflow and queue.would_overflow(message):
+                if queue.settings.overflow == "reject-publish-dlx" and queue.dead_letter:
+                    queue.dead_letter(queue, message, "maxlen")
                 return None
         for queue in queues:
-            queue.enqueue(message)
+            queue.enqueue(message, expiration_ms)
         return queues
+
+    def _direct_reply_to(self, message: Message) -> None:
+        """RabbitMQ's direct reply-to: a request carrying reply_to=amq.rabbitmq.reply-to gets
+        this channel's private reply address instead (the channel must consume it first)."""
+        props = RawProperties(message.header)
+        if props.get_shortstr(REPLY_TO) != REPLY_TO_QUEUE:
+            return
+        if self._reply_queue is None:
+            raise precondition_failed("fast reply consumer does not exist")
+        props.set_shortstr(REPLY_TO, self._reply_queue.name)
+        message.header = props.encode()
 
     def _confirm_tokens(self, message: Message, queues: list[Queue]) -> tuple[object, ...]:
         """What a confirm waits for: the storage batch holding a persistent message routed to
@@ -443,6 +499,8 @@ class Channel:
     # ------------------------------------------------------------------------------------
     def has_credit(self, consumer: Consumer) -> bool:
         """Whether ``consumer`` may receive one more message now."""
+        if self.conn.output_full:  # write-ahead limit: the client is not reading fast enough
+            return False
         if not self.flow_active or self.state is not ChannelState.OPEN:
             return False
         if consumer.no_ack:
@@ -455,6 +513,10 @@ class Channel:
         """Send one message to a consumer of this channel."""
         tag = self.next_tag
         self.next_tag = tag + 1
+        message = entry.message
+        header = message.header
+        if entry.delivery_count:  # a redelivery says how many deliveries came before
+            header = with_delivery_count(header, entry.delivery_count)
         queue.delivered(entry)
         if consumer.no_ack:
             queue.settled(entry)
@@ -462,7 +524,6 @@ class Channel:
             self.unacked[tag] = Unacked(queue, entry, consumer)
             consumer.unacked += 1
             self.global_unacked += 1
-        message = entry.message
         parts = [
             codec.encode_deliver(
                 self.number,
@@ -473,9 +534,7 @@ class Channel:
                 message.routing_key_raw,
             )
         ]
-        parts += codec.encode_content(
-            self.number, message.header, message.payload, self.conn.frame_max
-        )
+        parts += codec.encode_content(self.number, header, message.payload, self.conn.frame_max)
         self.conn.send_parts(parts)
 
     def cancel_by_broker(self, consumer: Consumer) -> None:
@@ -507,7 +566,10 @@ class Channel:
         return queue
 
     def _on_basic_consume(self, method: spec.Basic.Consume) -> None:
-        queue = self._usable_queue(method.queue)
+        if method.queue == REPLY_TO_QUEUE:
+            queue = self._reply_to_queue(method)
+        else:
+            queue = self._usable_queue(method.queue)
         tag = method.consumer_tag or generated_name("amq.ctag-")
         if tag in self.consumers:
             raise AMQPError(NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
@@ -531,6 +593,26 @@ class Channel:
             self.conn.send(codec.encode_method(self.number, spec.Basic.ConsumeOk(consumer_tag=tag)))
         queue.add_consumer(consumer)
 
+    def _reply_to_queue(self, method: spec.Basic.Consume) -> Queue:
+        """The channel's private direct reply-to pseudo-queue (RabbitMQ's rules: consume in
+        no-ack mode, once per channel)."""
+        if not method.no_ack:
+            raise precondition_failed("reply consumer cannot acknowledge")
+        if self._reply_queue is not None:
+            raise precondition_failed("reply consumer already set")
+        name = generated_name(REPLY_TO_PREFIX)
+        queue = self.vhost.new_queue(name, False, None, False, {})
+        self._reply_queue = queue
+        self.conn.broker.reply_queues[name] = queue
+        return queue
+
+    def _drop_reply_queue(self) -> None:
+        queue = self._reply_queue
+        if queue is not None:
+            self._reply_queue = None
+            queue.deleted = True
+            self.conn.broker.reply_queues.pop(queue.name, None)
+
     def _on_basic_cancel(self, method: spec.Basic.Cancel) -> None:
         consumer = self.consumers.pop(method.consumer_tag or "", None)
         if not method.nowait:
@@ -545,6 +627,9 @@ class Channel:
     def _remove_consumer(self, consumer: Consumer) -> None:
         queue = consumer.queue
         queue.remove_consumer(consumer)
+        if queue is self._reply_queue:
+            self._drop_reply_queue()
+            return
         if queue.auto_delete and queue.had_consumer and not queue.consumers:
             self.vhost.delete_queue(queue)
 
@@ -556,12 +641,15 @@ class Channel:
             return
         tag = self.next_tag
         self.next_tag = tag + 1
+        message = entry.message
+        header = message.header
+        if entry.delivery_count:
+            header = with_delivery_count(header, entry.delivery_count)
         queue.delivered(entry)
         if method.no_ack:
             queue.settled(entry)
         else:
             self.unacked[tag] = Unacked(queue, entry, None)
-        message = entry.message
         parts = [
             codec.encode_get_ok(
                 self.number,
@@ -572,9 +660,7 @@ class Channel:
                 queue.message_count,
             )
         ]
-        parts += codec.encode_content(
-            self.number, message.header, message.payload, self.conn.frame_max
-        )
+        parts += codec.encode_content(self.number, header, message.payload, self.conn.frame_max)
         self.conn.send_parts(parts)
 
     def _on_basic_qos(self, method: spec.Basic.Qos) -> None:
@@ -649,7 +735,10 @@ class Channel:
                 self.global_unacked -= 1
         if action == "requeue":
             self._requeue([record for _tag, record in records])
-        else:  # "ack" and "drop": the message is gone (dead-lettering hooks in here)
+        elif action == "drop":  # rejected without requeue: dead-lettered or dropped
+            for _tag, record in records:
+                record.queue.discard(record.entry, "rejected")
+        else:
             for _tag, record in records:
                 record.queue.settled(record.entry)
 
@@ -717,6 +806,9 @@ class Channel:
             self.conn.send(codec.encode_method(self.number, spec.Exchange.UnbindOk()))
 
     def _on_queue_declare(self, method: spec.Queue.Declare) -> None:
+        if method.queue.startswith(REPLY_TO_QUEUE):
+            self._declare_reply_to(method)
+            return
         queue = self.vhost.declare_queue(
             method.queue,
             method.passive,
@@ -738,6 +830,17 @@ class Channel:
                     ),
                 )
             )
+
+    def _declare_reply_to(self, method: spec.Queue.Declare) -> None:
+        """RabbitMQ answers a declare (passive or not) of the direct reply-to pseudo-queue or
+        of a live reply address with 0 messages and 1 consumer, so an RPC server can check
+        that its client is still there; a gone address is 404."""
+        name = method.queue
+        if name != REPLY_TO_QUEUE and name not in self.conn.broker.reply_queues:
+            raise not_found("queue", name, self.vhost.name)
+        if not method.nowait:
+            declare_ok = spec.Queue.DeclareOk(queue=name, message_count=0, consumer_count=1)
+            self.conn.send(codec.encode_method(self.number, declare_ok))
 
     def _on_queue_bind(self, method: spec.Queue.Bind) -> None:
         queue = self._usable_queue(method.queue)
@@ -821,8 +924,8 @@ class Channel:
         if self._tx is None:
             raise precondition_failed("channel is not transactional")
         tx, self._tx = self._tx, _Transaction()
-        for exchange, message, mandatory in tx.publishes:
-            self._route_and_enqueue(exchange, message, mandatory)
+        for exchange, message, mandatory, expiration_ms in tx.publishes:
+            self._route_and_enqueue(exchange, message, mandatory, expiration_ms)
         for records, action in tx.settlements:
             self._apply_settlement(records, action)
         journal = self.conn.broker.journal

@@ -33,6 +33,7 @@ from pamqp import decode
 
 import amqpd
 from amqpd import codec
+from amqpd.auth import Authz, Permission, is_loopback_peer
 from amqpd.channel import Channel, ChannelState
 from amqpd.errors import (
     ACCESS_REFUSED,
@@ -63,6 +64,7 @@ SERVER_CAPABILITIES: Final = {
     "connection.blocked": True,
     "authentication_failure_close": True,
     "per_consumer_qos": True,
+    "direct_reply_to": True,
 }
 
 
@@ -84,6 +86,10 @@ HANDSHAKE: Final[dict[State, int]] = {
     State.AWAIT_TUNE_OK: spec.Connection.TuneOk.index,
     State.AWAIT_OPEN: spec.Connection.Open.index,
 }
+
+
+# Placeholder permissions until connection.open grants real ones (no channel exists before).
+_NO_ACCESS: Final = Authz("", "", Permission("", "", ""))
 
 
 class Connection:
@@ -117,6 +123,19 @@ class Connection:
         self._desynchronised = False
         self._confirm_channels: dict[Channel, None] = {}
         self._released = False
+        # Access control and limits (amqpd/auth.py, amqpd/alarms.py). The shell sets
+        # peer_cert_user for a TLS connection with a verified client certificate.
+        self.loopback = is_loopback_peer(peer)
+        self.peer_cert_user: str | None = None
+        self.authz = _NO_ACCESS
+        self.paused = False  # blocked by a resource alarm: the shell stops reading
+        self.on_resume: Callable[[], None] | None = None  # fired when paused goes back off
+        self._published = False  # a content frame arrived in the current chunk
+        self._blocked_sent = False
+        self.output_full = False  # unflushed output over the write-ahead limit
+        self._write_ahead_limit = config.write_ahead_limit
+        self._out_size = 0  # bytes queued in _out
+        self._unflushed = 0  # bytes the shell took and is still writing
 
     # ------------------------------------------------------------------------------------
     # Output
@@ -125,6 +144,10 @@ class Connection:
         """Queue bytes for the peer."""
         out = self._out
         out.append(data)
+        size = self._out_size + len(data)
+        self._out_size = size
+        if size + self._unflushed > self._write_ahead_limit:
+            self.output_full = True
         if len(out) == 1 and self.on_output is not None:
             self.on_output()
 
@@ -133,6 +156,12 @@ class Connection:
         out = self._out
         was_empty = not out
         out += parts
+        size = self._out_size
+        for part in parts:
+            size += len(part)
+        self._out_size = size
+        if size + self._unflushed > self._write_ahead_limit:
+            self.output_full = True
         if was_empty and self.on_output is not None:
             self.on_output()
 
@@ -144,7 +173,22 @@ class Connection:
         self._sent = True
         data = b"".join(out)
         out.clear()
+        self._out_size = 0
         return data
+
+    def write_started(self, size: int) -> None:
+        """The shell is writing ``size`` bytes taken with `data_to_send` (write-ahead)."""
+        self._unflushed += size
+
+    def write_finished(self) -> None:
+        """The shell's writes completed: deliveries paused by the write-ahead limit resume
+        (the slow-consumer bound: at most about ``write_ahead_limit`` bytes of deliveries
+        wait in the broker's buffers for a client that does not read)."""
+        self._unflushed = 0
+        if self.output_full and self._out_size <= self._write_ahead_limit:
+            self.output_full = False
+            for channel in list(self.channels.values()):
+                channel._dispatch_consumer_queues()
 
     @property
     def output_pending(self) -> bool:
@@ -183,6 +227,10 @@ class Connection:
             self._connection_error(AMQPError(INTERNAL_ERROR, "internal error"))
         reader.compact()
         self.flush_confirms()
+        if self._published:
+            self._published = False
+            if self.broker.alarms.active and self.state is State.OPEN:
+                self._block()
 
     def _receive_protocol_header(self, data: bytes) -> bytes:
         needed = 8 - len(self._header)
@@ -217,7 +265,7 @@ class Connection:
                 "capabilities": dict(SERVER_CAPABILITIES),
                 "cluster_name": "amqpd",
             },
-            mechanisms="PLAIN AMQPLAIN",
+            mechanisms="PLAIN AMQPLAIN EXTERNAL" if self.peer_cert_user else "PLAIN AMQPLAIN",
             locales="en_US",
         )
 
@@ -246,6 +294,7 @@ class Connection:
             channel = self.channels.get(number)
             if channel is None:
                 raise AMQPError(UNEXPECTED_FRAME, f"content frame on unopened channel {number}")
+            self._published = True
             if frame_type == codec.FRAME_HEADER:
                 channel.handle_header(payload)
             else:
@@ -349,6 +398,8 @@ class Connection:
             except Exception as exc:
                 raise AMQPError(ACCESS_REFUSED, "malformed AMQPLAIN response", 10, 11) from exc
             user, password = str(table.get("LOGIN", "")), str(table.get("PASSWORD", ""))
+        elif mechanism == "EXTERNAL" and self.peer_cert_user is not None:
+            user, password = self.peer_cert_user, None  # rabbitmq_auth_mechanism_ssl
         else:
             raise AMQPError(
                 ACCESS_REFUSED,
@@ -356,8 +407,9 @@ class Connection:
                 10,
                 11,
             )
-        if not self.broker.authenticate(user, password):
-            log.info("login refused for user %r from %s", user, self.peer)
+        refusal = self._login_refusal(user, password)
+        if refusal is not None:
+            log.info("%s login refused from %s: %s", mechanism, self.peer, refusal)
             error = AMQPError(
                 ACCESS_REFUSED,
                 f"Login was refused using authentication mechanism {mechanism}. "
@@ -382,6 +434,19 @@ class Connection:
                 ),
             )
         )
+
+    def _login_refusal(self, user: str, password: str | None) -> str | None:
+        """Why a login is refused (for the log only: the client always gets the same
+        text, so it cannot tell an unknown user from a bad password), or None."""
+        access = self.broker.access
+        if password is None:  # EXTERNAL: the certificate was verified; the user must exist
+            if user not in access.state.users:
+                return f"user '{user}' - not found"
+        elif access.authenticate(user, password) is None:
+            return f"user '{user}' - invalid credentials"
+        if not self.loopback and access.loopback_only(user):
+            return f"user '{user}' can only connect via localhost"
+        return None
 
     def _on_tune_ok(self, method: spec.Connection.TuneOk) -> None:
         config = self.broker.config
@@ -412,6 +477,14 @@ class Connection:
         vhost = self.broker.vhosts.get(method.virtual_host)
         if vhost is None:
             raise AMQPError(NOT_ALLOWED, f"vhost '{method.virtual_host}' not found", 10, 40)
+        refused = f"access to vhost '{vhost.name}' refused for user '{self.user}'"
+        limit_error = self.broker.connection_limit_error(vhost.name, refused)
+        if limit_error is not None:  # rabbit_reader: node, then vhost connection limit
+            raise AMQPError(NOT_ALLOWED, limit_error, 10, 40)
+        authz = self.broker.access.authz(self.user, vhost.name)
+        if authz is None:
+            raise AMQPError(NOT_ALLOWED, refused, 10, 40)
+        self.authz = authz
         self.vhost = vhost
         self.state = State.OPEN
         self.broker.connection_opened(self)
@@ -427,6 +500,25 @@ class Connection:
             self.send(codec.encode_method(0, spec.Connection.Unblocked()))
         else:
             self.send(codec.encode_method(0, spec.Connection.Blocked(reason=reason)))
+
+    def _block(self) -> None:
+        """A publish arrived while a resource alarm is on: stop being read (rabbit_reader
+        maybe_block) and say so once."""
+        self.paused = True
+        if not self._blocked_sent:
+            self._blocked_sent = True
+            self.notify_blocked(self.broker.alarms.reason)
+
+    def resources_available(self) -> None:
+        """Every resource alarm cleared: be read again (and say so if we said blocked)."""
+        if self._blocked_sent:
+            self._blocked_sent = False
+            self.notify_blocked(None)
+        if self.paused:
+            self.paused = False
+            self._received = True  # the heartbeat clock restarts now, not at the block
+            if self.on_resume is not None:
+                self.on_resume()
 
     def client_capability(self, name: str) -> bool:
         """Whether the client announced a capability in its Start-Ok properties."""
@@ -508,6 +600,8 @@ class Connection:
         if state is State.OPEN:
             heartbeat = self.heartbeat
             if heartbeat:
+                if self.paused:  # we are the ones not reading (rabbit_heartbeat:pause_monitor)
+                    self._last_rx = now
                 if now - self._last_rx > 2 * heartbeat:
                     log.info(
                         "missed heartbeats from %s, timeout: %ds; closing", self.peer, heartbeat

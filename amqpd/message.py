@@ -65,6 +65,10 @@ class Message:
         assert body is not None, "message body is paged out"
         return body
 
+    def reset_headers(self) -> None:
+        """Forget the decoded headers after ``headers_raw`` changed."""
+        self._headers = None
+
     @property
     def headers(self) -> FieldTable | None:
         """The decoded ``headers`` property (decoded on first use only)."""
@@ -80,7 +84,7 @@ class QueueEntry:
     every later change of it (delivered, acked, dropped) is journaled too.
     """
 
-    __slots__ = ("delivery_count", "message", "redelivered", "seq", "stored")
+    __slots__ = ("delivery_count", "expires_at", "message", "redelivered", "seq", "stored")
 
     def __init__(self, message: Message, seq: int) -> None:
         self.message = message
@@ -88,3 +92,14 @@ class QueueEntry:
         self.redelivered = False
         self.stored = False
         self.delivery_count = 0
+        self.expires_at: float | None = None  # unix time (message TTL), persisted
+
+
+class Clock:
+    """The broker's notion of now (unix seconds), set by the I/O shell before it hands the
+    core any input; the core itself never reads a clock."""
+
+    __slots__ = ("now",)
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now

@@ -27,11 +27,13 @@ from __future__ import annotations
 import logging
 from bisect import insort
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from amqpd.message import Message, QueueEntry
+from amqpd.message import Clock, Message, QueueEntry
+from amqpd.priority import PriorityReady
+from amqpd.queue_args import QueueSettings, parse_queue_arguments
 from persistence.journal import Journal
 from persistence.records import MessageRecord
 
@@ -55,44 +57,6 @@ class BodyLoader(Protocol):
         ...
 
 
-OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
-
-
-class InvalidQueueArgument(ValueError):
-    """A queue argument RabbitMQ would refuse (reported as 406 PRECONDITION_FAILED)."""
-
-    def __init__(self, name: str, problem: str) -> None:
-        super().__init__(problem)
-        self.name = name
-        self.problem = problem
-
-
-def _non_negative_int(arguments: dict[str, Any], name: str) -> int | None:
-    value = arguments.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidQueueArgument(name, f"{{unacceptable_type,{type(value).__name__}}}")
-    if value < 0:
-        raise InvalidQueueArgument(name, f"{{value_negative,{value}}}")
-    return value
-
-
-def parse_length_limits(arguments: dict[str, Any]) -> tuple[int | None, int | None, str]:
-    """(max_length, max_length_bytes, overflow) from queue arguments, validated."""
-    max_length = _non_negative_int(arguments, "x-max-length")
-    max_bytes = _non_negative_int(arguments, "x-max-length-bytes")
-    overflow = arguments.get("x-overflow", "drop-head")
-    if isinstance(overflow, bytes):
-        overflow = overflow.decode(errors="replace")
-    if overflow not in OVERFLOW_MODES:
-        raise InvalidQueueArgument(
-            "x-overflow",
-            f"{{invalid_value,{overflow!s}}} (expected one of {', '.join(OVERFLOW_MODES)})",
-        )
-    return max_length, max_bytes, str(overflow)
-
-
 class Consumer:
     """A basic.consume subscription."""
 
@@ -102,6 +66,7 @@ class Consumer:
         "exclusive",
         "no_ack",
         "prefetch",
+        "priority",
         "queue",
         "tag",
         "tag_raw",
@@ -128,34 +93,46 @@ class Consumer:
         self.prefetch = prefetch
         self.arguments = arguments
         self.unacked = 0
+        priority = arguments.get("x-priority", 0)
+        self.priority = priority if isinstance(priority, int) else 0  # x-priority argument
+
+
+DeadLetter = Callable[["Queue", Message, str], None]
 
 
 class Queue:
     """A message queue in one virtual host."""
 
     __slots__ = (
+        "_levels",
         "_page_candidates",
         "_rr",
+        "_timed",
         "arguments",
         "auto_delete",
+        "clock",
         "consumers",
+        "dead_letter",
         "deleted",
         "durable",
         "exclusive_owner",
         "had_consumer",
         "journal",
+        "last_used",
         "max_length",
         "max_length_bytes",
+        "message_ttl",
         "name",
         "next_seq",
-        "overflow",
         "pager",
         "paging_set",
         "ready",
         "ready_bytes",
         "rejects_overflow",
+        "settings",
         "store_key",
         "vhost_name",
+        "watch_set",
     )
 
     def __init__(
@@ -166,30 +143,44 @@ class Queue:
         exclusive_owner: Connection | None,
         auto_delete: bool,
         arguments: dict[str, Any],
+        clock: Clock | None = None,
     ) -> None:
+        settings = parse_queue_arguments(arguments)
+        self.settings: QueueSettings = settings
         self.name = name
         self.vhost_name = vhost_name
         self.durable = durable
         self.exclusive_owner = exclusive_owner
         self.auto_delete = auto_delete
         self.arguments = arguments
-        self.ready: deque[QueueEntry] = deque()
+        self.clock = clock or Clock()
+        self.ready: deque[QueueEntry] | PriorityReady = (
+            PriorityReady(settings.max_priority) if settings.max_priority is not None else deque()
+        )
         self.consumers: list[Consumer] = []
+        self._levels: list[list[Consumer]] = [self.consumers]  # consumers by x-priority, desc
         self._rr = 0
         self.next_seq = 0
         self.had_consumer = False
         self.deleted = False
         self.ready_bytes = 0
-        self.max_length, self.max_length_bytes, self.overflow = parse_length_limits(arguments)
-        self.rejects_overflow = self.overflow != "drop-head" and (
+        self.max_length = settings.max_length
+        self.max_length_bytes = settings.max_length_bytes
+        self.rejects_overflow = settings.overflow != "drop-head" and (
             self.max_length is not None or self.max_length_bytes is not None
         )
-        # Set by the vhost for durable, non-exclusive queues when the broker has a store.
+        self.message_ttl = settings.message_ttl / 1000 if settings.message_ttl is not None else None
+        self.last_used = self.clock.now
+        # Set by the vhost: dead-lettering (x-dead-letter-exchange), the broker's set of
+        # queues that need ticks (TTL, x-expires), and for stored queues the journal/pager.
+        self.dead_letter: DeadLetter | None = None
+        self.watch_set: set[Queue] | None = None
         self.journal: Journal | None = None
         self.store_key = (vhost_name, name)
-        self.pager: BodyLoader | None = None  # set with journal when the store can page
-        self.paging_set: set[Queue] | None = None  # the broker's queues with page candidates
+        self.pager: BodyLoader | None = None
+        self.paging_set: set[Queue] | None = None
         self._page_candidates: deque[tuple[int, QueueEntry]] = deque()
+        self._timed = 0  # ready entries with a deadline (expires_at)
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} in vhost {self.vhost_name!r}>"
@@ -207,6 +198,12 @@ class Queue:
                 return consumer
         return None
 
+    def watch(self) -> None:
+        """Ask the broker for ticks (TTL expiry, x-expires)."""
+        if self.watch_set is not None:
+            self.watch_set.add(self)
+
+    # -- in ------------------------------------------------------------------------------
     def would_overflow(self, message: Message) -> bool:
         """True if this queue refuses the message (reject-publish and the limit reached)."""
         if not self.rejects_overflow:
@@ -218,17 +215,33 @@ class Queue:
             and self.ready_bytes + message.body_size > self.max_length_bytes
         )
 
-    def enqueue(self, message: Message) -> QueueEntry:
-        """Append a message and try to deliver it; drop-head enforces the length limits."""
+    def enqueue(self, message: Message, expiration_ms: int | None = None) -> QueueEntry:
+        """Append a message and try to deliver it; drop-head enforces the length limits.
+
+        ``expiration_ms`` is the message's own TTL (the ``expiration`` property); the lower
+        of it and the queue's x-message-ttl wins.
+        """
         entry = QueueEntry(message, self.next_seq)
         self.next_seq += 1
         message.refs += 1
+        ttl = self.message_ttl
+        if expiration_ms is not None and (ttl is None or expiration_ms / 1000 < ttl):
+            ttl = expiration_ms / 1000
+        if ttl is not None:
+            entry.expires_at = self.clock.now + ttl
+            self._timed += 1
         if message.persistent and self.journal is not None and message.body is not None:
             entry.stored = True
             batch = self.journal.insert_message(
                 self.store_key,
                 entry.seq,
-                MessageRecord(message.exchange, message.routing_key, message.header, message.body),
+                MessageRecord(
+                    message.exchange,
+                    message.routing_key,
+                    message.header,
+                    message.body,
+                    expires_at=entry.expires_at,
+                ),
             )
             if self.pager is not None and len(self.ready) >= HOT_WINDOW:
                 self._page_candidates.append((batch, entry))
@@ -240,7 +253,19 @@ class Queue:
             self.dispatch()
         if self.max_length is not None or self.max_length_bytes is not None:
             self._drop_head_over_limit()
+        if ttl is not None:
+            self.expire()
+            self.watch()
         return entry
+
+    def restore(self, entry: QueueEntry) -> None:
+        """Append an entry recovered from the store (already journaled)."""
+        entry.message.refs = 1
+        self.ready.append(entry)
+        self.ready_bytes += entry.message.body_size
+        if entry.expires_at is not None:
+            self._timed += 1
+            self.watch()
 
     def _drop_head_over_limit(self) -> None:
         ready = self.ready
@@ -250,13 +275,14 @@ class Queue:
             (max_length is not None and len(ready) > max_length)
             or (max_bytes is not None and self.ready_bytes > max_bytes)
         ):
-            dropped = ready.popleft()
-            self.ready_bytes -= dropped.message.body_size
-            self.settled(dropped)  # dead-lettering with reason maxlen hooks in here
+            self.discard(self._pop_ready(), "maxlen")
 
+    # -- out -----------------------------------------------------------------------------
     def _pop_ready(self) -> QueueEntry:
         entry = self.ready.popleft()
         self.ready_bytes -= entry.message.body_size
+        if entry.expires_at is not None:
+            self._timed -= 1
         return entry
 
     def delivered(self, entry: QueueEntry) -> None:
@@ -271,14 +297,55 @@ class Queue:
             entry.stored = False
             self.journal.delete_message(self.store_key, entry.seq)
 
+    def discard(self, entry: QueueEntry, reason: str) -> None:
+        """An entry leaves without being acked: rejected, expired, maxlen, delivery_limit.
+        With x-dead-letter-exchange it is dead-lettered, otherwise dropped."""
+        self.settled(entry)
+        if self.dead_letter is not None:
+            message = entry.message
+            if message.body is None and self.pager is not None:
+                bodies = self.pager.read_bodies(self.store_key, entry.seq - 1, 1)
+                message.body = bodies[0][1] if bodies and bodies[0][0] == entry.seq else b""
+            self.dead_letter(self, message, reason)
+
+    def expire(self) -> None:
+        """Drop (or dead-letter) expired messages at the head (RabbitMQ expires messages
+        when they reach the head; with x-message-ttl that is all of them, in order)."""
+        ready = self.ready
+        now = self.clock.now
+        while ready:
+            expires_at = ready[0].expires_at
+            if expires_at is None or expires_at > now:
+                return
+            self.discard(self._pop_ready(), "expired")
+
     def take(self) -> QueueEntry | None:
         """Pop the head entry (basic.get)."""
+        self.last_used = self.clock.now
+        self.expire()
         if not self.ready:
             return None
         if self.ready[0].message.body is None:
             self.page_in()
         return self._pop_ready() if self.ready else None
 
+    def tick(self) -> bool:
+        """Timers: expire messages; return True when x-expires says the queue is unused for
+        long enough and must be deleted."""
+        self.expire()
+        expires = self.settings.expires
+        return (
+            expires is not None
+            and not self.consumers
+            and (self.clock.now - self.last_used) * 1000 >= expires
+        )
+
+    @property
+    def needs_ticks(self) -> bool:
+        """Whether this queue still has timers to run."""
+        return self.settings.expires is not None or self._timed > 0
+
+    # -- paging --------------------------------------------------------------------------
     def page_out(self, committed_batch: int) -> bool:
         """Drop bodies of candidates whose insert is in a committed batch (they can be read
         back). Returns True while candidates remain."""
@@ -310,24 +377,42 @@ class Queue:
                 self._pop_ready()
                 self.settled(head)
 
+    # -- back ----------------------------------------------------------------------------
     def requeue(self, entries: Iterable[QueueEntry]) -> None:
-        """Put delivered entries back at their original positions, marked redelivered."""
+        """Put delivered entries back, marked redelivered: at their original positions
+        (classic) or at the back (quorum, as RabbitMQ does). An entry delivered more than
+        x-delivery-limit times is dead-lettered (reason delivery_limit) instead."""
         if self.deleted:
             return
         back = sorted(entries, key=_by_seq)
+        limit = self.settings.delivery_limit
+        if limit is not None:
+            over = [entry for entry in back if entry.delivery_count > limit]
+            if over:
+                back = [entry for entry in back if entry.delivery_count <= limit]
+                for entry in over:
+                    self.discard(entry, "delivery_limit")
         if not back:
             return
         for entry in back:
             entry.redelivered = True
             self.ready_bytes += entry.message.body_size
+            if entry.expires_at is not None:
+                self._timed += 1
         ready = self.ready
-        if not ready or back[-1].seq < ready[0].seq:
+        if isinstance(ready, PriorityReady):
+            ready.restore(back)
+        elif self.settings.queue_type == "quorum":
+            ready.extend(back)
+        elif not ready or back[-1].seq < ready[0].seq:
             ready.extendleft(reversed(back))
         else:
             merged = list(ready)
             for entry in back:
                 insort(merged, entry, key=_by_seq)
             self.ready = deque(merged)
+        if self._timed:
+            self.watch()
         self.dispatch()
 
     def purge(self) -> int:
@@ -338,12 +423,16 @@ class Queue:
                 self.settled(entry)
         self.ready.clear()
         self.ready_bytes = 0
+        self._timed = 0
         return count
 
+    # -- consumers -----------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:
         """Register a consumer and deliver what is ready."""
         self.consumers.append(consumer)
         self.had_consumer = True
+        self.last_used = self.clock.now
+        self._regroup()
         self.dispatch()
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -353,30 +442,49 @@ class Queue:
         except ValueError:
             return
         del self.consumers[index]
-        if index < self._rr:
-            self._rr -= 1
-        if self._rr >= len(self.consumers):
-            self._rr = 0
+        self.last_used = self.clock.now
+        self._regroup()
+        if self.settings.single_active_consumer and index == 0:
+            self.dispatch()  # fail over to the next consumer in registration order
 
-    def dispatch(self) -> None:
-        """Deliver ready messages round-robin to consumers that have credit."""
-        ready = self.ready
+    def _regroup(self) -> None:
         consumers = self.consumers
-        while ready and consumers:
-            count = len(consumers)
+        if self.settings.single_active_consumer:
+            self._levels = [consumers[:1]] if consumers else []
+        elif any(consumer.priority for consumer in consumers):
+            priorities = sorted({consumer.priority for consumer in consumers}, reverse=True)
+            self._levels = [[c for c in consumers if c.priority == p] for p in priorities]
+        else:
+            self._levels = [consumers]
+
+    def _next_consumer(self) -> Consumer | None:
+        """The consumer to deliver to: the highest x-priority level that has credit,
+        round-robin within it (single active consumer: only the first one)."""
+        for level in self._levels:
+            count = len(level)
             start = self._rr
             for step in range(count):
                 index = (start + step) % count
-                consumer = consumers[index]
+                consumer = level[index]
                 if consumer.channel.has_credit(consumer):
-                    break
-            else:
+                    self._rr = (index + 1) % count
+                    return consumer
+        return None
+
+    def dispatch(self) -> None:
+        """Deliver ready messages to consumers that have credit."""
+        ready = self.ready
+        while ready and self.consumers:
+            head = ready[0]
+            if head.expires_at is not None and head.expires_at <= self.clock.now:
+                self.discard(self._pop_ready(), "expired")
+                continue
+            consumer = self._next_consumer()
+            if consumer is None:
                 return
-            if ready[0].message.body is None:
+            if head.message.body is None:
                 self.page_in()
-                if not ready:
-                    return
-            self._rr = (index + 1) % count
+                continue
             consumer.channel.deliver(consumer, self, self._pop_ready())
 
 

@@ -7,6 +7,8 @@ import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from amqpd.codec import encode_shortstr, peek_header
+from amqpd.deadletter import dead_letter_header, is_cycle
 from amqpd.errors import (
     COMMAND_INVALID,
     RESOURCE_LOCKED,
@@ -15,8 +17,10 @@ from amqpd.errors import (
     not_found,
     precondition_failed,
 )
-from amqpd.message import Message
-from amqpd.queue import BodyLoader, InvalidQueueArgument, Queue
+from amqpd.message import Clock, Message
+from amqpd.properties import RawProperties
+from amqpd.queue import BodyLoader, Queue
+from amqpd.queue_args import InvalidQueueArgument
 from exchanges.base import InvalidBinding, Router
 from exchanges.registry import EXCHANGE_TYPES, create_router
 from persistence.journal import Journal
@@ -46,6 +50,8 @@ EQUIVALENT_QUEUE_ARGS: Final = (
     "x-queue-type",
     "x-single-active-consumer",
 )
+# Classic-queue arguments RabbitMQ 3.x refuses on quorum queues.
+QUORUM_UNSUPPORTED_ARGS: Final = ("x-max-priority", "x-queue-mode")
 
 
 class Exchange:
@@ -116,6 +122,8 @@ class VirtualHost:
         self.journal: Journal | None = None
         self.body_loader: BodyLoader | None = None
         self.paging_queues: set[Queue] | None = None
+        self.clock = Clock()  # shared with the broker, which replaces it
+        self.watch_queues: set[Queue] = set()  # queues with timers (TTL, x-expires)
 
     # -- exchanges -------------------------------------------------------------------------
     def get_exchange(self, name: str) -> Exchange:
@@ -228,8 +236,10 @@ class VirtualHost:
             if existing is None:
                 raise not_found("queue", name, self.name)
             self.check_exclusive_access(existing, owner)
+            existing.last_used = self.clock.now  # RabbitMQ: a passive declare renews x-expires
             return existing
         if existing is not None:
+            existing.last_used = self.clock.now
             # rabbit_amqqueue:assert_equivalence: exclusivity is checked strictly and first,
             # so an exclusive-flag mismatch is 405, not 406
             self.check_exclusive_access(existing, owner if exclusive else None, strict=True)
@@ -246,19 +256,56 @@ class VirtualHost:
         elif name.startswith("amq."):
             raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
         try:
-            queue = Queue(
-                name, self.name, durable, owner if exclusive else None, auto_delete, arguments
+            queue = self.new_queue(
+                name, durable, owner if exclusive else None, auto_delete, arguments
             )
         except InvalidQueueArgument as exc:
             raise precondition_failed(
                 f"invalid arg '{exc.name}' for queue '{name}' in vhost '{self.name}': {exc.problem}"
             ) from exc
+        if queue.settings.queue_type == "quorum":
+            for arg in QUORUM_UNSUPPORTED_ARGS:
+                if arg in arguments:
+                    raise precondition_failed(
+                        f"invalid arg '{arg}' for queue '{name}' in vhost '{self.name}' "
+                        "of queue type rabbit_quorum_queue"
+                    )
+            for flag, bad in (  # RabbitMQ's order of checks (rabbit_quorum_queue:declare)
+                ("auto-delete", auto_delete),
+                ("exclusive-owner", exclusive),
+                ("non-durable", not durable),
+            ):
+                if bad:
+                    raise precondition_failed(
+                        f"invalid property '{flag}' for queue '{name}' in vhost '{self.name}'"
+                    )
         self.queues[name] = queue
         if exclusive:
             owner.exclusive_queues.append(queue)
         elif durable and self.journal is not None:
             self.attach_store(queue)
             self.journal.put_queue(QueueDef(self.name, name, auto_delete, arguments))
+        return queue
+
+    def new_queue(
+        self,
+        name: str,
+        durable: bool,
+        owner: Connection | None,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+    ) -> Queue:
+        """A queue wired to this vhost's clock, dead-lettering and timers (not registered).
+
+        Raises:
+            InvalidQueueArgument: a bad x- argument.
+        """
+        queue = Queue(name, self.name, durable, owner, auto_delete, arguments, self.clock)
+        queue.watch_set = self.watch_queues
+        if queue.settings.dead_letter_exchange is not None:
+            queue.dead_letter = self.dead_letter
+        if queue.settings.expires is not None:
+            queue.watch()
         return queue
 
     def attach_store(self, queue: Queue) -> None:
@@ -374,8 +421,24 @@ class VirtualHost:
     # -- routing ---------------------------------------------------------------------------
     def route(self, exchange: Exchange, message: Message) -> list[Queue]:
         """Queues a message published to ``exchange`` goes to: following exchange-to-exchange
-        bindings and alternate exchanges, each queue once, each exchange visited once."""
-        routing_key = message.routing_key
+        bindings and alternate exchanges, each queue once, each exchange visited once.
+
+        Sender-selected distribution (RabbitMQ): routing keys in the ``CC`` and ``BCC``
+        headers are routed too, and ``BCC`` is removed from the message here.
+        """
+        headers_raw = message.headers_raw
+        if headers_raw is not None and (b"\x02CC" in headers_raw or b"\x03BCC" in headers_raw):
+            keys = sender_selected_keys(message)
+            if keys:
+                queues: list[Queue] = []
+                for key in [message.routing_key, *keys]:
+                    for queue in self._route_key(exchange, message, key):
+                        if queue not in queues:
+                            queues.append(queue)
+                return queues
+        return self._route_key(exchange, message, message.routing_key)
+
+    def _route_key(self, exchange: Exchange, message: Message, routing_key: str) -> list[Queue]:
         if exchange.is_default:
             queue = self.queues.get(routing_key)
             return [queue] if queue is not None else []
@@ -393,7 +456,7 @@ class VirtualHost:
                 alternate = self.exchanges.get(current.alternate)
                 if alternate is not None and alternate not in visited:
                     visited.add(alternate)
-                    work.append((alternate, self._route_one(alternate, message)))
+                    work.append((alternate, self._route_one(alternate, message, routing_key)))
             for destination in routed:
                 if type(destination) is Queue:
                     if destination not in seen_queues:
@@ -401,17 +464,76 @@ class VirtualHost:
                         queues.append(destination)
                 elif isinstance(destination, Exchange) and destination not in visited:
                     visited.add(destination)
-                    work.append((destination, self._route_one(destination, message)))
+                    work.append((destination, self._route_one(destination, message, routing_key)))
         return queues
 
-    def _route_one(self, exchange: Exchange, message: Message) -> list[Any]:
+    def _route_one(self, exchange: Exchange, message: Message, routing_key: str) -> list[Any]:
         if exchange.is_default:
-            queue = self.queues.get(message.routing_key)
+            queue = self.queues.get(routing_key)
             return [queue] if queue is not None else []
         router = exchange.router
-        return list(
-            router.route(message.routing_key, message.headers if router.uses_headers else None)
+        return list(router.route(routing_key, message.headers if router.uses_headers else None))
+
+    # -- dead-lettering ------------------------------------------------------------------
+    def dead_letter(self, queue: Queue, message: Message, reason: str) -> None:
+        """Republish a message that left ``queue`` unacked to its dead-letter exchange, with
+        RabbitMQ's x-death headers; dropped if that exchange does not exist or for target
+        queues that would close an automatic cycle."""
+        settings = queue.settings
+        assert settings.dead_letter_exchange is not None
+        exchange = self.exchanges.get(settings.dead_letter_exchange)
+        if exchange is None:
+            return
+        routing_keys = [message.routing_key, *sender_selected_keys(message, bcc=False)]
+        fixed_key = settings.dead_letter_routing_key
+        header, deaths = dead_letter_header(
+            message.header,
+            queue.name,
+            reason,
+            message.exchange,
+            routing_keys,
+            self.clock.now,
+            drop_cc=fixed_key is not None,  # RabbitMQ drops CC when the key is replaced
         )
+        key = fixed_key if fixed_key is not None else message.routing_key
+        peek = peek_header(header)
+        dead = Message(
+            exchange.name,
+            key,
+            encode_shortstr(exchange.name),
+            encode_shortstr(key),
+            header,
+            message.body,
+            message.persistent,
+            peek.priority,
+            None,
+            peek.headers_raw,
+        )
+        targets = (
+            self._route_key(exchange, dead, key)
+            if fixed_key is not None
+            else self.route(exchange, dead)
+        )
+        for target in targets:
+            if not is_cycle(deaths, target.name):
+                target.enqueue(dead)
+
+
+def sender_selected_keys(message: Message, bcc: bool = True) -> list[str]:
+    """Routing keys from the CC (and BCC) headers; removes BCC from the message's header."""
+    headers = message.headers or {}
+    keys: list[str] = []
+    for name in ("CC", "BCC") if bcc else ("CC",):
+        value = headers.get(name)
+        if isinstance(value, list):
+            keys += [v.decode() if isinstance(v, bytes) else str(v) for v in value]
+    if bcc and "BCC" in headers:
+        props = RawProperties(message.header)
+        props.edit_headers(remove=("BCC",))
+        message.header = props.encode()
+        message.headers_raw = peek_header(message.header).headers_raw
+        message.reset_headers()
+    return keys
 
 
 def _show(value: object) -> str:

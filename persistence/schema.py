@@ -22,6 +22,10 @@ Tables (schema 1):
   index costs ~10% against packing ``(queue_id, seq)`` into the rowid, which would bound
   ``seq``. Text keys ``(vhost, queue)`` instead of ``queue_id`` measured the same speed but
   repeat the names in every row and index entry.
+
+Tables added by schema 2 (access control, see :mod:`persistence.access`): ``vhosts``,
+``users`` (RabbitMQ-format password hashes, never plain text) and ``permissions`` (three
+regular expressions per user and vhost). Small, rewritten whole when they change.
 """
 
 from __future__ import annotations
@@ -108,7 +112,44 @@ _MIGRATION_1 = (
     """,
 )
 
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: _MIGRATION_1}
+# Schema 2: access control (RabbitMQ's first-boot state is seeded, so a store written by
+# schema 1, which knew only vhost '/' and guest/guest, keeps opening the same way). The guest
+# hash is RabbitMQ's rabbit_password_hashing_sha256 of "guest" with the salt 7a3c91e4.
+_MIGRATION_2 = (
+    """
+    CREATE TABLE vhosts (
+        name            TEXT    NOT NULL PRIMARY KEY,
+        description     TEXT    NOT NULL DEFAULT '',
+        tags            TEXT    NOT NULL DEFAULT '',
+        max_connections INTEGER
+    ) WITHOUT ROWID
+    """,
+    """
+    CREATE TABLE users (
+        name              TEXT NOT NULL PRIMARY KEY,
+        password_hash     TEXT NOT NULL,
+        hashing_algorithm TEXT NOT NULL,
+        tags              TEXT NOT NULL DEFAULT ''
+    ) WITHOUT ROWID
+    """,
+    """
+    CREATE TABLE permissions (
+        user      TEXT NOT NULL,
+        vhost     TEXT NOT NULL,
+        configure TEXT NOT NULL,
+        write     TEXT NOT NULL,
+        read      TEXT NOT NULL,
+        PRIMARY KEY (user, vhost)
+    ) WITHOUT ROWID
+    """,
+    "INSERT INTO vhosts (name) VALUES ('/')",
+    "INSERT INTO users (name, password_hash, hashing_algorithm, tags) VALUES ('guest',"
+    " 'ejyR5F2e8NWZBOuU0LHBXo54l2KUznhb+ZigxcAz+o1dfO1+', 'rabbit_password_hashing_sha256',"
+    " 'administrator')",
+    "INSERT INTO permissions VALUES ('guest', '/', '.*', '.*', '.*')",
+)
+
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: _MIGRATION_1, 2: _MIGRATION_2}
 """Statements that take a store from version ``n - 1`` to version ``n``."""
 
 SCHEMA_VERSION = max(MIGRATIONS)

@@ -29,7 +29,7 @@ from typing import IO, Any
 import aiosqlite
 import anyio
 
-from persistence import fieldcodec, schema
+from persistence import access, fieldcodec, schema
 from persistence.errors import StoreError
 from persistence.records import (
     Batch,
@@ -353,6 +353,54 @@ class Store:
         except (sqlite3.Error, OSError, ValueError) as exc:
             raise StoreError(f"cannot read messages of {queue} from {self._path}: {exc}") from exc
         return _records(rows, {}, 0)
+
+    async def load_access(self) -> access.AccessState:
+        """Read the users, vhosts and permissions (one snapshot).
+
+        Raises:
+            StoreError: SQLite failed or the store is closed.
+        """
+        db = self._reader_or_raise()
+        try:
+            await db.execute("BEGIN")
+            try:
+                rows = {
+                    key: list(await db.execute_fetchall(sql))
+                    for key, sql in access.LOAD_SQL.items()
+                }
+            finally:
+                await db.execute("COMMIT")
+        except (sqlite3.Error, OSError, ValueError) as exc:
+            raise StoreError(f"cannot load access control from {self._path}: {exc}") from exc
+        return access.rows_to_state(rows)
+
+    async def save_access(self, state: access.AccessState) -> None:
+        """Replace the stored users, vhosts and permissions in one transaction.
+
+        For startup (definitions import) and the admin commands: it must not be called
+        while :meth:`apply` is in flight.
+
+        Raises:
+            StoreError: SQLite failed (nothing was changed) or the store is closed.
+            RuntimeError: An ``apply`` is in flight.
+        """
+        db = self._writer
+        if self._closed:
+            raise StoreError(f"store {self._path} is closed")
+        if self._applying:
+            raise RuntimeError("Store.save_access called while an apply is in flight")
+        self._applying = True
+        with anyio.CancelScope(shield=True):
+            try:
+                await db.execute("BEGIN IMMEDIATE")
+                for sql, rows in access.state_to_statements(state):
+                    await db.executemany(sql, rows)
+                await db.execute("COMMIT")
+            except (sqlite3.Error, OSError, ValueError) as exc:
+                await _rollback_quietly(db)
+                raise StoreError(f"cannot save access control to {self._path}: {exc}") from exc
+            finally:
+                self._applying = False
 
     async def close(self) -> None:
         """Close the store (rolling back an unfinished transaction) and unlock the directory.

@@ -9,10 +9,12 @@ answer anything.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import TypeVar
 
 from pamqp import commands, frame
 from pamqp.base import Frame as Method
+from pamqp.common import FieldTable
 
 from amqpd.perf.wire import (
     FRAME_METHOD,
@@ -25,7 +27,7 @@ from amqpd.perf.wire import (
 M = TypeVar("M", bound=Method)
 CHANNEL = 1
 READ_SIZE = 262144
-CLIENT_PROPERTIES = {
+CLIENT_PROPERTIES: FieldTable = {
     "product": "amqpd perf",
     "capabilities": {
         "publisher_confirms": True,
@@ -80,7 +82,7 @@ class AMQPClient:
         client = cls(reader, writer)
         writer.write(PROTOCOL_HEADER)
         await client.expect(commands.Connection.Start)
-        properties = dict(CLIENT_PROPERTIES, connection_name=name)
+        properties: FieldTable = dict(CLIENT_PROPERTIES, connection_name=name)
         client.send_method(
             commands.Connection.StartOk(
                 client_properties=properties,
@@ -163,7 +165,5 @@ class AMQPClient:
             pass
         finally:
             self.writer.close()
-            try:
+            with contextlib.suppress(OSError):
                 await self.writer.wait_closed()
-            except OSError:
-                pass

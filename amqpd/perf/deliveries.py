@@ -26,8 +26,16 @@ from amqpd.perf.wire import (
 class DeliveryParser:
     """Incremental parser of one consumer channel's incoming frames."""
 
-    __slots__ = ("_buf", "_expect_stamp", "deliveries", "keep_tags", "last_tag", "methods",
-                 "stamps", "tags")
+    __slots__ = (
+        "_buf",
+        "_expect_stamp",
+        "deliveries",
+        "keep_tags",
+        "last_tag",
+        "methods",
+        "stamps",
+        "tags",
+    )
 
     def __init__(self, keep_tags: bool = False) -> None:
         self._buf = bytearray()
@@ -74,9 +82,12 @@ class DeliveryParser:
                     self._expect_stamp = True
                 else:
                     self.methods.append(bytes(buf[pos + 7 : end]))
-            elif frame_type == FRAME_HEADER and self._expect_stamp:
-                if U64.unpack_from(buf, pos + 11)[0] == 0:  # empty body: no body frame
-                    self._expect_stamp = False
+            elif (
+                frame_type == FRAME_HEADER
+                and self._expect_stamp
+                and U64.unpack_from(buf, pos + 11)[0] == 0  # an empty body has no body frame
+            ):
+                self._expect_stamp = False
             pos = end + 1
         if pos:
             del buf[:pos]

@@ -30,6 +30,8 @@ from amqpd.perf.wire import (
     publish_template,
 )
 
+RATE_TICK = 0.002  # seconds: a rate-limited producer writes at most this often
+
 
 class Producer:
     """Publishes for one run; `setup` before the start, then `run`."""
@@ -106,6 +108,7 @@ class Producer:
         now_ns = window.now
         end, warm, start = window.end_ns, window.warm_ns, window.start_ns
         limit, confirm, rate = opts.pmessages, opts.confirm, opts.rate
+        step = max(1, int(rate * RATE_TICK))  # messages per wake-up when rate-limited
         sent = 0
         while True:
             if self.error is not None:
@@ -128,7 +131,8 @@ class Producer:
                 due = int(rate * (now - start) / 1e9) + 1 - sent
                 if due < room:
                     room = due
-                    deadline = start + int(sent / rate * 1e9)
+                    if room <= 0:  # sleep until a tick's worth of messages is due
+                        deadline = start + int((sent + step - 1) / rate * 1e9)
             if room <= 0:
                 await self._wait(deadline)
                 continue
@@ -182,8 +186,9 @@ class Producer:
                     if frame_type != FRAME_METHOD:
                         continue
                     index = METHOD_INDEX.unpack_from(payload, 0)[0]
-                    if index == BASIC_ACK or index == BASIC_NACK:
+                    if index in (BASIC_ACK, BASIC_NACK):
                         tag, multiple = decode_confirm(payload)
+                        stats.confirm_frames += 1
                         now = window.now()
                         for stamp, count in tracker.confirm(tag, multiple):
                             if stamp >= window.warm_ns:

@@ -42,6 +42,7 @@ class ProducerStats:
     confirmed: int = 0  # acked (confirm mode) or committed (tx mode)
     nacked: int = 0
     returned: int = 0
+    confirm_frames: int = 0  # basic.ack/nack frames received (coalescing shows here)
     sent_total: int = 0  # including the warm-up
     confirm_latency: Histogram = field(default_factory=Histogram)
     finished_ns: int = 0
@@ -52,6 +53,7 @@ class ProducerStats:
         self.confirmed += other.confirmed
         self.nacked += other.nacked
         self.returned += other.returned
+        self.confirm_frames += other.confirm_frames
         self.sent_total += other.sent_total
         self.confirm_latency.merge(other.confirm_latency)
         self.finished_ns = max(self.finished_ns, other.finished_ns)

@@ -105,10 +105,10 @@ async def delete(client: AMQPClient, options: PerfOptions) -> None:
 
 async def queue_depths(client: AMQPClient, options: PerfOptions) -> dict[str, int]:
     """Ready message count of every queue (passive declare)."""
-    depths = {}
+    depths: dict[str, int] = {}
     for name in options.queue_names():
         ok = await client.call(
             commands.Queue.Declare(queue=name, passive=True), commands.Queue.DeclareOk
         )
-        depths[name] = ok.message_count
+        depths[name] = ok.message_count or 0
     return depths

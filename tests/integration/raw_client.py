@@ -251,6 +251,20 @@ class RawClient:
                     return channel, value
             self._fill(deadline)
 
+    def read_raw_frame(self, timeout: float = DEFAULT_TIMEOUT) -> tuple[int, int, bytes]:
+        """The next frame undecoded, as (frame type, channel, payload): for tests that check
+        the exact bytes the broker sends (e.g. the field types in a content header)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            buf = self._buf
+            if len(buf) >= 7 and buf[:4] != b"AMQP":
+                frame_type, channel, size = struct.unpack_from(">BHI", buf, 0)
+                if len(buf) >= size + 8:
+                    payload = bytes(buf[7 : 7 + size])
+                    del buf[: size + 8]
+                    return frame_type, channel, payload
+            self._fill(deadline)
+
     def expect(
         self,
         kind: type[T],

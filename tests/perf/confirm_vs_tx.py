@@ -3,14 +3,25 @@
 Not part of the pytest run. Start a broker first (``amqpd --port 5699``) or pass any
 AMQP 0-9-1 URL:
     python tests/perf/confirm_vs_tx.py --url amqp://guest:guest@127.0.0.1:5699/ [--count N]
+
+Both runs go through ``amqpd perf`` (the same as
+``amqpd perf -y 0 -f -C N -c WINDOW`` and ``amqpd perf -y 0 -f -C N --tx-size 1``).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 
-from amqpd.loadgen import publish_tx_per_message, publish_with_confirms
+from amqpd.perf.options import parse_options
+from amqpd.perf.report import Summary, summarise
+from amqpd.perf.runner import run
+
+
+def _run(url: str, count: int, size: int, persistent: bool, mode: list[str]) -> Summary:
+    argv = ["-u", url, "-y", "0", "-C", str(count), "-s", str(size), "--interval", "0", *mode]
+    if persistent:
+        argv.append("-f")
+    return summarise(run(parse_options(argv), progress=None))
 
 
 def main() -> None:
@@ -23,20 +34,14 @@ def main() -> None:
     parser.add_argument("--transient", action="store_true")
     args = parser.parse_args()
     persistent = not args.transient
-    c = asyncio.run(
-        publish_with_confirms(
-            args.url, "perf-confirms", args.count, args.size, args.window, persistent
-        )
-    )
-    t = asyncio.run(
-        publish_tx_per_message(args.url, "perf-tx", args.tx_count, args.size, persistent)
-    )
+    c = _run(args.url, args.count, args.size, persistent, ["-c", str(args.window)])
+    t = _run(args.url, args.tx_count, args.size, persistent, ["--tx-size", "1"])
     print(
-        f"confirms window {args.window}: {c.rate:,.0f} msg/s "
-        f"({c.confirm_frames} ack frames for {c.messages} messages)"
+        f"confirms window {args.window}: {c.confirmed_rate:,.0f} msg/s "
+        f"({c.producers.confirm_frames} ack frames for {c.producers.confirmed} messages)"
     )
-    print(f"tx.commit per message:  {t.rate:,.0f} msg/s")
-    print(f"ratio confirms/tx:      {c.rate / t.rate:.1f}x")
+    print(f"tx.commit per message:  {t.confirmed_rate:,.0f} msg/s")
+    print(f"ratio confirms/tx:      {c.confirmed_rate / t.confirmed_rate:.1f}x")
 
 
 if __name__ == "__main__":

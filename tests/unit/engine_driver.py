@@ -17,7 +17,7 @@ class Client:
     def __init__(
         self, broker: Broker, now: float = 0.0, capabilities: dict[str, Any] | None = None
     ) -> None:
-        self.conn = Connection(broker, now, "test")
+        self.conn = Connection(broker, now, "127.0.0.1:5672")  # loopback: guest may log in
         self.capabilities = capabilities or {
             "consumer_cancel_notify": True,
             "authentication_failure_close": True,

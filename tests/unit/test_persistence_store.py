@@ -329,7 +329,9 @@ def test_newer_schema_is_refused_untouched(tmp_path: Path) -> None:
     con.commit()
     con.close()
     before = digest(db)
-    open_fails(tmp_path, r"newer amqpd \(schema 3 > 1\); upgrade amqpd or point --data-dir")
+    version = schema.SCHEMA_VERSION
+    newer = rf"newer amqpd \(schema {version + 2} > {version}\)"
+    open_fails(tmp_path, newer + "; upgrade amqpd or point --data-dir")
     assert digest(db) == before
     # The lock was released: a fixed file opens again.
     con = sqlite3.connect(db)

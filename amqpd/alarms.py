@@ -1,0 +1,79 @@
+"""Resource alarms: the memory high-watermark and the free-disk low-watermark (sans-IO).
+
+Theory of operation
+-------------------
+The shell measures (its own RSS several times a second, the data directory's free space
+once a second) and passes the numbers in; nothing here reads a clock or the system. As in
+RabbitMQ, the memory alarm is on while the broker uses more than the watermark and the disk
+alarm while the free space is below the limit, with no hysteresis.
+
+While any alarm is on, a connection that publishes is blocked (``rabbit_reader``'s throttle):
+after the chunk holding the publish it is sent ``connection.blocked`` (reason "low on
+memory", "low on disk" or "low on memory & disk", if the client announced the capability)
+and the shell stops reading from it, so its data waits in the kernel and in the client. A
+connection that does not publish (a consumer, which must be able to ack) is never blocked.
+When the last alarm clears, blocked connections are read again and get
+``connection.unblocked``. While a connection is blocked its heartbeat timeout is suspended,
+since it is the broker that does not read.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+log = logging.getLogger(__name__)
+
+MEMORY: Final = "memory"
+DISK: Final = "disk"
+
+
+class ResourceAlarms:
+    """Which resource alarms are on, from the measurements the shell passes in."""
+
+    __slots__ = ("active", "disk_free_limit", "memory_limit")
+
+    def __init__(self, memory_limit: int | None, disk_free_limit: int | None) -> None:
+        self.memory_limit = memory_limit
+        self.disk_free_limit = disk_free_limit
+        self.active: dict[str, None] = {}  # insertion-ordered set
+
+    @property
+    def reason(self) -> str:
+        """The connection.blocked reason, RabbitMQ's wording."""
+        return "low on " + " & ".join(self.active)
+
+    def memory_used(self, used: int) -> bool:
+        """Record the broker's memory use (bytes); True if the memory alarm changed."""
+        if self.memory_limit is None:
+            return False
+        return self._set(MEMORY, used > self.memory_limit, "used", used, self.memory_limit)
+
+    def disk_free(self, free: int) -> bool:
+        """Record the data directory's free space (bytes); True if the disk alarm changed."""
+        if self.disk_free_limit is None:
+            return False
+        return self._set(DISK, free < self.disk_free_limit, "free", free, self.disk_free_limit)
+
+    def _set(self, resource: str, on: bool, what: str, value: int, limit: int) -> bool:
+        if on == (resource in self.active):
+            return False
+        if on:
+            self.active[resource] = None
+            log.warning(
+                "%s resource limit alarm set (%d bytes %s, limit %d); publishers are blocked",
+                resource,
+                value,
+                what,
+                limit,
+            )
+        else:
+            del self.active[resource]
+            log.warning(
+                "%s resource limit alarm cleared (%d bytes %s, limit %d)",
+                resource,
+                value,
+                what,
+                limit,
+            )
+        return True

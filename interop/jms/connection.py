@@ -1,0 +1,306 @@
+"""``ConnectionFactory`` and ``Connection``.
+
+A connection is one AMQP connection (pika ``SelectConnection`` on its own I/O thread), an
+admin channel for declarations, and one channel per session. As in JMS, a new connection is
+*stopped*: messages are buffered but not delivered to ``receive`` or listeners until
+``start()``.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from interop.jms.constants import AckMode
+from interop.jms.errors import ConfigurationError, IllegalStateException, JMSException
+from interop.jms.options import DEFAULT_URL, ConnectionOptions, parse_url, pika_parameters
+from interop.jms.policies import (
+    DeadLetterStrategy,
+    PrefetchPolicy,
+    RedeliveryPolicy,
+    SharedDeadLetterStrategy,
+)
+from interop.jms.session import Session
+from interop.jms.topology import Topology
+from interop.jms.transport import Transport
+
+__all__ = ["Connection", "ConnectionFactory"]
+
+log = logging.getLogger(__name__)
+
+_DEFAULT: Any = object()
+
+
+class ConnectionFactory:
+    """Creates connections with ActiveMQ-compatible client settings.
+
+    Keyword arguments use snake_case and seconds; `from_url` reads ActiveMQ's ``jms.*`` URL
+    keys (milliseconds). Example::
+
+        factory = ConnectionFactory("amqp://guest:guest@localhost:5672/%2F",
+                                    optimize_acknowledge=True,
+                                    prefetch_policy=PrefetchPolicy(queue_prefetch=10))
+    """
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        client_id: str | None = None,
+        prefetch_policy: PrefetchPolicy | None = None,
+        redelivery_policy: RedeliveryPolicy | None = None,
+        optimize_acknowledge: bool = False,
+        optimize_acknowledge_timeout: float = 0.3,
+        optimized_ack_scheduled_ack_interval: float = 0.0,
+        dead_letter_strategy: DeadLetterStrategy | None = _DEFAULT,
+        topic_exchange: str = "amq.topic",
+        connect_timeout: float = 10.0,
+    ) -> None:
+        """Create a factory.
+
+        Args:
+            url: ``amqp[s]://user:password@host:port/vhost`` (pika query keys allowed;
+                ``jms.*`` keys only through `from_url`).
+            client_id: JMS client id (needed for durable subscribers); unique per broker.
+            prefetch_policy: Default ``PrefetchPolicy()`` (queue 1000, topic 32767, …).
+            redelivery_policy: Default ``RedeliveryPolicy()`` (6 redeliveries, 1 s delay).
+            optimize_acknowledge: Cumulative acks at 65 % of the prefetch (AUTO sessions).
+            optimize_acknowledge_timeout: Seconds (default 0.3; 0 disables the time rule).
+            optimized_ack_scheduled_ack_interval: Seconds between forced flushes (0 = off).
+            dead_letter_strategy: Default ``SharedDeadLetterStrategy()`` (``ActiveMQ.DLQ``);
+                None declares queues without dead-letter arguments.
+            topic_exchange: AMQP topic exchange for JMS topics (default ``amq.topic``).
+            connect_timeout: Seconds to wait for the AMQP connection to open.
+
+        Raises:
+            ConfigurationError: a bad value, or ``jms.*`` keys in ``url``.
+        """
+        pika_url, url_options = parse_url(url)
+        if url_options:
+            raise ConfigurationError(
+                "jms.* URL keys are read by ConnectionFactory.from_url(url), not the constructor"
+            )
+        self.url = pika_url
+        self._parameters = pika_parameters(pika_url)
+        self.options = ConnectionOptions(
+            client_id=client_id,
+            prefetch_policy=prefetch_policy if prefetch_policy is not None else PrefetchPolicy(),
+            redelivery_policy=(
+                redelivery_policy if redelivery_policy is not None else RedeliveryPolicy()
+            ),
+            optimize_acknowledge=optimize_acknowledge,
+            optimize_acknowledge_timeout=optimize_acknowledge_timeout,
+            optimized_ack_scheduled_ack_interval=optimized_ack_scheduled_ack_interval,
+            dead_letter_strategy=(
+                SharedDeadLetterStrategy()
+                if dead_letter_strategy is _DEFAULT
+                else dead_letter_strategy
+            ),
+            topic_exchange=topic_exchange,
+        )
+        if connect_timeout <= 0:
+            raise ConfigurationError("connect_timeout must be > 0 seconds")
+        self.connect_timeout = connect_timeout
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> ConnectionFactory:
+        """A factory from an ActiveMQ-style URL.
+
+        ``amqp://guest:guest@host:5672/%2F?jms.optimizeAcknowledge=true&jms.prefetchPolicy.all=10``
+        Times in ``jms.*`` keys are milliseconds. Keyword arguments are accepted as in the
+        constructor; an option given both ways is an error.
+
+        Raises:
+            ConfigurationError: an unknown ``jms.*`` key (or pika key), a bad value, or an
+                option given twice.
+        """
+        pika_url, url_options = parse_url(url)
+        twice = sorted(set(url_options) & set(kwargs))
+        if twice:
+            raise ConfigurationError(f"option(s) given in the URL and as keywords: {twice}")
+        return cls(pika_url, **url_options, **kwargs)
+
+    def create_connection(
+        self, username: str | None = None, password: str | None = None
+    ) -> Connection:
+        """Open a connection (stopped: call ``start()`` to receive).
+
+        Raises:
+            JMSException: the broker cannot be reached or refused the login.
+            InvalidClientIDException: the client id is in use.
+        """
+        parameters = copy.copy(self._parameters)
+        if username is not None or password is not None:
+            import pika
+
+            parameters.credentials = pika.PlainCredentials(username or "", password or "")
+        return Connection(parameters, copy.deepcopy(self.options), self.connect_timeout)
+
+
+class Connection:
+    """An open JMS connection; a context manager (closed on exit)."""
+
+    def __init__(self, parameters: Any, options: ConnectionOptions, timeout: float) -> None:
+        self.options = options
+        self.connection_id = f"ID:{uuid.uuid4()}"
+        self.exception_listener: Callable[[JMSException], None] | None = None
+        self._lock = threading.Lock()
+        self._sessions: list[Session] = []
+        self._sessions_created = 0
+        self._started = False
+        self._closed = False
+        self._client_id: str | None = None
+        self.optimized_dispatch = True
+        self.transport = Transport(parameters, self.connection_id[3:11], self._connection_lost)
+        self.transport.start(timeout)
+        self.topology = Topology(
+            self.transport, options.dead_letter_strategy, options.topic_exchange
+        )
+        try:
+            self.topology.ensure_topic_exchange()
+            if options.client_id is not None:
+                self.client_id = options.client_id
+        except BaseException:
+            self.transport.close()
+            raise
+
+    # -- context manager -------------------------------------------------------------------------
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- client id ---------------------------------------------------------------------------------
+    @property
+    def client_id(self) -> str | None:
+        """The JMS client id, or None."""
+        return self._client_id
+
+    @client_id.setter
+    def client_id(self, value: str) -> None:
+        """Set the client id once, before the first session.
+
+        Raises:
+            IllegalStateException: already set, or a session exists.
+            InvalidClientIDException: another connection uses this id.
+        """
+        if self._client_id is not None:
+            raise IllegalStateException(f"the clientID is already set to {self._client_id!r}")
+        if self._sessions_created:
+            raise IllegalStateException("setClientID must be called before creating a session")
+        if not value:
+            raise ConfigurationError("client id must not be empty")
+        self.topology.lock_client_id(value)
+        self._client_id = value
+
+    # -- sessions ----------------------------------------------------------------------------------
+    def create_session(
+        self, transacted: bool = False, ack_mode: AckMode | int = AckMode.AUTO_ACKNOWLEDGE
+    ) -> Session:
+        """Create a session on its own channel.
+
+        Args:
+            transacted: True for a transacted session (``ack_mode`` is then ignored).
+            ack_mode: One of `AckMode` (or its int value).
+
+        Raises:
+            IllegalStateException: the connection is closed.
+        """
+        self._check_open()
+        mode = AckMode.SESSION_TRANSACTED if transacted else AckMode(ack_mode)
+        link = self.transport.open_channel()
+        try:
+            if mode is AckMode.SESSION_TRANSACTED:
+                link.tx_select()
+            else:
+                link.confirm_select()
+        except BaseException:
+            link.close()
+            raise
+        session = Session(self, link, mode)
+        with self._lock:
+            self._sessions_created += 1
+            if self._sessions_created > 1 or mode is AckMode.SESSION_TRANSACTED:
+                self.optimized_dispatch = False
+            self._sessions.append(session)
+        return session
+
+    def _session_closed(self, session: Session) -> None:
+        with self._lock:
+            if session in self._sessions:
+                self._sessions.remove(session)
+
+    def _durable_in_use(self, name: str) -> bool:
+        with self._lock:
+            sessions = list(self._sessions)
+        return any(
+            consumer.subscription_name == name and not consumer.closed
+            for session in sessions
+            for consumer in list(session._consumers)
+        )
+
+    # -- start / stop / close ---------------------------------------------------------------------
+    @property
+    def started(self) -> bool:
+        """True between ``start()`` and ``stop()``."""
+        return self._started
+
+    def start(self) -> None:
+        """Start (or restart) delivery of messages to receivers and listeners."""
+        self._check_open()
+        self._started = True
+        for session in self._session_list():
+            session._notify()
+
+    def stop(self) -> None:
+        """Pause delivery; waits for running listeners to return (except the caller's own)."""
+        self._check_open()
+        self._started = False
+        for session in self._session_list():
+            session._wait_listener_idle()
+
+    def close(self) -> None:
+        """Close every session, then the AMQP connection (idempotent)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._started = False
+        for session in self._session_list():
+            try:
+                session.close()
+            except JMSException as exc:  # the connection may already be gone
+                log.debug("closing session: %s", exc)
+        if self.transport.is_open:
+            self.topology.close()
+        self.transport.close()
+
+    @property
+    def closed(self) -> bool:
+        """True once closed."""
+        return self._closed
+
+    def _session_list(self) -> list[Session]:
+        with self._lock:
+            return list(self._sessions)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalStateException("The Connection is closed")
+        if self.transport.error is not None:
+            raise JMSException(f"connection failed: {self.transport.error}")
+
+    def _connection_lost(self, error: JMSException) -> None:
+        """I/O thread: the broker or the network closed the connection."""
+        for session in self._session_list():
+            session._fail(error)
+        listener = self.exception_listener
+        if listener is not None:
+            threading.Thread(
+                target=listener, args=(error,), name="jms-exception-listener", daemon=True
+            ).start()

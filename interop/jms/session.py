@@ -1,0 +1,817 @@
+"""A JMS session: one AMQP channel, its acknowledgement mode, its consumers and producers.
+
+Theory of operation (session acknowledgement state)
+---------------------------------------------------
+Transport: one channel per session. Transacted sessions run ``tx.select`` on it; the others
+``confirm.select`` (a persistent send waits for its confirm, as ActiveMQ's synchronous send
+waits for the broker's receipt). Acks and transactions are per channel in AMQP, which is
+exactly JMS's per-session scope.
+
+State, guarded by ``_cond`` (the I/O thread only takes it for short, non-blocking updates;
+nothing blocks on the broker while holding it):
+
+- ``_outstanding``: every delivery unacked at the broker, by tag, in tag order. A delivery
+  enters when it arrives (I/O thread) and leaves when its ack/reject is queued. The safe
+  cumulative-ack rule (`interop.jms.acks.plan_acks`) reads it.
+- per consumer: ``buffer`` (prefetched, not yet seen by the application) and ``redelivery``
+  (locally rolled back, each with the time it may be dispatched again).
+- ``_consumed``: CLIENT / INDIVIDUAL / transacted: what the application has seen and not
+  yet acknowledged / committed (oldest first).
+- ``_tx_internal``: transacted only: acks/rejects the client itself queued inside the
+  current transaction (selector misses, expired and poisoned messages, requeues from a
+  closed consumer). ``tx.rollback`` undoes them at the broker, so rollback issues them again
+  and commits.
+
+A delivery's life::
+
+    arrive -> buffer -> screened at take time: selector / noLocal miss -> ack
+                                                expired                -> dead-letter or drop
+                                                tx pre-dispatch check  -> poison
+           -> handed to the application (receive returns it / listener called)
+              AUTO      : ack before receive returns / after the listener returns
+                          (optimizeAcknowledge: batched by an AckBatcher at 65 %)
+              DUPS_OK   : queue as AUTO; topic batched at 50 %, rest flushed on close
+              CLIENT    : -> _consumed until acknowledge() (acks all of _consumed)
+              INDIVIDUAL: -> _consumed until message.acknowledge() (that one only)
+              TRANSACTED: -> _consumed until commit() (acks then tx.commit)
+           -> listener raised (AUTO, DUPS_OK, INDIVIDUAL), recover(), rollback():
+              local redelivery: counter + 1; counter > maximum_redeliveries -> poison
+              (basic.reject requeue=false: the queue's dead-letter exchange takes it);
+              else back to the consumer's redelivery queue after the policy's delay.
+
+CLIENT, INDIVIDUAL and transacted consumers also keep a `WindowTracker` so a batch larger
+than the prefetch can be read before acknowledging (see `interop.jms.acks`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from interop.jms import codec
+from interop.jms.acks import AckBatcher, WindowTracker, plan_acks, threshold
+from interop.jms.constants import (
+    DUPS_OK_BATCH_PERCENT,
+    OPTIMIZE_ACK_PERCENT,
+    WINDOW_STEP_PERCENT,
+    AckMode,
+)
+from interop.jms.consumer import MessageConsumer
+from interop.jms.delivery import Delivery
+from interop.jms.destinations import (
+    ConsumerOptions,
+    Destination,
+    Queue,
+    TemporaryQueue,
+    Topic,
+    is_wildcard,
+)
+from interop.jms.dispatcher import Dispatcher
+from interop.jms.errors import (
+    IllegalStateException,
+    InvalidDestinationException,
+    InvalidSelectorException,
+    JMSException,
+    TransactionRolledBackException,
+)
+from interop.jms.messages import Message
+from interop.jms.producer import MessageProducer
+from interop.jms.selector import compile_selector
+from interop.jms.transport import ChannelLink
+
+if TYPE_CHECKING:
+    from interop.jms.connection import Connection
+
+__all__ = ["Session"]
+
+log = logging.getLogger(__name__)
+
+_BATCH_ACKS = (AckMode.AUTO_ACKNOWLEDGE, AckMode.DUPS_OK_ACKNOWLEDGE)
+_HOLDING = (
+    AckMode.CLIENT_ACKNOWLEDGE,
+    AckMode.INDIVIDUAL_ACKNOWLEDGE,
+    AckMode.SESSION_TRANSACTED,
+)
+
+
+class _Receipt:
+    """Binds a received message to its session (`interop.jms.messages.AckHandle`)."""
+
+    __slots__ = ("delivery", "session")
+
+    def __init__(self, session: Session, delivery: Delivery) -> None:
+        self.session = session
+        self.delivery = delivery
+
+    def acknowledge(self) -> None:
+        self.session._acknowledge_message(self.delivery)
+
+    def processing_failed(self) -> None:
+        self.session._message_failed(self.delivery)
+
+
+class Session:
+    """A single-threaded context for producing and consuming (JMS ``Session``).
+
+    Create it with `Connection.create_session`. It is a context manager (closed on exit).
+    """
+
+    def __init__(self, connection: Connection, link: ChannelLink, ack_mode: AckMode) -> None:
+        self._connection = connection
+        self._options = connection.options
+        self._link = link
+        self.ack_mode = ack_mode
+        self.transacted = ack_mode is AckMode.SESSION_TRANSACTED
+        self._cond = threading.Condition(threading.RLock())
+        self._consumers: list[MessageConsumer] = []
+        self._producers: list[MessageProducer] = []
+        self._outstanding: dict[int, Delivery] = {}
+        self._consumed: list[Delivery] = []
+        self._tx_internal: list[tuple[int, bool | None]] = []  # (tag, requeue) / None = ack
+        self._receivers = 0
+        self._rr = 0
+        self._closed = False
+        self._error: JMSException | None = None
+        self._dispatcher: Dispatcher | None = None
+        self._in_listener = False
+        self._durable_names: set[str] = set()
+        link.on_close = self._channel_failed
+
+    # ==========================================================================================
+    # Public API
+    # ==========================================================================================
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        """True once closed."""
+        return self._closed
+
+    def queue(self, name: str) -> Queue:
+        """A queue by name (``"orders?consumer.prefetchSize=10"`` keeps the option)."""
+        return Queue(name)
+
+    def topic(self, name: str) -> Topic:
+        """A topic by name; subscribers may use ActiveMQ wildcards (``*``, ``>``)."""
+        return Topic(name)
+
+    def temporary_queue(self) -> TemporaryQueue:
+        """A queue that lives as long as the connection (for replies)."""
+        self._check_open()
+        return TemporaryQueue(self._connection.topology.temporary_queue())
+
+    def create_producer(self, destination: Destination | None = None) -> MessageProducer:
+        """A producer for ``destination`` (None: give the destination to each ``send``)."""
+        self._check_open()
+        producer = MessageProducer(self, destination)
+        with self._cond:
+            self._producers.append(producer)
+        return producer
+
+    def create_consumer(
+        self, destination: Destination, selector: str | None = None, no_local: bool = False
+    ) -> MessageConsumer:
+        """A consumer of a queue or a (non-durable) topic subscription.
+
+        Args:
+            destination: The queue or topic, with optional ``consumer.*`` options.
+            selector: A JMS selector; topics only (evaluated by the client).
+            no_local: Skip messages published on this connection (topics).
+
+        Raises:
+            ConfigurationError: an unknown or bad ``consumer.*`` option.
+            InvalidSelectorException: a selector on a queue, or one that does not parse.
+        """
+        self._check_open()
+        options = ConsumerOptions.parse(destination)
+        topology = self._connection.topology
+        if isinstance(destination, Topic):
+            queue = topology.subscriber_queue(destination)
+            default_prefetch = self._options.prefetch_policy.topic_prefetch
+            return self._subscribe(
+                destination, queue, options, selector, no_local, default_prefetch, temporary=True
+            )
+        if isinstance(destination, TemporaryQueue):
+            queue = destination.name
+        elif isinstance(destination, Queue):
+            queue = topology.ensure_queue(
+                destination.name, single_active_consumer=options.exclusive
+            )
+        else:
+            raise InvalidDestinationException(f"cannot consume from {destination!r}")
+        default_prefetch = self._options.prefetch_policy.queue_prefetch
+        return self._subscribe(destination, queue, options, selector, no_local, default_prefetch)
+
+    def create_durable_subscriber(
+        self, topic: Topic, name: str, selector: str | None = None, no_local: bool = False
+    ) -> MessageConsumer:
+        """A durable subscription keyed by (connection client id, ``name``).
+
+        Raises:
+            IllegalStateException: the connection has no client id.
+            JMSException: the subscription already has an active consumer.
+        """
+        self._check_open()
+        client_id = self._connection.client_id
+        if client_id is None:
+            raise IllegalStateException(
+                "You cannot create a durable subscriber without specifying a unique clientID "
+                "on a Connection"
+            )
+        if not isinstance(topic, Topic):
+            raise InvalidDestinationException("durable subscribers need a topic")
+        if self._connection._durable_in_use(name):
+            raise JMSException(
+                f"Durable consumer is in use for client: {client_id} and subscriptionName: {name}"
+            )
+        options = ConsumerOptions.parse(topic)
+        queue = self._connection.topology.durable_subscription(client_id, name, topic)
+        policy = self._options.prefetch_policy
+        optimized = (
+            self.ack_mode is AckMode.AUTO_ACKNOWLEDGE and self._connection.optimized_dispatch
+        )
+        prefetch = (
+            policy.optimize_durable_topic_prefetch if optimized else policy.durable_topic_prefetch
+        )
+        consumer = self._subscribe(
+            topic, queue, options, selector, no_local, prefetch, exclusive=True
+        )
+        consumer.subscription_name = name
+        return consumer
+
+    def unsubscribe(self, name: str) -> None:
+        """Delete durable subscription ``name`` of this connection's client id.
+
+        Raises:
+            IllegalStateException: no client id.
+            JMSException: the subscription has an active consumer.
+            InvalidDestinationException: there is no such subscription.
+        """
+        self._check_open()
+        client_id = self._connection.client_id
+        if client_id is None:
+            raise IllegalStateException("unsubscribe needs a clientID on the Connection")
+        if self._connection._durable_in_use(name):
+            raise JMSException(f"Durable consumer is in use: {client_id}.{name}")
+        self._connection.topology.unsubscribe(client_id, name)
+
+    def acknowledge(self) -> None:
+        """Acknowledge every message this session delivered to the application so far
+        (CLIENT and INDIVIDUAL modes; a no-op otherwise)."""
+        with self._cond:
+            self._check_open()
+            if self.ack_mode in (AckMode.CLIENT_ACKNOWLEDGE, AckMode.INDIVIDUAL_ACKNOWLEDGE):
+                self._ack_consumed()
+
+    def commit(self) -> None:
+        """Commit: acknowledge what was consumed and publish what was sent in this
+        transaction (``basic.ack`` frames, then ``tx.commit``).
+
+        Raises:
+            IllegalStateException: not a transacted session.
+            TransactionRolledBackException: the broker failed the commit.
+        """
+        if not self.transacted:
+            raise IllegalStateException("Not a transacted session")
+        with self._cond:
+            self._check_open()
+            self._ack_consumed()
+            self._tx_internal.clear()
+        try:
+            self._link.tx_commit()
+        except JMSException as exc:
+            raise TransactionRolledBackException(
+                f"commit failed: {exc}", reply_code=exc.reply_code, reply_text=exc.reply_text
+            ) from exc
+
+    def rollback(self) -> None:
+        """Roll back: discard what was sent, redeliver what was consumed (counter + 1,
+        after the redelivery delay; beyond maximum_redeliveries to the dead-letter queue).
+
+        Raises:
+            IllegalStateException: not a transacted session.
+        """
+        if not self.transacted:
+            raise IllegalStateException("Not a transacted session")
+        with self._cond:
+            self._check_open()
+            consumed, self._consumed = self._consumed, []
+            internal, self._tx_internal = self._tx_internal, []
+        self._link.tx_rollback()
+        with self._cond:
+            for tag, requeue in internal:  # tx.rollback undid them
+                if requeue is None:
+                    self._link.ack(tag)
+                else:
+                    self._link.reject(tag, requeue)
+            settled = self._redeliver(consumed, time.monotonic(), record=False)
+        if internal or settled:
+            self._link.tx_commit()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Session]:
+        """``with session.transaction():`` commits on a normal exit, rolls back on error."""
+        if not self.transacted:
+            raise IllegalStateException("Not a transacted session")
+        try:
+            yield self
+        except BaseException:
+            self.rollback()
+            raise
+        self.commit()
+
+    def recover(self) -> None:
+        """Redeliver every message delivered but not acknowledged (counts toward
+        maximum_redeliveries, so it can dead-letter).
+
+        Raises:
+            IllegalStateException: the session is transacted.
+        """
+        if self.transacted:
+            raise IllegalStateException("This session is transacted")
+        with self._cond:
+            self._check_open()
+            pending = list(self._consumed)
+            self._consumed.clear()
+            for consumer in self._consumers:
+                if consumer.batcher is not None:
+                    tags = set(consumer.batcher.take_all())
+                    pending.extend(d for tag, d in self._outstanding.items() if tag in tags)
+            self._redeliver(sorted(pending, key=lambda d: d.tag), time.monotonic())
+
+    def close(self) -> None:
+        """Close the session: consumers first (optimized acks are flushed), then the channel
+        (the broker requeues what is unacked; an open transaction is rolled back)."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            consumers = list(self._consumers)
+            dispatcher, self._dispatcher = self._dispatcher, None
+            self._cond.notify_all()
+        if dispatcher is not None:
+            dispatcher.stop()
+        temporary = []
+        for consumer in consumers:
+            self._close_consumer(consumer, session_closing=True)
+            if consumer.temporary_queue:
+                temporary.append(consumer.queue)
+        self._link.close()
+        for queue in temporary:
+            if self._connection.transport.is_open:
+                self._connection.topology.delete_queue(queue)
+        self._connection._session_closed(self)
+
+    # ==========================================================================================
+    # Consumers
+    # ==========================================================================================
+    def _subscribe(
+        self,
+        destination: Destination,
+        queue: str,
+        options: ConsumerOptions,
+        selector: str | None,
+        no_local: bool,
+        default_prefetch: int,
+        *,
+        exclusive: bool = False,
+        temporary: bool = False,
+    ) -> MessageConsumer:
+        selector = selector if selector is not None else options.selector
+        predicate = None
+        if selector is not None and selector.strip():
+            if not destination.is_topic:
+                self._drop_temporary(queue, temporary)
+                raise InvalidSelectorException(
+                    "message selectors on queues are not supported (AMQP brokers have no "
+                    "broker-side selectors); use a topic with a selector, or one queue per "
+                    "kind of message"
+                )
+            try:
+                predicate = compile_selector(selector)
+            except InvalidSelectorException:
+                self._drop_temporary(queue, temporary)
+                raise
+        prefetch = options.prefetch_size if options.prefetch_size is not None else default_prefetch
+        prefetch = min(prefetch, 32767)
+        now = time.monotonic()
+        batcher = None
+        if prefetch > 0 and self.ack_mode is AckMode.AUTO_ACKNOWLEDGE:
+            if self._options.optimize_acknowledge:
+                batcher = AckBatcher(
+                    threshold(prefetch, OPTIMIZE_ACK_PERCENT),
+                    self._options.optimize_acknowledge_timeout,
+                    now,
+                )
+        elif prefetch > 0 and self.ack_mode is AckMode.DUPS_OK_ACKNOWLEDGE and destination.is_topic:
+            batcher = AckBatcher(threshold(prefetch, DUPS_OK_BATCH_PERCENT), 0.0, now)
+        tag = f"jms-{uuid.uuid4().hex[:12]}"
+        window = None
+        if prefetch > 0 and self.ack_mode in _HOLDING:
+            window = WindowTracker(threshold(prefetch, WINDOW_STEP_PERCENT), f"{tag}.0")
+        arguments = {"x-priority": options.priority} if options.priority is not None else None
+        consumer = MessageConsumer(
+            self,
+            destination,
+            queue,
+            prefetch,
+            tag=tag,
+            selector=predicate,
+            no_local=no_local or options.no_local,
+            exclusive=exclusive,
+            arguments=arguments,
+            batcher=batcher,
+            window=window,
+            temporary_queue=temporary,
+        )
+        with self._cond:
+            self._consumers.append(consumer)
+        if prefetch > 0:
+            try:
+                self._link.consume(
+                    queue,
+                    consumer._on_message,
+                    consumer_tag=consumer.current_tag,
+                    prefetch=prefetch,
+                    exclusive=exclusive,
+                    arguments=arguments,
+                )
+            except JMSException:
+                with self._cond:
+                    self._consumers.remove(consumer)
+                raise
+        interval = self._options.optimized_ack_scheduled_ack_interval
+        if batcher is not None and self.ack_mode is AckMode.AUTO_ACKNOWLEDGE and interval > 0:
+            self._schedule_flush(consumer, interval)
+        return consumer
+
+    def _drop_temporary(self, queue: str, temporary: bool) -> None:
+        if temporary:
+            self._connection.topology.delete_queue(queue)
+
+    def _schedule_flush(self, consumer: MessageConsumer, interval: float) -> None:
+        """optimizedAckScheduledAckInterval: flush the optimized acks every ``interval``."""
+
+        def flush() -> None:
+            with self._cond:
+                if consumer.closed or self._error is not None or consumer.batcher is None:
+                    return
+                self._send_acks(consumer.batcher.take_all())
+            self._connection.transport.call_later(interval, flush)
+
+        self._connection.transport.call_later(interval, flush)
+
+    def _close_consumer(self, consumer: MessageConsumer, session_closing: bool = False) -> None:
+        with self._cond:
+            if consumer.closed:
+                return
+            consumer.closed = True
+            consumer._listener = None
+            healthy = self._error is None and not self._link.error
+            if consumer.batcher is not None and healthy:
+                self._send_acks(consumer.batcher.take_all())
+            current_tag = consumer.current_tag
+            self._cond.notify_all()
+        if healthy and not session_closing:
+            if consumer.prefetch > 0:
+                self._link.cancel(current_tag)
+            with self._cond:
+                leftovers = [d for d in consumer._drain() if not d.settled]
+                for delivery in leftovers:
+                    self._reject(delivery, requeue=True)
+            if consumer.temporary_queue:
+                self._connection.topology.delete_queue(consumer.queue)
+        with self._cond:
+            if consumer in self._consumers:
+                self._consumers.remove(consumer)
+            if self._dispatcher is not None and not any(c._listener for c in self._consumers):
+                self._cond.notify_all()
+
+    def _register(
+        self, consumer: MessageConsumer, method: Any, properties: Any, body: bytes
+    ) -> Delivery:
+        """A delivery arrived (I/O thread): decode it, count it outstanding, buffer it."""
+        message = codec.decode(
+            method.exchange, method.routing_key, properties, body, self._options.topic_exchange
+        )
+        headers = properties.headers or {}
+        redelivered = bool(method.redelivered)
+        counter = codec.delivery_counter(headers, redelivered)
+        publisher = headers.get(codec.CONNECTION_ID_HEADER)
+        delivery = Delivery(
+            tag=int(method.delivery_tag),
+            consumer_tag=str(getattr(method, "consumer_tag", "") or ""),
+            owner=consumer,
+            message=message,
+            counter=counter,
+            broker_redelivered=redelivered,
+            persistent=properties.delivery_mode == 2,
+            publisher=publisher if isinstance(publisher, str) else None,
+        )
+        message._set_delivery(_Receipt(self, delivery), delivery.redelivered, counter + 1)
+        with self._cond:
+            self._outstanding[delivery.tag] = delivery
+            consumer._buffer.append(delivery)
+            self._cond.notify_all()
+        return delivery
+
+    # ==========================================================================================
+    # Handing messages to the application
+    # ==========================================================================================
+    def _screen(self, consumer: MessageConsumer, delivery: Delivery) -> bool:
+        """True when the delivery must not reach the application (it is settled here)."""
+        message = delivery.message
+        if consumer.no_local and delivery.publisher == self._connection.connection_id:
+            self._internal_ack(delivery)
+            return True
+        if consumer.selector is not None and not consumer.selector(message.get_property):
+            self._internal_ack(delivery)
+            return True
+        if message.expiration is not None and time.time() >= message.expiration:
+            strategy = self._options.dead_letter_strategy
+            if strategy is None or strategy.process_expired:
+                self._poison(delivery, "expired")
+            else:
+                self._internal_ack(delivery)
+            return True
+        policy = self._options.redelivery_policy
+        if self.transacted and policy.pre_dispatch_check and policy.exceeded(delivery.counter):
+            self._poison(delivery, "redelivery limit exceeded before dispatch")
+            return True
+        return False
+
+    def _before_app(self, consumer: MessageConsumer, delivery: Delivery) -> None:
+        """The application is about to see ``delivery``."""
+        if self.ack_mode in _HOLDING:
+            self._consumed.append(delivery)
+            window = consumer.window
+            if window is not None and window.consumed(delivery.tag, delivery.consumer_tag):
+                consumer._rotate()
+
+    def _after_app(
+        self, consumer: MessageConsumer, delivery: Delivery, failed: bool, now: float
+    ) -> None:
+        """The application has seen ``delivery`` (receive returned, listener finished)."""
+        mode = self.ack_mode
+        batcher = consumer.batcher
+        if mode in _BATCH_ACKS:
+            if failed:
+                if batcher is not None:
+                    self._send_acks(batcher.take_all())
+                self._redeliver([delivery], now)
+            elif batcher is not None:
+                self._send_acks(batcher.consumed(delivery.tag, now))
+            else:
+                self._send_acks([delivery.tag])
+        elif mode is AckMode.INDIVIDUAL_ACKNOWLEDGE and failed and not delivery.settled:
+            if delivery in self._consumed:
+                self._consumed.remove(delivery)
+            self._redeliver([delivery], now)
+
+    def _next_for_listener(self, now: float) -> tuple[MessageConsumer, Delivery] | float | None:
+        """Dispatcher: the next (consumer, delivery) for a listener, or when to look again
+        (a monotonic time), or None (nothing to wait for)."""
+        if self._closed or self._error is not None or not self._connection.started:
+            return None
+        consumers = self._consumers
+        count = len(consumers)
+        wake: float | None = None
+        for offset in range(count):
+            consumer = consumers[(self._rr + offset) % count]
+            if consumer._listener is None or consumer.closed:
+                continue
+            delivery, when = consumer._take(now)
+            if delivery is not None:
+                self._rr = (self._rr + offset + 1) % count
+                self._before_app(consumer, delivery)
+                self._in_listener = True
+                return consumer, delivery
+            if when is not None and (wake is None or when < wake):
+                wake = when
+        return wake
+
+    def _listener_done(self, consumer: MessageConsumer, delivery: Delivery, failed: bool) -> None:
+        with self._cond:
+            self._in_listener = False
+            if self._error is None and not (self._closed and delivery.settled):
+                self._after_app(consumer, delivery, failed, time.monotonic())
+            self._cond.notify_all()
+
+    def _ensure_dispatcher(self) -> None:
+        if self._dispatcher is None:
+            self._dispatcher = Dispatcher(self)
+            self._dispatcher.start()
+
+    # ==========================================================================================
+    # Acknowledgements and redelivery (called with _cond held)
+    # ==========================================================================================
+    def _settled(self, tag: int) -> None:
+        delivery = self._outstanding.pop(tag, None)
+        if delivery is not None:
+            delivery.settled = True
+            if delivery.owner.window is not None:
+                delivery.owner.window.settled(tag)
+
+    def _send_acks(self, tags: Iterable[int]) -> None:
+        """Ack these tags with the fewest frames the safe cumulative rule allows."""
+        wanted = [tag for tag in tags if tag in self._outstanding]
+        if not wanted:
+            return
+        for tag, multiple in plan_acks(wanted, self._outstanding):
+            self._link.ack(tag, multiple)
+        for tag in wanted:
+            self._settled(tag)
+
+    def _internal_ack(self, delivery: Delivery) -> None:
+        if delivery.settled:
+            return
+        self._link.ack(delivery.tag)
+        if self.transacted:
+            self._tx_internal.append((delivery.tag, None))
+        self._settled(delivery.tag)
+
+    def _reject(self, delivery: Delivery, requeue: bool, record: bool = True) -> None:
+        if delivery.settled:
+            return
+        self._link.reject(delivery.tag, requeue)
+        if self.transacted and record:
+            self._tx_internal.append((delivery.tag, requeue))
+        self._settled(delivery.tag)
+
+    def _poison(self, delivery: Delivery, why: str, record: bool = True) -> None:
+        """Dead-letter a delivery (or drop it: non-persistent, as ActiveMQ does by default)."""
+        strategy = self._options.dead_letter_strategy
+        message = delivery.message
+        if strategy is not None and not delivery.persistent and not strategy.process_non_persistent:
+            log.info("dropping non-persistent message %s (%s)", message.message_id, why)
+            if not delivery.settled:
+                self._link.ack(delivery.tag)
+                if self.transacted and record:
+                    self._tx_internal.append((delivery.tag, None))
+                self._settled(delivery.tag)
+            return
+        log.warning(
+            "message %s to the dead-letter queue after %d deliveries (%s)",
+            message.message_id,
+            delivery.counter,
+            why,
+        )
+        self._reject(delivery, requeue=False, record=record)
+
+    def _redeliver(self, deliveries: Iterable[Delivery], now: float, record: bool = True) -> bool:
+        """Local redelivery (rollback, recover, failed listener); True if any was settled."""
+        policy = self._options.redelivery_policy
+        settled = False
+        for delivery in deliveries:
+            if delivery.settled:
+                continue
+            delivery.counter += 1
+            delivery.message._set_delivery(_Receipt(self, delivery), True, delivery.counter + 1)
+            if policy.exceeded(delivery.counter):
+                self._poison(delivery, f"redelivery counter {delivery.counter} > maximum", record)
+                settled = True
+            elif delivery.owner.closed:
+                self._reject(delivery, requeue=True, record=record)
+                settled = True
+            else:
+                delivery.ready_at = now + policy.delay(delivery.counter)
+                delivery.owner._push_redelivery(delivery)
+        self._cond.notify_all()
+        return settled
+
+    def _ack_consumed(self) -> None:
+        consumed, self._consumed = self._consumed, []
+        self._send_acks(d.tag for d in consumed if not d.settled)
+
+    def _acknowledge_message(self, delivery: Delivery) -> None:
+        with self._cond:
+            if self._closed:
+                raise IllegalStateException("The Session is closed")
+            self._raise_if_failed()
+            if self.ack_mode is AckMode.CLIENT_ACKNOWLEDGE:
+                self._ack_consumed()
+            elif self.ack_mode is AckMode.INDIVIDUAL_ACKNOWLEDGE and not delivery.settled:
+                if delivery in self._consumed:
+                    self._consumed.remove(delivery)
+                self._send_acks([delivery.tag])
+
+    def _message_failed(self, delivery: Delivery) -> None:
+        """``with message:`` raised: INDIVIDUAL hands the message back for redelivery."""
+        with self._cond:
+            if self._closed or self._error is not None:
+                return
+            if self.ack_mode is AckMode.INDIVIDUAL_ACKNOWLEDGE and delivery in self._consumed:
+                self._consumed.remove(delivery)
+                self._redeliver([delivery], time.monotonic())
+
+    # ==========================================================================================
+    # Sending
+    # ==========================================================================================
+    def _send(self, message: Message, destination: Destination, time_to_live: float) -> None:
+        self._check_open()
+        topology = self._connection.topology
+        connection_id = None
+        if isinstance(destination, Topic):
+            if is_wildcard(destination.name):
+                raise InvalidDestinationException(
+                    f"cannot publish to wildcard topic {destination.name!r}"
+                )
+            exchange, routing_key = topology.topic_exchange, destination.name
+            connection_id = self._connection.connection_id
+        elif isinstance(destination, TemporaryQueue):
+            exchange, routing_key = "", destination.name
+        elif isinstance(destination, Queue):
+            exchange, routing_key = "", topology.ensure_queue(destination.name)
+        else:
+            raise InvalidDestinationException(f"cannot send to {destination!r}")
+        outgoing = codec.encode(
+            message,
+            exchange,
+            routing_key,
+            connection_id=connection_id,
+            time_to_live=time_to_live,
+        )
+        future = self._link.publish(outgoing)
+        if not self.transacted and message.delivery_mode == 2:
+            self._connection.transport.wait(future, "publisher confirm")
+
+    # ==========================================================================================
+    # State checks and failures
+    # ==========================================================================================
+    def _channel_failed(self, error: JMSException) -> None:
+        """The channel closed under us (I/O thread)."""
+        log.warning("session channel closed: %s", error)
+        self._fail(error)
+
+    def _fail(self, error: JMSException) -> None:
+        with self._cond:
+            if self._error is None:
+                self._error = error
+            self._cond.notify_all()
+
+    def _raise_if_failed(self) -> None:
+        error = self._error
+        if error is not None:
+            raise JMSException(
+                f"session failed: {error}", reply_code=error.reply_code, reply_text=error.reply_text
+            )
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalStateException("The Session is closed")
+        self._raise_if_failed()
+
+    def _check_receive(self) -> None:
+        """The exclusivity rule, receive side."""
+        if any(consumer._listener is not None for consumer in self._consumers):
+            raise IllegalStateException(
+                "Cannot synchronously receive a message when a MessageListener is set"
+            )
+
+    def _wait(self, until: float | None) -> None:
+        """Wait on the condition until notified or the monotonic deadline."""
+        if until is None:
+            self._cond.wait()
+        else:
+            self._cond.wait(max(0.0, until - time.monotonic()))
+
+    def _set_listener(
+        self, consumer: MessageConsumer, listener: Callable[[Message], None] | None
+    ) -> None:
+        with self._cond:
+            self._check_open()
+            if listener is not None and self._receivers > 0:
+                raise IllegalStateException(
+                    "A MessageListener cannot be set if receive() is outstanding on a session"
+                )
+            consumer._listener = listener
+            if listener is not None:
+                self._ensure_dispatcher()
+            self._cond.notify_all()
+
+    @property
+    def in_listener(self) -> bool:
+        """True while a listener of this session runs."""
+        return self._in_listener
+
+    def _wait_listener_idle(self) -> None:
+        """Connection.stop(): wait for a running listener to return."""
+        dispatcher = self._dispatcher
+        if dispatcher is not None and dispatcher.is_current_thread():
+            return
+        with self._cond:
+            while self._in_listener:
+                self._cond.wait(0.1)
+
+    def _notify(self) -> None:
+        with self._cond:
+            self._cond.notify_all()

@@ -1,0 +1,225 @@
+"""What JMS destinations need on the broker: queues with dead-letter arguments, DLQs,
+subscriber queues bound to the topic exchange, durable subscriptions, temporary queues.
+
+All declarations run on one "admin" channel per connection, so a refusal (406
+PRECONDITION_FAILED closes the channel) never takes a session down; the admin channel is
+reopened on the next call. Declared names are cached per connection.
+
+Queue layout:
+
+- JMS queue ``q``: durable queue ``q`` with ``x-dead-letter-exchange=""`` and
+  ``x-dead-letter-routing-key=<DLQ>``; messages are published to the default exchange.
+  If ``q`` already exists with other arguments, it is used as it is (passive declare) and
+  a warning says that dead-lettering follows the existing arguments.
+- Topic subscriber: a server-named exclusive queue bound to the topic exchange with the
+  topic pattern (``>`` -> ``#``); deleted when the consumer closes.
+- Durable subscriber (client id ``c``, name ``n``): durable queue ``c.n``, consumed with
+  ``exclusive=true``; removed by ``unsubscribe``.
+- Client id: an exclusive queue ``jms.client-id.<id>`` held by the connection, so a second
+  connection with the same id is refused (405 RESOURCE_LOCKED), as ActiveMQ does.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Final
+
+from interop.jms.destinations import Topic, binding_key
+from interop.jms.errors import (
+    InvalidClientIDException,
+    InvalidDestinationException,
+    JMSException,
+)
+from interop.jms.policies import DeadLetterStrategy
+from interop.jms.transport import ChannelLink, Transport
+
+__all__ = ["Topology"]
+
+log = logging.getLogger(__name__)
+
+PRECONDITION_FAILED: Final = 406
+RESOURCE_LOCKED: Final = 405
+NOT_FOUND: Final = 404
+CLIENT_ID_PREFIX: Final = "jms.client-id."
+
+
+class Topology:
+    """Declarations for one connection (thread-safe; calls block on the admin channel)."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        dead_letter_strategy: DeadLetterStrategy | None,
+        topic_exchange: str,
+    ) -> None:
+        self._transport = transport
+        self._strategy = dead_letter_strategy
+        self.topic_exchange = topic_exchange
+        self._lock = threading.Lock()
+        self._link: ChannelLink | None = None
+        self._declared: dict[str, dict[str, Any]] = {}
+
+    def _admin(self) -> ChannelLink:
+        if self._link is None or self._link.error is not None:
+            self._link = self._transport.open_channel()
+        return self._link
+
+    def close(self) -> None:
+        """Close the admin channel."""
+        with self._lock:
+            if self._link is not None:
+                self._link.close()
+                self._link = None
+
+    # -- exchanges ------------------------------------------------------------------------------
+    def ensure_topic_exchange(self) -> None:
+        """Declare the topic exchange unless it is one of the predeclared ``amq.*`` ones."""
+        if self.topic_exchange.startswith("amq."):
+            return
+        with self._lock:
+            self._admin().exchange_declare(self.topic_exchange, "topic")
+
+    # -- queues ---------------------------------------------------------------------------------
+    def dead_letter_arguments(self, name: str, is_topic: bool, queue: str) -> dict[str, Any]:
+        """``x-dead-letter-*`` arguments for a queue holding messages of ``name``."""
+        strategy = self._strategy
+        if strategy is None or strategy.is_dead_letter_queue(queue):
+            return {}
+        dlq = strategy.queue_name(name, is_topic)
+        self._declare_dlq(dlq)
+        return {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq}
+
+    def _declare_dlq(self, dlq: str) -> None:
+        if dlq in self._declared:
+            return
+        with self._lock:
+            self._declare(dlq, durable=True, arguments={})
+
+    def _declare(self, queue: str, **kwargs: Any) -> Any:
+        """Declare under ``self._lock``; on 406 fall back to a passive declare."""
+        arguments = kwargs.get("arguments") or {}
+        try:
+            ok = self._admin().queue_declare(queue, **kwargs)
+        except JMSException as exc:
+            if exc.reply_code != PRECONDITION_FAILED:
+                raise
+            log.warning(
+                "queue %r exists with other arguments (%s); using it as it is, so its "
+                "dead-lettering and options follow the existing arguments, not %s",
+                queue,
+                exc.reply_text,
+                arguments,
+            )
+            ok = self._admin().queue_declare(queue, passive=True)
+        self._declared[ok.queue] = arguments
+        return ok
+
+    def ensure_queue(self, name: str, *, single_active_consumer: bool = False) -> str:
+        """Declare JMS queue ``name`` (once per connection) with its dead-letter arguments.
+
+        Server-named queues (``amq.*``, e.g. another client's reply queue) are not declared:
+        the name is reserved, and such a queue is exclusive to its owner anyway.
+
+        Raises:
+            JMSException: the broker refused the declaration (other than 406).
+        """
+        if name.startswith("amq."):
+            return name
+        arguments = self.dead_letter_arguments(name, False, name)
+        if single_active_consumer:
+            arguments["x-single-active-consumer"] = True
+        if self._declared.get(name) == arguments:
+            return name
+        with self._lock:
+            self._declare(name, durable=True, arguments=arguments)
+        return name
+
+    def subscriber_queue(self, topic: Topic) -> str:
+        """A new exclusive queue bound to ``topic`` (non-durable subscriber)."""
+        key = binding_key(topic.name)
+        arguments = self.dead_letter_arguments(topic.name, True, "")
+        with self._lock:
+            link = self._admin()
+            queue = str(link.queue_declare("", exclusive=True, arguments=arguments).queue)
+            link.queue_bind(queue, self.topic_exchange, key)
+        return queue
+
+    def durable_subscription(self, client_id: str, name: str, topic: Topic) -> str:
+        """Declare and bind the queue of durable subscription (client_id, name).
+
+        Raises:
+            JMSException: "Durable consumer is in use" when it has an active consumer.
+        """
+        key = binding_key(topic.name)
+        queue = f"{client_id}.{name}"
+        arguments = self.dead_letter_arguments(topic.name, True, queue)
+        with self._lock:
+            ok = self._declare(queue, durable=True, arguments=arguments)
+            if ok.consumer_count:
+                raise JMSException(
+                    f"Durable consumer is in use for client: {client_id} and "
+                    f"subscriptionName: {name}"
+                )
+            self._admin().queue_bind(queue, self.topic_exchange, key)
+        return queue
+
+    def unsubscribe(self, client_id: str, name: str) -> None:
+        """Delete durable subscription (client_id, name).
+
+        Raises:
+            InvalidDestinationException: there is no such subscription.
+            JMSException: it has an active consumer.
+        """
+        queue = f"{client_id}.{name}"
+        with self._lock:
+            try:
+                ok = self._admin().queue_declare(queue, passive=True)
+            except JMSException as exc:
+                if exc.reply_code == NOT_FOUND:
+                    raise InvalidDestinationException(
+                        f"No durable subscription exists for clientID: {client_id} and "
+                        f"subscriptionName: {name}"
+                    ) from None
+                raise
+            if ok.consumer_count:
+                raise JMSException(f"Durable consumer is in use: {client_id}.{name}")
+            try:
+                self._admin().queue_delete(queue, if_unused=True)
+            except JMSException as exc:
+                if exc.reply_code == PRECONDITION_FAILED:
+                    raise JMSException(f"Durable consumer is in use: {client_id}.{name}") from None
+                raise
+            self._declared.pop(queue, None)
+
+    def temporary_queue(self) -> str:
+        """A server-named queue exclusive to this connection."""
+        with self._lock:
+            return str(self._admin().queue_declare("", exclusive=True).queue)
+
+    def delete_queue(self, queue: str) -> None:
+        """Delete a queue this connection created (best effort)."""
+        with self._lock:
+            try:
+                self._admin().queue_delete(queue)
+            except JMSException as exc:
+                log.debug("could not delete queue %r: %s", queue, exc)
+            self._declared.pop(queue, None)
+
+    def lock_client_id(self, client_id: str) -> None:
+        """Hold the client id for this connection.
+
+        Raises:
+            InvalidClientIDException: another connection holds it.
+        """
+        with self._lock:
+            try:
+                self._admin().queue_declare(CLIENT_ID_PREFIX + client_id, exclusive=True)
+            except JMSException as exc:
+                if exc.reply_code == RESOURCE_LOCKED:
+                    raise InvalidClientIDException(
+                        f"Broker: client id {client_id!r} is already connected",
+                        reply_code=exc.reply_code,
+                        reply_text=exc.reply_text,
+                    ) from None
+                raise

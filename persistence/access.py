@@ -1,0 +1,117 @@
+"""Access-control records and their SQL (schema 2): users, vhosts, permissions.
+
+Pure: the statements and row conversions live here; :class:`persistence.store.Store` runs
+them (``load_access`` / ``save_access``). The tables are small and are rewritten whole in
+one transaction whenever they change (at startup for a definitions import, or by the
+``amqpd users|vhosts`` commands on a stopped broker's data directory).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+__all__ = [
+    "FULL_ACCESS",
+    "LOAD_SQL",
+    "AccessState",
+    "Permission",
+    "User",
+    "VhostInfo",
+    "rows_to_state",
+    "state_to_statements",
+]
+
+FULL_ACCESS: Final = ".*"
+
+
+@dataclass(slots=True)
+class User:
+    """A user: name, password hash (empty: no password login) and RabbitMQ tags."""
+
+    name: str
+    password_hash: str
+    hashing_algorithm: str = "rabbit_password_hashing_sha256"
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(slots=True, frozen=True)
+class Permission:
+    """A user's rights in one vhost: three regular expressions over resource names."""
+
+    configure: str = FULL_ACCESS
+    write: str = FULL_ACCESS
+    read: str = FULL_ACCESS
+
+
+@dataclass(slots=True)
+class VhostInfo:
+    """A vhost's definition: description, tags and the max-connections limit."""
+
+    name: str
+    description: str = ""
+    tags: tuple[str, ...] = ()
+    max_connections: int | None = None  # None or negative: unlimited; 0: no connections
+
+
+@dataclass(slots=True)
+class AccessState:
+    """Everything access control stores: what the store loads and saves."""
+
+    users: dict[str, User] = field(default_factory=dict)
+    vhosts: dict[str, VhostInfo] = field(default_factory=dict)
+    permissions: dict[tuple[str, str], Permission] = field(default_factory=dict)
+
+
+LOAD_SQL: Final = {
+    "users": "SELECT name, password_hash, hashing_algorithm, tags FROM users ORDER BY name",
+    "vhosts": "SELECT name, description, tags, max_connections FROM vhosts ORDER BY name",
+    "permissions": "SELECT user, vhost, configure, write, read FROM permissions"
+    " ORDER BY user, vhost",
+}
+
+
+def _tags(text: str) -> tuple[str, ...]:
+    return tuple(tag for tag in text.split(",") if tag)
+
+
+def rows_to_state(rows: dict[str, list[Any]]) -> AccessState:
+    """Build the state from the rows of the three `LOAD_SQL` queries."""
+    state = AccessState()
+    for name, password_hash, algorithm, tags in rows["users"]:
+        state.users[name] = User(name, password_hash, algorithm, _tags(tags))
+    for name, description, tags, max_connections in rows["vhosts"]:
+        state.vhosts[name] = VhostInfo(name, description, _tags(tags), max_connections)
+    for user, vhost, configure, write, read in rows["permissions"]:
+        state.permissions[(user, vhost)] = Permission(configure, write, read)
+    return state
+
+
+def state_to_statements(state: AccessState) -> list[tuple[str, list[tuple[Any, ...]]]]:
+    """``(sql, rows)`` pairs that replace the stored access state with ``state``."""
+    return [
+        ("DELETE FROM permissions", [()]),
+        ("DELETE FROM users", [()]),
+        ("DELETE FROM vhosts", [()]),
+        (
+            "INSERT INTO vhosts (name, description, tags, max_connections) VALUES (?, ?, ?, ?)",
+            [
+                (v.name, v.description, ",".join(v.tags), v.max_connections)
+                for v in state.vhosts.values()
+            ],
+        ),
+        (
+            "INSERT INTO users (name, password_hash, hashing_algorithm, tags) VALUES (?, ?, ?, ?)",
+            [
+                (u.name, u.password_hash, u.hashing_algorithm, ",".join(u.tags))
+                for u in state.users.values()
+            ],
+        ),
+        (
+            "INSERT INTO permissions (user, vhost, configure, write, read) VALUES (?, ?, ?, ?, ?)",
+            [
+                (user, vhost, p.configure, p.write, p.read)
+                for (user, vhost), p in state.permissions.items()
+            ],
+        ),
+    ]

@@ -1,0 +1,383 @@
+"""Brokers for the interop.jms scenario tests: amqpd (always) and RabbitMQ 3.x (when installed).
+
+The other ``test_jms_*`` modules import the ``broker`` fixture from here. It is parametrised
+only with the brokers that are available, so nothing is ever reported as skipped; which
+brokers run (and why RabbitMQ does not) is printed once per session.
+
+- amqpd: a fresh in-process server per test (``running_server`` from tests/conftest.py), so
+  ``handle.server.broker`` can be inspected.
+- RabbitMQ: one node for the whole session, started as the ``rabbitmq`` user on spare ports
+  with its own node name and directories. It starts in the background when this module is
+  imported (collection time), so its ~8 s boot overlaps collection and the amqpd runs; it is
+  stopped at exit with ``rabbitmqctl stop``. Tests use unique names (``handle.name()``), so
+  they do not see each other's queues.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+
+from amqpd.server import Server
+from interop.jms import Connection, ConnectionFactory, Session
+from tests.conftest import running_server
+
+RABBIT_START_TIMEOUT = 90.0
+
+
+def _rabbit_unavailable_reason() -> str | None:
+    if shutil.which("rabbitmq-server") is None or shutil.which("rabbitmqctl") is None:
+        return "rabbitmq-server is not installed"
+    if os.geteuid() != 0:
+        return "RabbitMQ can only be started as the rabbitmq user from root (not root here)"
+    return None
+
+
+RABBIT_REASON = _rabbit_unavailable_reason()
+BROKERS = ["amqpd"] if RABBIT_REASON else ["amqpd", "rabbitmq"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RabbitNode:
+    """A private RabbitMQ node for this test session."""
+
+    def __init__(self) -> None:
+        self.port = _free_port()
+        self.dist_port = _free_port()
+        self.node = f"jms{os.getpid()}@localhost"
+        self.base = Path(tempfile.mkdtemp(prefix="jms-rabbit-"))
+        shutil.chown(self.base, "rabbitmq")
+        self.log_path = self.base / "server.out"
+        env = (
+            f"RABBITMQ_NODE_PORT={self.port} RABBITMQ_DIST_PORT={self.dist_port} "
+            f"RABBITMQ_NODENAME={self.node} RABBITMQ_MNESIA_BASE={self.base}/mnesia "
+            f"RABBITMQ_LOG_BASE={self.base}/log "
+            f"RABBITMQ_ENABLED_PLUGINS_FILE={self.base}/enabled_plugins"
+        )
+        with self.log_path.open("wb") as out:
+            self.proc = subprocess.Popen(
+                ["su", "rabbitmq", "-s", "/bin/bash", "-c", f"{env} exec rabbitmq-server"],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.ready = threading.Event()
+        self.error: str | None = None
+        self.version = "?"
+        threading.Thread(target=self._wait_ready, name="rabbit-wait", daemon=True).start()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + RABBIT_START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.error = f"rabbitmq-server exited ({self.proc.returncode}): {self.tail()}"
+                break
+            try:
+                conn = pika.BlockingConnection(
+                    pika.ConnectionParameters("127.0.0.1", self.port, connection_attempts=1)
+                )
+            except pika.exceptions.AMQPError:
+                time.sleep(0.2)  # no event to wait for: the node opens its port when ready
+                continue
+            self.version = conn._impl.server_properties.get("version", b"?")
+            if isinstance(self.version, bytes):
+                self.version = self.version.decode()
+            conn.close()
+            break
+        else:
+            self.error = f"RabbitMQ did not open port {self.port} within {RABBIT_START_TIMEOUT}s"
+        self.ready.set()
+
+    def tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-2000:]
+        except OSError:
+            return ""
+
+    def wait(self) -> None:
+        self.ready.wait(RABBIT_START_TIMEOUT + 5)
+        if self.error or not self.ready.is_set():
+            pytest.fail(f"RabbitMQ node did not start: {self.error}")
+
+    def stop(self) -> None:
+        """Stop the node (after it finished booting), then make sure nothing is left."""
+        self.ready.wait(RABBIT_START_TIMEOUT)
+        if self.error is None:
+            try:
+                subprocess.run(
+                    ["rabbitmqctl", "-n", self.node, "stop"],
+                    capture_output=True,
+                    timeout=30,
+                    check=False,
+                )
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            pass
+        self._kill_leftovers()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    def _kill_leftovers(self) -> None:
+        """SIGKILL any process of *this* node (found by its RABBITMQ_NODENAME)."""
+        marker = f"RABBITMQ_NODENAME={self.node}".encode()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                environ = (entry / "environ").read_bytes()
+            except OSError:
+                continue
+            if marker in environ.split(b"\0"):
+                try:
+                    os.kill(int(entry.name), signal.SIGKILL)
+                except OSError:
+                    pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+_rabbit: RabbitNode | None = None
+_rabbit_lock = threading.Lock()
+_announced = False
+
+
+def rabbit_node() -> RabbitNode:
+    """The session's RabbitMQ node, started on first use (stopped at interpreter exit)."""
+    global _rabbit
+    with _rabbit_lock:
+        if _rabbit is None:
+            _rabbit = RabbitNode()
+            atexit.register(_rabbit.stop)
+        return _rabbit
+
+
+if not RABBIT_REASON:
+    rabbit_node()  # start now: the node boots (~8 s) while collection and other tests run
+
+
+def _announce(request: pytest.FixtureRequest) -> None:
+    global _announced
+    if _announced:
+        return
+    _announced = True
+    if RABBIT_REASON:
+        line = f"interop.jms integration tests: amqpd only ({RABBIT_REASON})"
+    else:
+        line = "interop.jms integration tests: amqpd and RabbitMQ (private node)"
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if capture is not None and reporter is not None:
+        with capture.global_and_fixture_disabled():
+            reporter.write_line(line)
+    else:  # pragma: no cover - plugins disabled
+        print(line)
+
+
+@dataclass
+class BrokerHandle:
+    """A broker a test talks to.
+
+    Attributes:
+        kind: ``amqpd`` or ``rabbitmq``.
+        port: AMQP port on 127.0.0.1.
+        server: The in-process amqpd server (None for RabbitMQ).
+        prefix: Unique name prefix for this test's queues and topics.
+    """
+
+    kind: str
+    port: int
+    server: Server | None = None
+    prefix: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:8]}")
+    _connections: list[Connection] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        """The amqp:// URL."""
+        return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+
+    def name(self, suffix: str) -> str:
+        """A name unique to this test."""
+        return f"{self.prefix}.{suffix}"
+
+    def factory(self, **options: Any) -> ConnectionFactory:
+        """A ConnectionFactory for this broker (fast redelivery unless told otherwise)."""
+        return ConnectionFactory(self.url, **options)
+
+    def connect(self, *, start: bool = True, **options: Any) -> Connection:
+        """An open (started) connection, closed at the end of the test."""
+        connection = self.factory(**options).create_connection()
+        self._connections.append(connection)
+        if start:
+            connection.start()
+        return connection
+
+    def close_all(self) -> None:
+        for connection in self._connections:
+            connection.close()
+
+    # -- plain AMQP views of the broker -----------------------------------------------------------
+    def pika(self) -> pika.BlockingConnection:
+        """A plain pika connection (close it)."""
+        return pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", self.port))
+
+    def depth(self, queue: str) -> int:
+        """Ready messages in ``queue`` (passive declare)."""
+        conn = self.pika()
+        try:
+            ok = conn.channel().queue_declare(queue, passive=True)
+            return int(ok.method.message_count)
+        finally:
+            conn.close()
+
+    def drain(self, queue: str) -> list[tuple[Any, bytes]]:
+        """Take every ready message out of ``queue``: (properties, body) pairs."""
+        conn = self.pika()
+        try:
+            channel = conn.channel()
+            out = []
+            while True:
+                method, properties, body = channel.basic_get(queue)
+                if method is None:
+                    return out
+                channel.basic_ack(method.delivery_tag)
+                out.append((properties, body))
+        finally:
+            conn.close()
+
+    def dead_letters(self, dlq: str, from_queue: str) -> list[tuple[Any, bytes]]:
+        """Messages in ``dlq`` that died in ``from_queue`` (others are drained too)."""
+        return [
+            (props, body)
+            for props, body in self.drain(dlq)
+            if (props.headers or {}).get("x-first-death-queue") == from_queue
+        ]
+
+    def wait_dead_letters(
+        self, dlq: str, from_queue: str, timeout: float = 5.0
+    ) -> list[tuple[Any, bytes]]:
+        """Wait until ``dlq`` holds messages that died in ``from_queue``; returns them."""
+        found: list[tuple[Any, bytes]] = []
+
+        def arrived() -> bool:
+            found.extend(self.dead_letters(dlq, from_queue))
+            return bool(found)
+
+        self.eventually(arrived, timeout)
+        return found
+
+    def eventually(self, check: Callable[[], bool], timeout: float = 5.0) -> None:
+        """Poll broker state (no event exists for it) until ``check()`` holds."""
+        deadline = time.monotonic() + timeout
+        while not check():
+            if time.monotonic() > deadline:
+                raise AssertionError("condition not reached in time")
+            time.sleep(0.02)
+
+
+@pytest.fixture(scope="module", params=BROKERS)
+def broker_kind(request: pytest.FixtureRequest) -> str:
+    """Which broker (module scope, so pytest runs a module's amqpd tests first, then its
+    RabbitMQ tests, while the node finishes starting)."""
+    _announce(request)
+    if request.param == "rabbitmq":
+        rabbit_node().wait()
+    return str(request.param)
+
+
+@pytest.fixture
+def broker(broker_kind: str) -> Iterator[BrokerHandle]:
+    """amqpd (a fresh server per test) or the session's RabbitMQ node."""
+    if broker_kind == "amqpd":
+        with running_server() as server:
+            handle = BrokerHandle("amqpd", server.port, server)
+            try:
+                yield handle
+            finally:
+                handle.close_all()
+        return
+    handle = BrokerHandle("rabbitmq", rabbit_node().port)
+    try:
+        yield handle
+    finally:
+        handle.close_all()
+
+
+@pytest.fixture
+def amqpd_broker(request: pytest.FixtureRequest) -> Iterator[BrokerHandle]:
+    """amqpd only (for the amqpd extensions: x-delivery-count across connections)."""
+    _announce(request)
+    with running_server() as server:
+        handle = BrokerHandle("amqpd", server.port, server)
+        try:
+            yield handle
+        finally:
+            handle.close_all()
+
+
+class AckSpy:
+    """Records the basic.ack / basic.reject frames a session sends (wraps its pika channel)."""
+
+    def __init__(self, session: Session) -> None:
+        self.acks: list[tuple[int, bool]] = []
+        self.rejects: list[tuple[int, bool]] = []
+        self._cond = threading.Condition()
+        channel = session._link.channel
+        ack, reject = channel.basic_ack, channel.basic_reject
+
+        def spy_ack(delivery_tag: int = 0, multiple: bool = False) -> None:
+            with self._cond:
+                self.acks.append((delivery_tag, multiple))
+                self._cond.notify_all()
+            ack(delivery_tag, multiple)
+
+        def spy_reject(delivery_tag: int, requeue: bool = True) -> None:
+            with self._cond:
+                self.rejects.append((delivery_tag, requeue))
+                self._cond.notify_all()
+            reject(delivery_tag, requeue)
+
+        channel.basic_ack = spy_ack
+        channel.basic_reject = spy_reject
+
+    def wait_acks(self, count: int, timeout: float = 5.0) -> list[tuple[int, bool]]:
+        """Wait until at least ``count`` ack frames were sent; returns them."""
+        with self._cond:
+            assert self._cond.wait_for(lambda: len(self.acks) >= count, timeout), self.acks
+            return list(self.acks)
+
+    def settle(self, session: Session) -> None:
+        """Wait until every ack/reject queued so far has gone through the I/O thread."""
+        session._connection.transport.call(lambda: None, "flush")
+
+
+def test_brokers_answer(broker: BrokerHandle) -> None:
+    """Each parametrised broker accepts a JMS connection and a plain AMQP one."""
+    connection = broker.connect()
+    session = connection.create_session()
+    queue = session.queue(broker.name("hello"))
+    session.create_producer(queue).send("hi")
+    assert broker.depth(queue.name) == 1
+    assert [body for _props, body in broker.drain(queue.name)] == [b"hi"]

@@ -1,0 +1,183 @@
+"""AMQPS: pika over TLS with certificates the test generates; wrong CAs; EXTERNAL login."""
+
+from __future__ import annotations
+
+import json
+import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pika
+import pika.credentials
+import pika.exceptions
+import pytest
+
+from amqpd.broker import BrokerConfig
+from amqpd.server import Server, ServerConfig, background_server
+from amqpd.tls import TLSOptions
+from tests.integration.tls_certs import Pki, make_pki
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@contextmanager
+def tls_server(
+    pki: Pki,
+    tmp_path: Path,
+    verify_peer: bool = False,
+    fail_if_no_peer_cert: bool = False,
+    login_from: str = "distinguished_name",
+) -> Iterator[Server]:
+    definitions = tmp_path / "definitions.json"
+    definitions.write_text(
+        json.dumps(
+            {
+                "users": [
+                    {"name": "app", "password": "app-secret", "tags": []},
+                    {"name": "CN=app-client,O=amqpd tests", "password_hash": ""},
+                    {"name": "app-client", "password_hash": ""},
+                ],
+                "permissions": [
+                    {"user": name, "vhost": "/", "configure": ".*", "write": ".*", "read": ".*"}
+                    for name in ("app", "CN=app-client,O=amqpd tests", "app-client")
+                ],
+            }
+        )
+    )
+    config = ServerConfig(
+        port=0,
+        tls_port=0,
+        tls=TLSOptions(
+            pki.server_cert,
+            pki.server_key,
+            pki.ca,
+            verify_peer,
+            fail_if_no_peer_cert,
+            login_from,
+        ),
+        definitions=definitions,
+    )
+    with background_server(BrokerConfig(), config) as server:
+        yield server
+
+
+def client_context(ca: Path, cert: Path | None = None, key: Path | None = None) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(ca))
+    if cert is not None:
+        context.load_cert_chain(str(cert), str(key))
+    return context
+
+
+def tls_params(
+    server: Server,
+    context: ssl.SSLContext,
+    credentials: pika.credentials.VALID_TYPES | None = None,
+) -> pika.ConnectionParameters:
+    return pika.ConnectionParameters(
+        "127.0.0.1",
+        server.tls_port,
+        ssl_options=pika.SSLOptions(context, "localhost"),
+        credentials=credentials or pika.PlainCredentials("app", "app-secret"),
+        connection_attempts=1,
+        socket_timeout=5,
+    )
+
+
+def roundtrip(conn: pika.BlockingConnection) -> None:
+    try:
+        channel = conn.channel()
+        channel.queue_declare("tls-q", auto_delete=True)
+        channel.basic_publish("", "tls-q", b"over tls")
+        _method, _props, body = channel.basic_get("tls-q", auto_ack=True)
+        assert body == b"over tls"
+    finally:
+        conn.close()
+
+
+def assert_plain_port_still_serves(server: Server) -> None:
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))
+    roundtrip(conn)
+
+
+def test_pika_over_tls_with_plain_login(pki: Pki, tmp_path: Path) -> None:
+    with tls_server(pki, tmp_path) as server:
+        assert server.tls_port and server.tls_port != server.port
+        roundtrip(pika.BlockingConnection(tls_params(server, client_context(pki.ca))))
+        assert_plain_port_still_serves(server)
+
+
+def test_client_trusting_another_ca_refuses_the_server(pki: Pki, tmp_path: Path) -> None:
+    with tls_server(pki, tmp_path) as server:
+        with pytest.raises(ssl.SSLCertVerificationError, match="CERTIFICATE_VERIFY_FAILED"):
+            pika.BlockingConnection(tls_params(server, client_context(pki.other_ca)))
+        roundtrip(pika.BlockingConnection(tls_params(server, client_context(pki.ca))))
+
+
+def test_client_certificate_from_another_ca_is_refused(pki: Pki, tmp_path: Path) -> None:
+    with tls_server(pki, tmp_path, verify_peer=True, fail_if_no_peer_cert=True) as server:
+        rogue = client_context(pki.ca, pki.rogue_cert, pki.rogue_key)
+        with pytest.raises(pika.exceptions.AMQPConnectionError):
+            conn = pika.BlockingConnection(tls_params(server, rogue))
+            conn.close()  # pragma: no cover - reached only if the broker let it in
+        good = client_context(pki.ca, pki.client_cert, pki.client_key)
+        roundtrip(pika.BlockingConnection(tls_params(server, good)))
+
+
+def test_fail_if_no_peer_cert_refuses_a_client_without_one(pki: Pki, tmp_path: Path) -> None:
+    with tls_server(pki, tmp_path, verify_peer=True, fail_if_no_peer_cert=True) as server:
+        with pytest.raises(pika.exceptions.AMQPConnectionError):
+            conn = pika.BlockingConnection(tls_params(server, client_context(pki.ca)))
+            conn.close()  # pragma: no cover
+        assert_plain_port_still_serves(server)
+
+
+@pytest.mark.parametrize("login_from", ["distinguished_name", "common_name"])
+def test_external_login_with_a_client_certificate(
+    pki: Pki, tmp_path: Path, login_from: str
+) -> None:
+    with tls_server(pki, tmp_path, verify_peer=True, login_from=login_from) as server:
+        context = client_context(pki.ca, pki.client_cert, pki.client_key)
+        credentials = pika.credentials.ExternalCredentials()
+        roundtrip(pika.BlockingConnection(tls_params(server, context, credentials)))
+
+
+def test_external_is_not_offered_without_a_client_certificate(pki: Pki, tmp_path: Path) -> None:
+    with tls_server(pki, tmp_path, verify_peer=True) as server:
+        context = client_context(pki.ca)  # verify_peer but no certificate: PLAIN only
+        with pytest.raises(pika.exceptions.AMQPConnectionError):
+            conn = pika.BlockingConnection(
+                tls_params(server, context, pika.credentials.ExternalCredentials())
+            )
+            conn.close()  # pragma: no cover
+        roundtrip(pika.BlockingConnection(tls_params(server, context)))
+
+
+def test_external_login_of_an_unknown_certificate_user_is_403(pki: Pki, tmp_path: Path) -> None:
+    definitions_user = "CN=app-client,O=amqpd tests"
+    with tls_server(pki, tmp_path, verify_peer=True) as server:
+        server.broker.access.state.users.pop(definitions_user)
+        context = client_context(pki.ca, pki.client_cert, pki.client_key)
+        with pytest.raises(pika.exceptions.ProbableAuthenticationError) as info:
+            pika.BlockingConnection(
+                tls_params(server, context, pika.credentials.ExternalCredentials())
+            )
+        assert "403" in str(info.value) and "EXTERNAL" in str(info.value)
+
+
+def test_a_silent_tls_client_is_dropped_after_the_handshake_timeout(
+    pki: Pki, tmp_path: Path
+) -> None:
+    import socket
+    import time
+
+    with tls_server(pki, tmp_path) as server:
+        server.broker.config.handshake_timeout = 0.5
+        with socket.create_connection(("127.0.0.1", server.tls_port), timeout=5) as sock:
+            began = time.monotonic()
+            assert sock.recv(1) == b""  # the broker closed it without a word
+            assert time.monotonic() - began < 4
+        assert_plain_port_still_serves(server)
