@@ -46,7 +46,7 @@ def _text(value: Any) -> Any:
     return value.decode(errors="replace") if isinstance(value, bytes | bytearray) else value
 
 
-def _amqp_type(value: Any) -> str:
+def amqp_type_name(value: Any) -> str:
     """The AMQP field type RabbitMQ names in its texts for a decoded table value."""
     if isinstance(value, bool):
         return "bool"
@@ -80,7 +80,7 @@ def _int(
         return None
     value = arguments[name]
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidQueueArgument(name, f'"expected integer, got {_amqp_type(value)}"')
+        raise InvalidQueueArgument(name, f'"expected integer, got {amqp_type_name(value)}"')
     if value < minimum:
         problem = "value_negative" if value < 0 else "value_zero"
         raise InvalidQueueArgument(name, f"{{{problem},{value}}}")
@@ -94,7 +94,7 @@ def _str(arguments: dict[str, Any], name: str) -> str | None:
         return None
     value = _text(arguments[name])
     if not isinstance(value, str):
-        raise InvalidQueueArgument(name, f"{{unacceptable_type,{_amqp_type(arguments[name])}}}")
+        raise InvalidQueueArgument(name, f"{{unacceptable_type,{amqp_type_name(arguments[name])}}}")
     return value
 
 
@@ -131,7 +131,7 @@ def parse_queue_arguments(arguments: dict[str, Any]) -> QueueSettings:
     sac = arguments.get("x-single-active-consumer", False)
     if not isinstance(sac, bool):
         raise InvalidQueueArgument(
-            "x-single-active-consumer", f"{{unacceptable_type,{_amqp_type(sac)}}}"
+            "x-single-active-consumer", f"{{unacceptable_type,{amqp_type_name(sac)}}}"
         )
     queue_type = _str_or(arguments, "x-queue-type", "classic")
     if queue_type == "stream":

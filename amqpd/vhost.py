@@ -20,7 +20,7 @@ from amqpd.errors import (
 from amqpd.message import Clock, Message
 from amqpd.properties import RawProperties
 from amqpd.queue import BodyLoader, Queue
-from amqpd.queue_args import InvalidQueueArgument
+from amqpd.queue_args import InvalidQueueArgument, amqp_type_name
 from exchanges.base import InvalidBinding, Router
 from exchanges.registry import EXCHANGE_TYPES, create_router
 from persistence.journal import Journal
@@ -49,6 +49,7 @@ EQUIVALENT_QUEUE_ARGS: Final = (
     "x-queue-mode",
     "x-queue-type",
     "x-single-active-consumer",
+    "x-delivery-limit",
 )
 # Classic-queue arguments RabbitMQ 3.x refuses on quorum queues.
 QUORUM_UNSUPPORTED_ARGS: Final = ("x-max-priority", "x-queue-mode")
@@ -163,7 +164,7 @@ class VirtualHost:
                 "auto_delete", what, _flag(auto_delete), _flag(existing.auto_delete)
             )
             self._check_equivalent("internal", what, _flag(internal), _flag(existing.internal))
-            self._check_equivalent(
+            _check_equivalent_arg(
                 "alternate-exchange",
                 what,
                 arguments.get("alternate-exchange"),
@@ -249,7 +250,7 @@ class VirtualHost:
                 "auto_delete", what, _flag(auto_delete), _flag(existing.auto_delete)
             )
             for arg in EQUIVALENT_QUEUE_ARGS:
-                self._check_equivalent(arg, what, arguments.get(arg), existing.arguments.get(arg))
+                _check_equivalent_arg(arg, what, arguments.get(arg), existing.arguments.get(arg))
             return existing
         if not name:
             name = generated_name("amq.gen-")
@@ -430,22 +431,29 @@ class VirtualHost:
         if headers_raw is not None and (b"\x02CC" in headers_raw or b"\x03BCC" in headers_raw):
             keys = sender_selected_keys(message)
             if keys:
-                queues: list[Queue] = []
-                for key in [message.routing_key, *keys]:
-                    for queue in self._route_key(exchange, message, key):
-                        if queue not in queues:
-                            queues.append(queue)
-                return queues
+                return self._route_key(exchange, message, message.routing_key, tuple(keys))
         return self._route_key(exchange, message, message.routing_key)
 
-    def _route_key(self, exchange: Exchange, message: Message, routing_key: str) -> list[Queue]:
-        if exchange.is_default:
+    def _route_key(
+        self,
+        exchange: Exchange,
+        message: Message,
+        routing_key: str,
+        extra_keys: tuple[str, ...] = (),
+    ) -> list[Queue]:
+        """Route on ``routing_key`` and the CC/BCC ``extra_keys`` together at each exchange,
+        as RabbitMQ does: an alternate exchange only gets what none of the keys routes."""
+        if extra_keys:
+            destinations = self._route_one(exchange, message, routing_key, extra_keys)
+        elif exchange.is_default:
             queue = self.queues.get(routing_key)
             return [queue] if queue is not None else []
-        router = exchange.router
-        destinations = router.route(routing_key, message.headers if router.uses_headers else None)
-        if exchange.alternate is None and all(type(d) is Queue for d in destinations):
-            return list(destinations)  # type: ignore[arg-type]
+        else:
+            router = exchange.router
+            headers = message.headers if router.uses_headers else None
+            destinations = router.route(routing_key, headers)
+            if exchange.alternate is None and all(type(d) is Queue for d in destinations):
+                return list(destinations)  # type: ignore[arg-type]
         queues: list[Queue] = []
         seen_queues: set[Queue] = set()
         visited = {exchange}
@@ -456,7 +464,8 @@ class VirtualHost:
                 alternate = self.exchanges.get(current.alternate)
                 if alternate is not None and alternate not in visited:
                     visited.add(alternate)
-                    work.append((alternate, self._route_one(alternate, message, routing_key)))
+                    routed_ae = self._route_one(alternate, message, routing_key, extra_keys)
+                    work.append((alternate, routed_ae))
             for destination in routed:
                 if type(destination) is Queue:
                     if destination not in seen_queues:
@@ -464,15 +473,29 @@ class VirtualHost:
                         queues.append(destination)
                 elif isinstance(destination, Exchange) and destination not in visited:
                     visited.add(destination)
-                    work.append((destination, self._route_one(destination, message, routing_key)))
+                    routed_e2e = self._route_one(destination, message, routing_key, extra_keys)
+                    work.append((destination, routed_e2e))
         return queues
 
-    def _route_one(self, exchange: Exchange, message: Message, routing_key: str) -> list[Any]:
+    def _route_one(
+        self,
+        exchange: Exchange,
+        message: Message,
+        routing_key: str,
+        extra_keys: tuple[str, ...] = (),
+    ) -> list[Any]:
         if exchange.is_default:
-            queue = self.queues.get(routing_key)
-            return [queue] if queue is not None else []
+            if not extra_keys:
+                queue = self.queues.get(routing_key)
+                return [queue] if queue is not None else []
+            found = (self.queues.get(key) for key in (routing_key, *extra_keys))
+            return list(dict.fromkeys(queue for queue in found if queue is not None))
         router = exchange.router
-        return list(router.route(routing_key, message.headers if router.uses_headers else None))
+        headers = message.headers if router.uses_headers else None
+        if not extra_keys:
+            return list(router.route(routing_key, headers))
+        keys = (routing_key, *extra_keys)
+        return list(dict.fromkeys(d for key in keys for d in router.route(key, headers)))
 
     # -- dead-lettering ------------------------------------------------------------------
     def dead_letter(self, queue: Queue, message: Message, reason: str) -> None:
@@ -526,7 +549,12 @@ def sender_selected_keys(message: Message, bcc: bool = True) -> list[str]:
     for name in ("CC", "BCC") if bcc else ("CC",):
         value = headers.get(name)
         if isinstance(value, list):
-            keys += [v.decode() if isinstance(v, bytes) else str(v) for v in value]
+            # RabbitMQ routes on the longstr items only (pamqp: str, or bytes if not UTF-8)
+            keys += [
+                v if isinstance(v, str) else v.decode(errors="replace")
+                for v in value
+                if isinstance(v, str) or type(v) is bytes
+            ]
     if bcc and "BCC" in headers:
         props = RawProperties(message.header)
         props.edit_headers(remove=("BCC",))
@@ -534,6 +562,36 @@ def sender_selected_keys(message: Message, bcc: bool = True) -> list[str]:
         message.headers_raw = peek_header(message.header).headers_raw
         message.reset_headers()
     return keys
+
+
+def _check_equivalent_arg(arg: str, what: str, received: object, current: object) -> None:
+    """An x-argument compared on redeclare, worded like rabbit_misc:assert_args_equivalence
+    (a side that is missing makes the other one show its value and AMQP type)."""
+    if arg == "x-queue-type":  # RabbitMQ: no x-queue-type is the same as "classic"
+        same = (received or "classic") == (current or "classic")
+    elif isinstance(received, bool) or isinstance(current, bool):
+        same = type(received) is type(current) and received == current
+    else:
+        same = received == current
+    if same:
+        return
+    typed = received is None or current is None
+    raise precondition_failed(
+        f"inequivalent arg '{arg}' {what}: received {_show_arg(received, typed)} "
+        f"but current is {_show_arg(current, typed)}"
+    )
+
+
+def _show_arg(value: object, typed: bool) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, bytes | bytearray):
+        text = value.decode(errors="replace")
+    else:
+        text = str(value)
+    return f"the value '{text}' of type '{amqp_type_name(value)}'" if typed else f"'{text}'"
 
 
 def _show(value: object) -> str:

@@ -236,7 +236,12 @@ class MessageConsumer:
                         return None
                     session._wait(wake if deadline is None else min(wake, deadline))
                     continue
-            got = session._link.get(self.queue, self._on_get)
+            try:
+                got = session._link.get(self.queue, self._on_get)
+            except JMSException:
+                if self.closed or session.closed:
+                    return None  # closed while the basic.get was in flight
+                raise
             if got is not None:
                 pause = _PULL_FIRST_WAIT
                 continue

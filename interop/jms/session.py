@@ -1,48 +1,12 @@
-"""A JMS session: one AMQP channel, its acknowledgement mode, its consumers and producers.
+"""A JMS session: one AMQP channel, its consumers and producers, its listener thread.
 
-Theory of operation (session acknowledgement state)
----------------------------------------------------
-Transport: one channel per session. Transacted sessions run ``tx.select`` on it; the others
-``confirm.select`` (a persistent send waits for its confirm, as ActiveMQ's synchronous send
-waits for the broker's receipt). Acks and transactions are per channel in AMQP, which is
-exactly JMS's per-session scope.
-
-State, guarded by ``_cond`` (the I/O thread only takes it for short, non-blocking updates;
-nothing blocks on the broker while holding it):
-
-- ``_outstanding``: every delivery unacked at the broker, by tag, in tag order. A delivery
-  enters when it arrives (I/O thread) and leaves when its ack/reject is queued. The safe
-  cumulative-ack rule (`interop.jms.acks.plan_acks`) reads it.
-- per consumer: ``buffer`` (prefetched, not yet seen by the application) and ``redelivery``
-  (locally rolled back, each with the time it may be dispatched again).
-- ``_consumed``: CLIENT / INDIVIDUAL / transacted: what the application has seen and not
-  yet acknowledged / committed (oldest first).
-- ``_tx_internal``: transacted only: acks/rejects the client itself queued inside the
-  current transaction (selector misses, expired and poisoned messages, requeues from a
-  closed consumer). ``tx.rollback`` undoes them at the broker, so rollback issues them again
-  and commits.
-
-A delivery's life::
-
-    arrive -> buffer -> screened at take time: selector / noLocal miss -> ack
-                                                expired                -> dead-letter or drop
-                                                tx pre-dispatch check  -> poison
-           -> handed to the application (receive returns it / listener called)
-              AUTO      : ack before receive returns / after the listener returns
-                          (optimizeAcknowledge: batched by an AckBatcher at 65 %)
-              DUPS_OK   : queue as AUTO; topic batched at 50 %, rest flushed on close
-              CLIENT    : -> _consumed until acknowledge() (acks all of _consumed)
-              INDIVIDUAL: -> _consumed until message.acknowledge() (that one only)
-              TRANSACTED: -> _consumed until commit() (acks then tx.commit)
-           -> listener raised (AUTO, DUPS_OK, INDIVIDUAL), recover(), rollback():
-              local redelivery: counter + 1; counter > maximum_redeliveries -> poison
-              (basic.reject requeue=false: the queue's dead-letter exchange takes it);
-              else back to the consumer's redelivery queue after the policy's delay.
-
-CLIENT, INDIVIDUAL and transacted consumers also keep a `WindowTracker` so a batch larger
-than the prefetch can be read before acknowledging (see `interop.jms.acks`).
+The acknowledgement rules live in `interop.jms.ackstate` (its module docstring is the
+theory of operation of the session's acknowledgement state); this module holds the public
+API, consumer creation, sending, and the session's failure and close handling. Transacted
+sessions run ``tx.select`` on their channel, the others ``confirm.select`` (a persistent
+send outside a transaction waits for its confirm, as ActiveMQ's synchronous send waits for
+the broker's receipt). Every piece of session state is guarded by ``_cond``.
 """
-
 from __future__ import annotations
 
 import contextlib
@@ -54,7 +18,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from interop.jms import codec
-from interop.jms.acks import AckBatcher, WindowTracker, plan_acks, threshold
+from interop.jms.ackstate import HOLDING_MODES, AckState
+from interop.jms.acks import AckBatcher, WindowTracker, threshold
 from interop.jms.constants import (
     DUPS_OK_BATCH_PERCENT,
     OPTIMIZE_ACK_PERCENT,
@@ -130,17 +95,22 @@ class Session:
         self._cond = threading.Condition(threading.RLock())
         self._consumers: list[MessageConsumer] = []
         self._producers: list[MessageProducer] = []
-        self._outstanding: dict[int, Delivery] = {}
-        self._consumed: list[Delivery] = []
-        self._tx_internal: list[tuple[int, bool | None]] = []  # (tag, requeue) / None = ack
+        self._acks = AckState(
+            ack_mode,
+            link,
+            self._options,
+            connection.connection_id,
+            self._cond,
+            lambda delivery: _Receipt(self, delivery),
+        )
         self._receivers = 0
         self._rr = 0
         self._closed = False
         self._error: JMSException | None = None
         self._dispatcher: Dispatcher | None = None
         self._in_listener = False
-        self._durable_names: set[str] = set()
         link.on_close = self._channel_failed
+        link.on_consumer_cancelled = self._consumer_cancelled
 
     # ==========================================================================================
     # Public API
@@ -270,7 +240,7 @@ class Session:
         with self._cond:
             self._check_open()
             if self.ack_mode in (AckMode.CLIENT_ACKNOWLEDGE, AckMode.INDIVIDUAL_ACKNOWLEDGE):
-                self._ack_consumed()
+                self._acks.ack_consumed()
 
     def commit(self) -> None:
         """Commit: acknowledge what was consumed and publish what was sent in this
@@ -284,8 +254,7 @@ class Session:
             raise IllegalStateException("Not a transacted session")
         with self._cond:
             self._check_open()
-            self._ack_consumed()
-            self._tx_internal.clear()
+            self._acks.commit()
         try:
             self._link.tx_commit()
         except JMSException as exc:
@@ -304,17 +273,11 @@ class Session:
             raise IllegalStateException("Not a transacted session")
         with self._cond:
             self._check_open()
-            consumed, self._consumed = self._consumed, []
-            internal, self._tx_internal = self._tx_internal, []
+            consumed, internal = self._acks.start_rollback()
         self._link.tx_rollback()
         with self._cond:
-            for tag, requeue in internal:  # tx.rollback undid them
-                if requeue is None:
-                    self._link.ack(tag)
-                else:
-                    self._link.reject(tag, requeue)
-            settled = self._redeliver(consumed, time.monotonic(), record=False)
-        if internal or settled:
+            must_commit = self._acks.finish_rollback(consumed, internal)
+        if must_commit:
             self._link.tx_commit()
 
     @contextlib.contextmanager
@@ -340,13 +303,7 @@ class Session:
             raise IllegalStateException("This session is transacted")
         with self._cond:
             self._check_open()
-            pending = list(self._consumed)
-            self._consumed.clear()
-            for consumer in self._consumers:
-                if consumer.batcher is not None:
-                    tags = set(consumer.batcher.take_all())
-                    pending.extend(d for tag, d in self._outstanding.items() if tag in tags)
-            self._redeliver(sorted(pending, key=lambda d: d.tag), time.monotonic())
+            self._acks.recover(self._consumers)
 
     def close(self) -> None:
         """Close the session: consumers first (optimized acks are flushed), then the channel
@@ -416,7 +373,9 @@ class Session:
             batcher = AckBatcher(threshold(prefetch, DUPS_OK_BATCH_PERCENT), 0.0, now)
         tag = f"jms-{uuid.uuid4().hex[:12]}"
         window = None
-        if prefetch > 0 and self.ack_mode in _HOLDING:
+        # A single-active-consumer queue would hand itself to a standby consumer while the
+        # window rotates (cancel + consume), so such consumers keep a hard prefetch cap.
+        if prefetch > 0 and self.ack_mode in _HOLDING and not options.exclusive:
             window = WindowTracker(threshold(prefetch, WINDOW_STEP_PERCENT), f"{tag}.0")
         arguments = {"x-priority": options.priority} if options.priority is not None else None
         consumer = MessageConsumer(
@@ -465,7 +424,7 @@ class Session:
             with self._cond:
                 if consumer.closed or self._error is not None or consumer.batcher is None:
                     return
-                self._send_acks(consumer.batcher.take_all())
+                self._acks.send_acks(consumer.batcher.take_all())
             self._connection.transport.call_later(interval, flush)
 
         self._connection.transport.call_later(interval, flush)
@@ -478,7 +437,7 @@ class Session:
             consumer._listener = None
             healthy = self._error is None and not self._link.error
             if consumer.batcher is not None and healthy:
-                self._send_acks(consumer.batcher.take_all())
+                self._acks.send_acks(consumer.batcher.take_all())
             current_tag = consumer.current_tag
             self._cond.notify_all()
         if healthy and not session_closing:
@@ -487,7 +446,7 @@ class Session:
             with self._cond:
                 leftovers = [d for d in consumer._drain() if not d.settled]
                 for delivery in leftovers:
-                    self._reject(delivery, requeue=True)
+                    self._acks.reject(delivery, requeue=True)
             if consumer.temporary_queue:
                 self._connection.topology.delete_queue(consumer.queue)
         with self._cond:
@@ -495,87 +454,6 @@ class Session:
                 self._consumers.remove(consumer)
             if self._dispatcher is not None and not any(c._listener for c in self._consumers):
                 self._cond.notify_all()
-
-    def _register(
-        self, consumer: MessageConsumer, method: Any, properties: Any, body: bytes
-    ) -> Delivery:
-        """A delivery arrived (I/O thread): decode it, count it outstanding, buffer it."""
-        message = codec.decode(
-            method.exchange, method.routing_key, properties, body, self._options.topic_exchange
-        )
-        headers = properties.headers or {}
-        redelivered = bool(method.redelivered)
-        counter = codec.delivery_counter(headers, redelivered)
-        publisher = headers.get(codec.CONNECTION_ID_HEADER)
-        delivery = Delivery(
-            tag=int(method.delivery_tag),
-            consumer_tag=str(getattr(method, "consumer_tag", "") or ""),
-            owner=consumer,
-            message=message,
-            counter=counter,
-            broker_redelivered=redelivered,
-            persistent=properties.delivery_mode == 2,
-            publisher=publisher if isinstance(publisher, str) else None,
-        )
-        message._set_delivery(_Receipt(self, delivery), delivery.redelivered, counter + 1)
-        with self._cond:
-            self._outstanding[delivery.tag] = delivery
-            consumer._buffer.append(delivery)
-            self._cond.notify_all()
-        return delivery
-
-    # ==========================================================================================
-    # Handing messages to the application
-    # ==========================================================================================
-    def _screen(self, consumer: MessageConsumer, delivery: Delivery) -> bool:
-        """True when the delivery must not reach the application (it is settled here)."""
-        message = delivery.message
-        if consumer.no_local and delivery.publisher == self._connection.connection_id:
-            self._internal_ack(delivery)
-            return True
-        if consumer.selector is not None and not consumer.selector(message.get_property):
-            self._internal_ack(delivery)
-            return True
-        if message.expiration is not None and time.time() >= message.expiration:
-            strategy = self._options.dead_letter_strategy
-            if strategy is None or strategy.process_expired:
-                self._poison(delivery, "expired")
-            else:
-                self._internal_ack(delivery)
-            return True
-        policy = self._options.redelivery_policy
-        if self.transacted and policy.pre_dispatch_check and policy.exceeded(delivery.counter):
-            self._poison(delivery, "redelivery limit exceeded before dispatch")
-            return True
-        return False
-
-    def _before_app(self, consumer: MessageConsumer, delivery: Delivery) -> None:
-        """The application is about to see ``delivery``."""
-        if self.ack_mode in _HOLDING:
-            self._consumed.append(delivery)
-            window = consumer.window
-            if window is not None and window.consumed(delivery.tag, delivery.consumer_tag):
-                consumer._rotate()
-
-    def _after_app(
-        self, consumer: MessageConsumer, delivery: Delivery, failed: bool, now: float
-    ) -> None:
-        """The application has seen ``delivery`` (receive returned, listener finished)."""
-        mode = self.ack_mode
-        batcher = consumer.batcher
-        if mode in _BATCH_ACKS:
-            if failed:
-                if batcher is not None:
-                    self._send_acks(batcher.take_all())
-                self._redeliver([delivery], now)
-            elif batcher is not None:
-                self._send_acks(batcher.consumed(delivery.tag, now))
-            else:
-                self._send_acks([delivery.tag])
-        elif mode is AckMode.INDIVIDUAL_ACKNOWLEDGE and failed and not delivery.settled:
-            if delivery in self._consumed:
-                self._consumed.remove(delivery)
-            self._redeliver([delivery], now)
 
     def _next_for_listener(self, now: float) -> tuple[MessageConsumer, Delivery] | float | None:
         """Dispatcher: the next (consumer, delivery) for a listener, or when to look again
@@ -592,7 +470,7 @@ class Session:
             delivery, when = consumer._take(now)
             if delivery is not None:
                 self._rr = (self._rr + offset + 1) % count
-                self._before_app(consumer, delivery)
+                self._acks.before_app(consumer, delivery)
                 self._in_listener = True
                 return consumer, delivery
             if when is not None and (wake is None or when < wake):
@@ -603,7 +481,7 @@ class Session:
         with self._cond:
             self._in_listener = False
             if self._error is None and not (self._closed and delivery.settled):
-                self._after_app(consumer, delivery, failed, time.monotonic())
+                self._acks.after_app(consumer, delivery, failed, time.monotonic())
             self._cond.notify_all()
 
     def _ensure_dispatcher(self) -> None:
@@ -612,106 +490,19 @@ class Session:
             self._dispatcher.start()
 
     # ==========================================================================================
-    # Acknowledgements and redelivery (called with _cond held)
+    # Message handles
     # ==========================================================================================
-    def _settled(self, tag: int) -> None:
-        delivery = self._outstanding.pop(tag, None)
-        if delivery is not None:
-            delivery.settled = True
-            if delivery.owner.window is not None:
-                delivery.owner.window.settled(tag)
-
-    def _send_acks(self, tags: Iterable[int]) -> None:
-        """Ack these tags with the fewest frames the safe cumulative rule allows."""
-        wanted = [tag for tag in tags if tag in self._outstanding]
-        if not wanted:
-            return
-        for tag, multiple in plan_acks(wanted, self._outstanding):
-            self._link.ack(tag, multiple)
-        for tag in wanted:
-            self._settled(tag)
-
-    def _internal_ack(self, delivery: Delivery) -> None:
-        if delivery.settled:
-            return
-        self._link.ack(delivery.tag)
-        if self.transacted:
-            self._tx_internal.append((delivery.tag, None))
-        self._settled(delivery.tag)
-
-    def _reject(self, delivery: Delivery, requeue: bool, record: bool = True) -> None:
-        if delivery.settled:
-            return
-        self._link.reject(delivery.tag, requeue)
-        if self.transacted and record:
-            self._tx_internal.append((delivery.tag, requeue))
-        self._settled(delivery.tag)
-
-    def _poison(self, delivery: Delivery, why: str, record: bool = True) -> None:
-        """Dead-letter a delivery (or drop it: non-persistent, as ActiveMQ does by default)."""
-        strategy = self._options.dead_letter_strategy
-        message = delivery.message
-        if strategy is not None and not delivery.persistent and not strategy.process_non_persistent:
-            log.info("dropping non-persistent message %s (%s)", message.message_id, why)
-            if not delivery.settled:
-                self._link.ack(delivery.tag)
-                if self.transacted and record:
-                    self._tx_internal.append((delivery.tag, None))
-                self._settled(delivery.tag)
-            return
-        log.warning(
-            "message %s to the dead-letter queue after %d deliveries (%s)",
-            message.message_id,
-            delivery.counter,
-            why,
-        )
-        self._reject(delivery, requeue=False, record=record)
-
-    def _redeliver(self, deliveries: Iterable[Delivery], now: float, record: bool = True) -> bool:
-        """Local redelivery (rollback, recover, failed listener); True if any was settled."""
-        policy = self._options.redelivery_policy
-        settled = False
-        for delivery in deliveries:
-            if delivery.settled:
-                continue
-            delivery.counter += 1
-            delivery.message._set_delivery(_Receipt(self, delivery), True, delivery.counter + 1)
-            if policy.exceeded(delivery.counter):
-                self._poison(delivery, f"redelivery counter {delivery.counter} > maximum", record)
-                settled = True
-            elif delivery.owner.closed:
-                self._reject(delivery, requeue=True, record=record)
-                settled = True
-            else:
-                delivery.ready_at = now + policy.delay(delivery.counter)
-                delivery.owner._push_redelivery(delivery)
-        self._cond.notify_all()
-        return settled
-
-    def _ack_consumed(self) -> None:
-        consumed, self._consumed = self._consumed, []
-        self._send_acks(d.tag for d in consumed if not d.settled)
-
     def _acknowledge_message(self, delivery: Delivery) -> None:
         with self._cond:
             if self._closed:
                 raise IllegalStateException("The Session is closed")
             self._raise_if_failed()
-            if self.ack_mode is AckMode.CLIENT_ACKNOWLEDGE:
-                self._ack_consumed()
-            elif self.ack_mode is AckMode.INDIVIDUAL_ACKNOWLEDGE and not delivery.settled:
-                if delivery in self._consumed:
-                    self._consumed.remove(delivery)
-                self._send_acks([delivery.tag])
+            self._acks.acknowledge(delivery)
 
     def _message_failed(self, delivery: Delivery) -> None:
-        """``with message:`` raised: INDIVIDUAL hands the message back for redelivery."""
         with self._cond:
-            if self._closed or self._error is not None:
-                return
-            if self.ack_mode is AckMode.INDIVIDUAL_ACKNOWLEDGE and delivery in self._consumed:
-                self._consumed.remove(delivery)
-                self._redeliver([delivery], time.monotonic())
+            if not self._closed and self._error is None:
+                self._acks.processing_failed(delivery)
 
     # ==========================================================================================
     # Sending
@@ -730,7 +521,7 @@ class Session:
         elif isinstance(destination, TemporaryQueue):
             exchange, routing_key = "", destination.name
         elif isinstance(destination, Queue):
-            exchange, routing_key = "", topology.ensure_queue(destination.name)
+            exchange, routing_key = "", topology.ensure_queue(destination.name, consumer=False)
         else:
             raise InvalidDestinationException(f"cannot send to {destination!r}")
         outgoing = codec.encode(
@@ -751,6 +542,22 @@ class Session:
         """The channel closed under us (I/O thread)."""
         log.warning("session channel closed: %s", error)
         self._fail(error)
+
+    def _consumer_cancelled(self, consumer_tag: str) -> None:
+        """The broker cancelled a subscription (its queue was deleted): I/O thread."""
+        with self._cond:
+            for consumer in self._consumers:
+                if consumer.current_tag == consumer_tag:
+                    log.warning(
+                        "the broker cancelled the consumer of queue %r (queue deleted?); "
+                        "the consumer is closed",
+                        consumer.queue,
+                    )
+                    consumer.closed = True
+                    consumer._listener = None
+                    self._consumers.remove(consumer)
+                    break
+            self._cond.notify_all()
 
     def _fail(self, error: JMSException) -> None:
         with self._cond:

@@ -115,16 +115,20 @@ class Topology:
         self._declared[ok.queue] = arguments
         return ok
 
-    def ensure_queue(self, name: str, *, single_active_consumer: bool = False) -> str:
-        """Declare JMS queue ``name`` (once per connection) with its dead-letter arguments.
+    def ensure_queue(
+        self, name: str, *, single_active_consumer: bool = False, consumer: bool = True
+    ) -> str:
+        """Declare JMS queue ``name`` with its dead-letter arguments.
 
+        A producer (``consumer=False``) declares a queue once per connection; a consumer
+        declares it again when it asks for other arguments (``x-single-active-consumer``).
         Server-named queues (``amq.*``, e.g. another client's reply queue) are not declared:
         the name is reserved, and such a queue is exclusive to its owner anyway.
 
         Raises:
             JMSException: the broker refused the declaration (other than 406).
         """
-        if name.startswith("amq."):
+        if name.startswith("amq.") or (not consumer and name in self._declared):
             return name
         arguments = self.dead_letter_arguments(name, False, name)
         if single_active_consumer:

@@ -80,7 +80,12 @@ def test_auto_listener_acks_after_the_listener_returns(broker: BrokerHandle) -> 
     consumer = session.create_consumer(session.queue(queue))
     spy = AckSpy(session)
     acks_during_listener: list[list[tuple[int, bool]]] = []
-    recorder = Recorder(fail=lambda _m: acks_during_listener.append(list(spy.acks)) or False)
+
+    def note_acks(_message: Message) -> bool:
+        acks_during_listener.append(list(spy.acks))
+        return False
+
+    recorder = Recorder(fail=note_acks)
     consumer.message_listener = recorder
     recorder.wait(1)
     assert spy.wait_acks(1) == [(1, False)]
@@ -316,6 +321,45 @@ def test_optimize_acknowledge_timeout_is_checked_when_a_message_is_consumed(
     assert spy.wait_acks(1) == [(2, True)]
 
 
+def test_scheduled_ack_interval_flushes_optimized_acks(broker: BrokerHandle) -> None:
+    """optimizedAckScheduledAckInterval: a timer flushes what the 65 % rule still holds."""
+    connection = broker.connect(
+        optimize_acknowledge=True,
+        optimize_acknowledge_timeout=0,
+        optimized_ack_scheduled_ack_interval=0.1,
+        prefetch_policy=PrefetchPolicy(queue_prefetch=100),
+    )
+    session = connection.create_session()
+    queue = broker.name("scheduled")
+    _send(session, queue, "1", "2")
+    consumer = session.create_consumer(session.queue(queue))
+    spy = AckSpy(session)
+    assert consumer.receive(5) is not None
+    assert consumer.receive(5) is not None
+    assert spy.wait_acks(1) == [(2, True)]
+
+
+def test_acknowledge_is_a_no_op_in_auto_mode(broker: BrokerHandle) -> None:
+    connection = broker.connect(
+        optimize_acknowledge=True,
+        optimize_acknowledge_timeout=0,
+        prefetch_policy=PrefetchPolicy(queue_prefetch=10),
+    )
+    session = connection.create_session()
+    queue = broker.name("auto-noop")
+    _send(session, queue, "1")
+    consumer = session.create_consumer(session.queue(queue))
+    spy = AckSpy(session)
+    message = consumer.receive(5)
+    assert message is not None
+    message.acknowledge()
+    session.acknowledge()
+    spy.settle(session)
+    assert spy.acks == []  # still waiting for the 7th message (or close)
+    consumer.close()
+    assert spy.wait_acks(1) == [(1, False)]
+
+
 # -- SESSION_TRANSACTED --------------------------------------------------------------------------
 
 
@@ -349,7 +393,9 @@ def test_transacted_commit_and_rollback(broker: BrokerHandle) -> None:
 
 
 def test_transacted_rollback_beyond_the_maximum_dead_letters(broker: BrokerHandle) -> None:
-    policy = RedeliveryPolicy(maximum_redeliveries=2, initial_redelivery_delay=0.01)
+    policy = RedeliveryPolicy(
+        maximum_redeliveries=2, initial_redelivery_delay=0.01, redelivery_delay=0.01
+    )
     connection = broker.connect(redelivery_policy=policy)
     session = connection.create_session(transacted=True)
     queue = broker.name("tx-poison")
@@ -419,7 +465,7 @@ def test_batch_larger_than_the_prefetch_then_one_acknowledge_never_stalls(
     sender = connection.create_session()
     _send(sender, queue, *(str(i) for i in range(25)))
     consumer = session.create_consumer(session.queue(queue))
-    bodies = []
+    bodies: list[str] = []
     for _ in range(25):
         message = consumer.receive(5)
         assert message is not None, f"stalled after {len(bodies)} messages"

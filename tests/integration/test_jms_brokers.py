@@ -16,6 +16,7 @@ brokers run (and why RabbitMQ does not) is printed once per session.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import signal
@@ -123,19 +124,15 @@ class RabbitNode:
         """Stop the node (after it finished booting), then make sure nothing is left."""
         self.ready.wait(RABBIT_START_TIMEOUT)
         if self.error is None:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 subprocess.run(
                     ["rabbitmqctl", "-n", self.node, "stop"],
                     capture_output=True,
                     timeout=30,
                     check=False,
                 )
-            except subprocess.TimeoutExpired:
-                pass
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            pass
         self._kill_leftovers()
         shutil.rmtree(self.base, ignore_errors=True)
 
@@ -150,10 +147,8 @@ class RabbitNode:
             except OSError:
                 continue
             if marker in environ.split(b"\0"):
-                try:
+                with contextlib.suppress(OSError):
                     os.kill(int(entry.name), signal.SIGKILL)
-                except OSError:
-                    pass
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
@@ -257,7 +252,7 @@ class BrokerHandle:
         conn = self.pika()
         try:
             channel = conn.channel()
-            out = []
+            out: list[tuple[Any, bytes]] = []
             while True:
                 method, properties, body = channel.basic_get(queue)
                 if method is None:

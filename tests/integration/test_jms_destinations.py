@@ -23,6 +23,7 @@ from interop.jms import (
     JMSException,
     MapMessage,
     Message,
+    MessageConsumer,
     PrefetchPolicy,
     TextMessage,
     Topic,
@@ -37,10 +38,14 @@ def _bodies(consumer_receive: list[Message | None]) -> list[str]:
     return [message.body for message in consumer_receive if message is not None]
 
 
-def _drain_consumer(consumer: object, wait: float = 0.3) -> list[str]:
-    bodies = []
-    while (message := consumer.receive(wait)) is not None:  # type: ignore[attr-defined]
+def _receive(consumer: MessageConsumer, count: int) -> list[str]:
+    """Exactly ``count`` message bodies, then nothing more (checked without a long wait)."""
+    bodies: list[str] = []
+    for _ in range(count):
+        message = consumer.receive(5)
+        assert message is not None, f"only {bodies}"
         bodies.append(message.body)
+    assert consumer.receive(0.05) is None
     return bodies
 
 
@@ -57,9 +62,9 @@ def test_topic_subscribers_get_copies_and_wildcards_translate(broker: BrokerHand
     producer = session.create_producer()
     producer.send("eu", destination=session.topic(f"{base}.eu"))
     producer.send("us-west", destination=session.topic(f"{base}.us.west"))
-    assert _drain_consumer(exact) == ["eu"]
-    assert _drain_consumer(one_word) == ["eu"]
-    assert _drain_consumer(rest) == ["eu", "us-west"]
+    assert _receive(exact, 1) == ["eu"]
+    assert _receive(one_word, 1) == ["eu"]
+    assert _receive(rest, 2) == ["eu", "us-west"]
     received = rest.receive(0)
     assert received is None
     with pytest.raises(InvalidDestinationException, match="wildcard"):
@@ -97,7 +102,7 @@ def test_topic_selector_is_evaluated_by_the_client(broker: BrokerHandle) -> None
     producer.send("blue-heavy", properties={"color": "blue", "weight": 9})
     producer.send("red-float", properties={"color": "red", "weight": 2.5})
     producer.send("no-props")
-    assert _drain_consumer(consumer) == ["red-heavy", "red-float"]
+    assert _receive(consumer, 2) == ["red-heavy", "red-float"]
     spy.settle(session)
     assert len(spy.acks) == 5  # the misses are acked (ActiveMQ's UNMATCHED), not left behind
 
@@ -110,7 +115,7 @@ def test_selector_via_destination_option_and_bad_selectors(broker: BrokerHandle)
     producer = session.create_producer(session.topic(name))
     producer.send("low", priority=1)
     producer.send("high", priority=9)
-    assert _drain_consumer(consumer) == ["high"]
+    assert _receive(consumer, 1) == ["high"]
     with pytest.raises(InvalidSelectorException, match="queues are not supported"):
         session.create_consumer(session.queue(broker.name("q")), selector="a = 1")
     with pytest.raises(InvalidSelectorException, match="queues are not supported"):
@@ -128,8 +133,8 @@ def test_no_local_drops_this_connections_messages(broker: BrokerHandle) -> None:
     everyone = session.create_consumer(topic)
     session.create_producer(topic).send("from me")
     other.create_session().create_producer(topic).send("from them")
-    assert _drain_consumer(local) == ["from them"]
-    assert sorted(_drain_consumer(everyone)) == ["from me", "from them"]
+    assert _receive(local, 1) == ["from them"]
+    assert sorted(_receive(everyone, 2)) == ["from me", "from them"]
 
 
 # -- durable subscribers -------------------------------------------------------------------------
@@ -158,7 +163,7 @@ def test_durable_subscription_keeps_messages_while_offline(broker: BrokerHandle)
     producer.send("1", destination=Topic(broker.name("prices.eur")))
     producer.send("2", destination=Topic(broker.name("prices.usd")))
     again = session.create_durable_subscriber(topic, "ticker")
-    assert _drain_consumer(again) == ["1", "2"]
+    assert _receive(again, 2) == ["1", "2"]
     again.close()
     session.unsubscribe("ticker")
     with pytest.raises(InvalidDestinationException, match="No durable subscription"):
@@ -188,7 +193,7 @@ def test_client_id_is_unique_per_broker(broker: BrokerHandle) -> None:
         late.client_id = "again"
 
 
-# -- prefetch 0 (pull), receive timeouts, receive vs listener ----------------------------------------
+# -- prefetch 0 (pull), receive timeouts, receive vs listener ---------------------------------
 
 
 def test_prefetch_zero_pulls_one_message_per_receive(broker: BrokerHandle) -> None:
@@ -266,7 +271,7 @@ def test_receive_and_listener_are_exclusive_both_ways(broker: BrokerHandle) -> N
     thread.start()
     assert in_receive.wait(5)
     deadline = time.monotonic() + 5
-    while session._receivers == 0 and time.monotonic() < deadline:  # noqa: SIM113
+    while session._receivers == 0 and time.monotonic() < deadline:
         time.sleep(0.005)
     with pytest.raises(IllegalStateException, match="receive\\(\\) is outstanding"):
         listening.message_listener = lambda message: None
@@ -307,7 +312,7 @@ def test_exclusive_consumer_option_single_active_consumer(broker: BrokerHandle) 
     producer = session.create_producer(session.queue(name))
     for body in "abcd":
         producer.send(body)
-    assert _drain_consumer(first) == ["a", "b", "c", "d"]
+    assert _receive(first, 4) == ["a", "b", "c", "d"]
     assert second.receive(0) is None
 
 
@@ -333,7 +338,8 @@ def test_jms_headers_and_bodies_map_onto_amqp(broker: BrokerHandle) -> None:
     text = consumer.receive(5)
     assert isinstance(text, TextMessage)
     assert text.body == "héllo"
-    assert text.message_id == sent.message_id and text.message_id.startswith("ID:")
+    assert text.message_id == sent.message_id
+    assert str(text.message_id).startswith("ID:")
     assert (text.correlation_id, text.type, text.priority) == ("corr-1", "greeting", 7)
     assert text.reply_to is not None and text.reply_to.name == reply_to.name
     assert text.delivery_mode == DeliveryMode.NON_PERSISTENT
@@ -397,3 +403,21 @@ def test_exception_listener_hears_about_a_lost_connection() -> None:
     with pytest.raises(JMSException, match="session failed"):
         consumer.receive(1)
     connection.close()
+
+
+def test_deleting_the_queue_closes_the_consumer(broker: BrokerHandle) -> None:
+    connection = broker.connect()
+    session = connection.create_session()
+    queue = session.queue(broker.name("doomed"))
+    consumer = session.create_consumer(queue)
+    outcome: list[object] = []
+    thread = threading.Thread(target=lambda: outcome.append(consumer.receive(10)))
+    thread.start()
+    admin = broker.pika()
+    try:
+        admin.channel().queue_delete(queue.name)  # the broker sends basic.cancel
+    finally:
+        admin.close()
+    thread.join(10)
+    assert outcome == [None]
+    assert consumer.closed

@@ -7,6 +7,7 @@ persisted ``x-delivery-count`` on every redelivery (RabbitMQ classic queues only
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -50,7 +51,7 @@ def _listen(session: Session, queue: str, timeline: Timeline) -> None:
 
 
 def _gaps(events: list[tuple[str, int, float]]) -> list[float]:
-    return [later[2] - earlier[2] for earlier, later in zip(events, events[1:], strict=False)]
+    return [later[2] - earlier[2] for earlier, later in itertools.pairwise(events)]
 
 
 def test_initial_then_subsequent_redelivery_delay(broker: BrokerHandle) -> None:
@@ -107,6 +108,25 @@ def test_non_blocking_redelivery_lets_later_messages_pass(broker: BrokerHandle) 
     timeline = Timeline(fail_while=1)
     _listen(session, queue, timeline)
     assert [(b, c) for b, c, _t in timeline.wait(3)] == [("fail-a", 1), ("b", 1), ("fail-a", 2)]
+
+
+def test_recover_counts_toward_the_maximum_and_can_dead_letter(broker: BrokerHandle) -> None:
+    connection = broker.connect(
+        redelivery_policy=RedeliveryPolicy(maximum_redeliveries=1, initial_redelivery_delay=0)
+    )
+    session = connection.create_session(ack_mode=AckMode.CLIENT_ACKNOWLEDGE)
+    queue = broker.name("recover-dlq")
+    session.create_producer(session.queue(queue)).send("x")
+    consumer = session.create_consumer(session.queue(queue))
+    counts = []
+    for _ in range(2):
+        message = consumer.receive(5)
+        assert message is not None
+        counts.append(message.delivery_count)
+        session.recover()
+    assert counts == [1, 2]
+    assert consumer.receive(0.2) is None
+    assert [body for _p, body in broker.wait_dead_letters("ActiveMQ.DLQ", queue)] == [b"x"]
 
 
 def test_individual_dead_letter_strategy(broker: BrokerHandle) -> None:
@@ -179,8 +199,8 @@ def test_delivery_count_survives_consumer_crashes(amqpd_broker: BrokerHandle) ->
     """3 consumers vanish, then a failing listener: still 7 deliveries in all, then the DLQ."""
     broker = amqpd_broker
     queue = broker.name("crashy")
-    sender = broker.connect()
-    sender.create_session().create_producer(sender.create_session().queue(queue)).send("fail")
+    sender = broker.connect().create_session()
+    sender.create_producer(sender.queue(queue)).send("fail")
     assert [_receive_and_vanish(broker, queue) for _ in range(3)] == [1, 2, 3]
     connection = broker.connect(
         redelivery_policy=RedeliveryPolicy(initial_redelivery_delay=0.01, redelivery_delay=0.01),
@@ -198,8 +218,8 @@ def test_transacted_pre_dispatch_check_poisons_without_dispatch(
 ) -> None:
     broker = amqpd_broker
     queue = broker.name("pre-dispatch")
-    sender = broker.connect()
-    sender.create_session().create_producer(sender.create_session().queue(queue)).send("x")
+    sender = broker.connect().create_session()
+    sender.create_producer(sender.queue(queue)).send("x")
     assert [_receive_and_vanish(broker, queue) for _ in range(3)] == [1, 2, 3]
     connection = broker.connect(redelivery_policy=RedeliveryPolicy(maximum_redeliveries=2))
     session = connection.create_session(transacted=True)

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -166,7 +166,8 @@ class Fault:
     """What to do on attempt 0 after ``after`` rows of a partition.
 
     ``raise``: raise RuntimeError. ``sigstop``: SIGSTOP the broker ``pid`` (attempt 1
-    SIGCONTs it before publishing). Every failed attempt appends a line to ``record``.
+    SIGCONTs it before publishing, with the default confirm timeout). Every failed attempt
+    appends a line to ``record``.
     """
 
     kind: str
@@ -186,6 +187,8 @@ class FaultyWriter(AmqpBatchWriter):
         attempt = context.attemptNumber()
         if self.fault.kind == "sigstop" and attempt > 0:
             os.kill(self.fault.pid, signal.SIGCONT)
+            # the short timeout is for the frozen attempt; a loaded CI box may need more
+            self.options = replace(self.options, confirm_timeout_ms=30_000)
         elif attempt == 0:
             iterator = self._inject(iterator)
         try:

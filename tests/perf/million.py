@@ -158,7 +158,8 @@ def main() -> None:
         proc, port, _log, _t = start(data_dir)
         rate = publish(port, args.count, args.size)
         print(
-            f"publish (confirms, window 1000): {rate:,.0f} msg/s; broker RSS {rss_mib(proc.pid):,.0f} MiB with {args.count:,} queued"
+            f"publish (confirms, window 1000): {rate:,.0f} msg/s; "
+            f"broker RSS {rss_mib(proc.pid):,.0f} MiB with {args.count:,} queued"
         )
         proc.terminate()
         proc.wait()

@@ -47,7 +47,11 @@ def test_text_message_roundtrip_with_headers() -> None:
     assert (out.exchange, out.routing_key, out.body) == ("", "orders", "héllo".encode())
     assert (props.content_type, props.content_encoding) == ("text/plain", "utf-8")
     assert (props.delivery_mode, props.priority, props.expiration) == (1, 8, "60500")
-    assert (props.reply_to, props.type, props.timestamp) == ("topic://replies.a", "greeting", 1_700_000_000)
+    assert (props.reply_to, props.type, props.timestamp) == (
+        "topic://replies.a",
+        "greeting",
+        1_700_000_000,
+    )
     back = decode("", "orders", wire_roundtrip(props), out.body, "amq.topic")
     assert isinstance(back, TextMessage) and back.body == "héllo"
     assert back.properties == {"n": 1, "big": 2**40, "f": 2.5, "b": False, "s": "x", "raw": b"\x00"}
