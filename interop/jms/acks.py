@@ -39,7 +39,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["AckBatcher", "WindowTracker", "plan_acks", "threshold"]
+from interop.jms.constants import (
+    DUPS_OK_BATCH_PERCENT,
+    OPTIMIZE_ACK_PERCENT,
+    WINDOW_STEP_PERCENT,
+    AckMode,
+)
+
+__all__ = ["AckBatcher", "WindowTracker", "consumer_helpers", "plan_acks", "threshold"]
 
 
 def threshold(prefetch: int, percent: int) -> int:
@@ -175,3 +182,40 @@ class WindowTracker:
     def rotation_done(self) -> None:
         """The new subscription is active."""
         self.rotating = False
+
+
+def consumer_helpers(
+    ack_mode: AckMode,
+    *,
+    prefetch: int,
+    is_topic: bool,
+    optimize_acknowledge: bool,
+    optimize_acknowledge_timeout: float,
+    single_active_consumer: bool,
+    consumer_tag: str,
+    now: float,
+) -> tuple[AckBatcher | None, WindowTracker | None]:
+    """The batcher and window tracker a new consumer needs (None when it needs none).
+
+    - AUTO with optimizeAcknowledge: batches of ceil(65 % of the prefetch), with the timeout.
+    - DUPS_OK on a topic: batches of ceil(50 % of the prefetch); on a queue none (per message).
+    - CLIENT, INDIVIDUAL, transacted: a window tracker stepping at ceil(50 % of the prefetch),
+      except on single-active-consumer queues, where re-subscribing would hand the queue to a
+      standby consumer (the prefetch stays a hard cap there).
+    - Prefetch 0 (pull): nothing (each message is acked on its own, as in ActiveMQ).
+    """
+    if prefetch <= 0:
+        return None, None
+    if ack_mode is AckMode.AUTO_ACKNOWLEDGE and optimize_acknowledge:
+        limit = threshold(prefetch, OPTIMIZE_ACK_PERCENT)
+        return AckBatcher(limit, optimize_acknowledge_timeout, now), None
+    if ack_mode is AckMode.DUPS_OK_ACKNOWLEDGE and is_topic:
+        return AckBatcher(threshold(prefetch, DUPS_OK_BATCH_PERCENT), 0.0, now), None
+    holding = ack_mode in (
+        AckMode.CLIENT_ACKNOWLEDGE,
+        AckMode.INDIVIDUAL_ACKNOWLEDGE,
+        AckMode.SESSION_TRANSACTED,
+    )
+    if holding and not single_active_consumer:
+        return None, WindowTracker(threshold(prefetch, WINDOW_STEP_PERCENT), consumer_tag)
+    return None, None

@@ -192,8 +192,8 @@ class MessageConsumer:
     # -- receiving -------------------------------------------------------------------------------
     def _deliver(self, delivery: Delivery) -> Message:
         session = self._session
-        session._before_app(self, delivery)
-        session._after_app(self, delivery, False, time.monotonic())
+        session._acks.before_app(self, delivery)
+        session._acks.after_app(self, delivery, False, time.monotonic())
         return delivery.message
 
     def _push(self, deadline: float | None) -> Message | None:
@@ -274,7 +274,7 @@ class MessageConsumer:
                 delivery = self._buffer.popleft()
             if delivery is None:
                 return None, wake
-            if delivery.settled or self._session._screen(self, delivery):
+            if delivery.settled or self._session._acks.screen(self, delivery):
                 continue
             return delivery, None
 
@@ -290,10 +290,10 @@ class MessageConsumer:
 
     # -- I/O thread callbacks ---------------------------------------------------------------------
     def _on_message(self, _channel: Any, method: Any, properties: Any, body: bytes) -> None:
-        self._session._register(self, method, properties, body)
+        self._session._acks.register(self, method, properties, body)
 
     def _on_get(self, method: Any, properties: Any, body: bytes) -> Delivery:
-        return self._session._register(self, method, properties, body)
+        return self._session._acks.register(self, method, properties, body)
 
     # -- window ------------------------------------------------------------------------------------
     def _rotate(self) -> None:

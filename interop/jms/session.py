@@ -7,6 +7,7 @@ sessions run ``tx.select`` on their channel, the others ``confirm.select`` (a pe
 send outside a transaction waits for its confirm, as ActiveMQ's synchronous send waits for
 the broker's receipt). Every piece of session state is guarded by ``_cond``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -14,18 +15,13 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from interop.jms import codec
-from interop.jms.ackstate import HOLDING_MODES, AckState
-from interop.jms.acks import AckBatcher, WindowTracker, threshold
-from interop.jms.constants import (
-    DUPS_OK_BATCH_PERCENT,
-    OPTIMIZE_ACK_PERCENT,
-    WINDOW_STEP_PERCENT,
-    AckMode,
-)
+from interop.jms.acks import consumer_helpers
+from interop.jms.ackstate import AckState
+from interop.jms.constants import AckMode
 from interop.jms.consumer import MessageConsumer
 from interop.jms.delivery import Delivery
 from interop.jms.destinations import (
@@ -55,13 +51,6 @@ if TYPE_CHECKING:
 __all__ = ["Session"]
 
 log = logging.getLogger(__name__)
-
-_BATCH_ACKS = (AckMode.AUTO_ACKNOWLEDGE, AckMode.DUPS_OK_ACKNOWLEDGE)
-_HOLDING = (
-    AckMode.CLIENT_ACKNOWLEDGE,
-    AckMode.INDIVIDUAL_ACKNOWLEDGE,
-    AckMode.SESSION_TRANSACTED,
-)
 
 
 class _Receipt:
@@ -94,7 +83,6 @@ class Session:
         self.transacted = ack_mode is AckMode.SESSION_TRANSACTED
         self._cond = threading.Condition(threading.RLock())
         self._consumers: list[MessageConsumer] = []
-        self._producers: list[MessageProducer] = []
         self._acks = AckState(
             ack_mode,
             link,
@@ -142,10 +130,7 @@ class Session:
     def create_producer(self, destination: Destination | None = None) -> MessageProducer:
         """A producer for ``destination`` (None: give the destination to each ``send``)."""
         self._check_open()
-        producer = MessageProducer(self, destination)
-        with self._cond:
-            self._producers.append(producer)
-        return producer
+        return MessageProducer(self, destination)
 
     def create_consumer(
         self, destination: Destination, selector: str | None = None, no_local: bool = False
@@ -360,23 +345,17 @@ class Session:
                 raise
         prefetch = options.prefetch_size if options.prefetch_size is not None else default_prefetch
         prefetch = min(prefetch, 32767)
-        now = time.monotonic()
-        batcher = None
-        if prefetch > 0 and self.ack_mode is AckMode.AUTO_ACKNOWLEDGE:
-            if self._options.optimize_acknowledge:
-                batcher = AckBatcher(
-                    threshold(prefetch, OPTIMIZE_ACK_PERCENT),
-                    self._options.optimize_acknowledge_timeout,
-                    now,
-                )
-        elif prefetch > 0 and self.ack_mode is AckMode.DUPS_OK_ACKNOWLEDGE and destination.is_topic:
-            batcher = AckBatcher(threshold(prefetch, DUPS_OK_BATCH_PERCENT), 0.0, now)
         tag = f"jms-{uuid.uuid4().hex[:12]}"
-        window = None
-        # A single-active-consumer queue would hand itself to a standby consumer while the
-        # window rotates (cancel + consume), so such consumers keep a hard prefetch cap.
-        if prefetch > 0 and self.ack_mode in _HOLDING and not options.exclusive:
-            window = WindowTracker(threshold(prefetch, WINDOW_STEP_PERCENT), f"{tag}.0")
+        batcher, window = consumer_helpers(
+            self.ack_mode,
+            prefetch=prefetch,
+            is_topic=destination.is_topic,
+            optimize_acknowledge=self._options.optimize_acknowledge,
+            optimize_acknowledge_timeout=self._options.optimize_acknowledge_timeout,
+            single_active_consumer=options.exclusive,
+            consumer_tag=f"{tag}.0",
+            now=time.monotonic(),
+        )
         arguments = {"x-priority": options.priority} if options.priority is not None else None
         consumer = MessageConsumer(
             self,

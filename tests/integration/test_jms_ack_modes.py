@@ -267,15 +267,10 @@ def test_dups_ok_on_a_topic_acks_at_half_the_prefetch_and_flushes_on_close(
 
 def test_optimize_acknowledge_first_cumulative_ack_covers_7_messages(broker: BrokerHandle) -> None:
     """prefetch 10: one basic.ack(multiple) at the 7th consumed message (0.65 x 10)."""
-    factory_url = (
-        f"{broker.url}?jms.optimizeAcknowledge=true&jms.optimizeAcknowledgeTimeOut=60000"
+    connection = broker.connect_url(
+        "jms.optimizeAcknowledge=true&jms.optimizeAcknowledgeTimeOut=60000"
         "&jms.prefetchPolicy.queuePrefetch=10"
     )
-    from interop.jms import ConnectionFactory
-
-    connection = ConnectionFactory.from_url(factory_url).create_connection()
-    broker._connections.append(connection)
-    connection.start()
     session = connection.create_session()
     queue = broker.name("optimize")
     _send(session, queue, *(str(i) for i in range(20)))

@@ -229,6 +229,13 @@ class BrokerHandle:
             connection.start()
         return connection
 
+    def connect_url(self, query: str) -> Connection:
+        """An open (started) connection from ``ConnectionFactory.from_url(url?query)``."""
+        connection = ConnectionFactory.from_url(f"{self.url}?{query}").create_connection()
+        self._connections.append(connection)
+        connection.start()
+        return connection
+
     def close_all(self) -> None:
         for connection in self._connections:
             connection.close()

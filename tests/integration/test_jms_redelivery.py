@@ -8,8 +8,11 @@ persisted ``x-delivery-count`` on every redelivery (RabbitMQ classic queues only
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
+
+import pytest
 
 from interop.jms import (
     AckMode,
@@ -227,3 +230,27 @@ def test_transacted_pre_dispatch_check_poisons_without_dispatch(
     assert consumer.receive(0.3) is None  # counter 3 > 2: never reaches the application
     session.commit()  # the poison reject is part of the transaction
     assert [body for _p, body in broker.wait_dead_letters("ActiveMQ.DLQ", queue)] == [b"x"]
+
+
+def test_existing_queue_with_other_arguments_is_used_as_it_is(
+    broker: BrokerHandle, caplog: pytest.LogCaptureFixture
+) -> None:
+    """406 on the declare: reopen the admin channel, declare passively, warn."""
+    queue = broker.name("legacy")
+    admin = broker.pika()
+    try:
+        admin.channel().queue_declare(queue, durable=True, arguments={"x-max-length": 100})
+    finally:
+        admin.close()
+    connection = broker.connect(redelivery_policy=RedeliveryPolicy(maximum_redeliveries=0))
+    session = connection.create_session()
+    with caplog.at_level(logging.WARNING, logger="interop.jms.topology"):
+        producer = session.create_producer(session.queue(queue))
+        producer.send("fail")
+    assert "exists with other arguments" in caplog.text
+    timeline = Timeline(fail_while=99)
+    _listen(session, queue, timeline)
+    timeline.wait(1)
+    broker.eventually(lambda: broker.depth(queue) == 0)  # rejected without a DLX: dropped
+    producer.send("still works")
+    assert broker.dead_letters("ActiveMQ.DLQ", queue) == []

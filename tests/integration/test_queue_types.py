@@ -5,6 +5,7 @@ redelivery behaviour. Texts and orders were checked against RabbitMQ 3.10."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pika
@@ -79,9 +80,7 @@ def test_invalid_queue_arguments_are_406_naming_argument_and_queue(
         assert text == f"invalid arg '{name}' for queue '{queue}' in vhost '/': {problem}"
     for name in ("bad-0", "bad-9"):  # nothing was created
         ch = conn.channel()
-        code, _text = closed_by_broker(
-            lambda ch=ch, name=name: ch.queue_declare(name, passive=True)
-        )
+        code, _text = closed_by_broker(partial(ch.queue_declare, name, passive=True))
         assert code == 404
 
 
@@ -93,7 +92,7 @@ def test_redeclare_compares_arguments_like_rabbitmq(conn: pika.BlockingConnectio
     ch.queue_declare("typed")
     ch.queue_declare("ttl", arguments={"x-message-ttl": 100, "x-single-active-consumer": True})
     ch.queue_declare("q", durable=True, arguments={"x-queue-type": "quorum", "x-delivery-limit": 5})
-    cases = [
+    cases: list[tuple[str, dict[str, Any], bool, str, str]] = [
         ("ttl", {"x-message-ttl": 200, "x-single-active-consumer": True}, False, "x-message-ttl",
          "received '200' but current is '100'"),
         ("ttl", {"x-single-active-consumer": True}, False, "x-message-ttl",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pika
 import pika.exceptions
@@ -156,12 +157,12 @@ def test_invalid_expiration_property_closes_the_channel(conn: pika.BlockingConne
     for value, problem in cases.items():
         ch = conn.channel()
         ch.queue_declare("q")
-        code, text = closed_by_broker(
-            lambda ch=ch, value=value: (
-                ch.basic_publish("", "q", b"x", pika.BasicProperties(expiration=value)),
-                ch.queue_declare("q", passive=True),
-            )
-        )
+
+        def publish(ch: Any = ch, value: str = value) -> None:
+            ch.basic_publish("", "q", b"x", pika.BasicProperties(expiration=value))
+            ch.queue_declare("q", passive=True)
+
+        code, text = closed_by_broker(publish)
         assert (code, text) == (
             406,
             f"PRECONDITION_FAILED - invalid expiration '{value}': {problem}",

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from interop.jms.acks import AckBatcher, WindowTracker, plan_acks, threshold
-from interop.jms.constants import DUPS_OK_BATCH_PERCENT, OPTIMIZE_ACK_PERCENT
+from interop.jms.acks import AckBatcher, WindowTracker, consumer_helpers, plan_acks, threshold
+from interop.jms.constants import DUPS_OK_BATCH_PERCENT, OPTIMIZE_ACK_PERCENT, AckMode
 
 
 def test_thresholds_match_activemq() -> None:
@@ -91,3 +91,40 @@ def test_window_counts_a_redelivered_tag_once() -> None:
     assert window.consumed(1, "c.0") is False
     assert window.consumed(1, "c.0") is False  # consumed again after recover()
     assert window.consumed(2, "c.0") is True
+
+
+def helpers(mode: AckMode, **overrides: object) -> tuple[object, object]:
+    settings: dict[str, object] = {
+        "prefetch": 10,
+        "is_topic": False,
+        "optimize_acknowledge": False,
+        "optimize_acknowledge_timeout": 0.3,
+        "single_active_consumer": False,
+        "consumer_tag": "c.0",
+        "now": 0.0,
+    }
+    settings.update(overrides)
+    return consumer_helpers(mode, **settings)  # type: ignore[arg-type]
+
+
+def test_which_consumers_batch_and_which_track_the_window() -> None:
+    batcher, window = helpers(AckMode.AUTO_ACKNOWLEDGE, optimize_acknowledge=True)
+    assert isinstance(batcher, AckBatcher) and (batcher.limit, batcher.timeout) == (7, 0.3)
+    assert window is None
+    assert helpers(AckMode.AUTO_ACKNOWLEDGE) == (None, None)
+    dups, _ = helpers(AckMode.DUPS_OK_ACKNOWLEDGE, is_topic=True)
+    assert isinstance(dups, AckBatcher) and (dups.limit, dups.timeout) == (5, 0.0)
+    assert helpers(AckMode.DUPS_OK_ACKNOWLEDGE, is_topic=False) == (None, None)
+    for mode in (
+        AckMode.CLIENT_ACKNOWLEDGE,
+        AckMode.INDIVIDUAL_ACKNOWLEDGE,
+        AckMode.SESSION_TRANSACTED,
+    ):
+        batcher, window = helpers(mode, optimize_acknowledge=True)
+        assert batcher is None
+        assert isinstance(window, WindowTracker) and window.step == 5
+        assert helpers(mode, single_active_consumer=True) == (None, None)
+    assert helpers(AckMode.AUTO_ACKNOWLEDGE, prefetch=0, optimize_acknowledge=True) == (
+        None,
+        None,
+    )
