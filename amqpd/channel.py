@@ -60,6 +60,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Flow control (RabbitMQ's credit flow, simplified): a publisher feeding a queue whose
+# consumers are this far behind, while they are still making progress (settled something in
+# the last FLOW_ACTIVE seconds), is not read from for a moment, so the consumers' acks get
+# served and end-to-end throughput goes up instead of the backlog. A stuck consumer does not
+# slow publishers down.
+FLOW_BACKLOG = 2000
 REPLY_TO_QUEUE = "amq.rabbitmq.reply-to"
 REPLY_TO_PREFIX = REPLY_TO_QUEUE + "."
 
@@ -70,6 +76,9 @@ class ChannelState(enum.Enum):
     OPEN = "open"
     CLOSING = "closing"  # we sent Channel.Close; waiting for Close-Ok
     CLOSED = "closed"
+
+
+_OPEN = ChannelState.OPEN
 
 
 class Mode(enum.Enum):
@@ -421,6 +430,8 @@ class Channel:
                 return None
         for queue in queues:
             queue.enqueue(message, expiration_ms)
+            if len(queue.ready) > FLOW_BACKLOG and queue.consumers_active():
+                self.conn.flow_queues.add(queue)  # the shell pauses this publisher briefly
         return queues
 
     def _direct_reply_to(self, message: Message) -> None:
@@ -501,8 +512,8 @@ class Channel:
         """Whether ``consumer`` may receive one more message now."""
         if self.conn.output_full:  # write-ahead limit: the client is not reading fast enough
             return False
-        if not self.flow_active or self.state is not ChannelState.OPEN:
-            return False
+        if not self.flow_active or self.state is not _OPEN:  # module constant: Enum lookups
+            return False  # cost ~250 ns on 3.11 and this runs on every enqueue
         if consumer.no_ack:
             return True
         if consumer.prefetch and consumer.unacked >= consumer.prefetch:
@@ -520,6 +531,7 @@ class Channel:
         queue.delivered(entry)
         if consumer.no_ack:
             queue.settled(entry)
+            queue.consumer_progress_at = queue.clock.now
         else:
             self.unacked[tag] = Unacked(queue, entry, consumer)
             consumer.unacked += 1
@@ -733,6 +745,9 @@ class Channel:
             if consumer is not None:
                 consumer.unacked -= 1
                 self.global_unacked -= 1
+        now = self.conn.broker.clock.now
+        for _tag, record in records:
+            record.queue.consumer_progress_at = now
         if action == "requeue":
             self._requeue([record for _tag, record in records])
         elif action == "drop":  # rejected without requeue: dead-lettered or dropped

@@ -101,6 +101,7 @@ class Connection:
         self.peer = peer
         self.state = State.AWAIT_HEADER
         self.created = now
+        self.flow_queues: set[Queue] = set()  # queues this connection is flooding
         self.channels: dict[int, Channel] = {}
         self.exclusive_queues: list[Queue] = []
         self.channel_max = config.channel_max

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+FLOW_ACTIVE: Final = 0.25  # seconds since a consumer's last settle that count as "active"
 HOT_WINDOW: Final = 1024  # entries at the head of a durable queue that keep their bodies
 PAGE_SIZE: Final = 1024  # bodies read back per page-in
 
@@ -111,6 +112,7 @@ class Queue:
         "arguments",
         "auto_delete",
         "clock",
+        "consumer_progress_at",
         "consumers",
         "dead_letter",
         "deleted",
@@ -171,6 +173,7 @@ class Queue:
         )
         self.message_ttl = settings.message_ttl / 1000 if settings.message_ttl is not None else None
         self.last_used = self.clock.now
+        self.consumer_progress_at = 0.0  # when a consumer last settled a message
         # Set by the vhost: dead-lettering (x-dead-letter-exchange), the broker's set of
         # queues that need ticks (TTL, x-expires), and for stored queues the journal/pager.
         self.dead_letter: DeadLetter | None = None
@@ -197,6 +200,10 @@ class Queue:
             if consumer.exclusive:
                 return consumer
         return None
+
+    def consumers_active(self) -> bool:
+        """Whether consumers are attached and settled something within FLOW_ACTIVE s."""
+        return bool(self.consumers) and self.clock.now - self.consumer_progress_at < FLOW_ACTIVE
 
     def watch(self) -> None:
         """Ask the broker for ticks (TTL expiry, x-expires)."""

@@ -29,6 +29,7 @@ from anyio.streams.tls import TLSAttribute, TLSStream
 
 from amqpd import resources
 from amqpd.broker import Broker, BrokerConfig
+from amqpd.channel import FLOW_BACKLOG
 from amqpd.connection import Connection
 from amqpd.definitions import DefinitionsError, import_definitions
 from amqpd.queue import HOT_WINDOW
@@ -40,6 +41,8 @@ from persistence.store import BodyReader, Store
 log = logging.getLogger(__name__)
 
 READ_SIZE = 65536
+FLOW_MAX_PAUSE = 0.05  # seconds a flooding publisher may be paused per chunk
+FLOW_POLL = 0.001
 SHUTDOWN_GRACE = 2.0
 
 
@@ -285,6 +288,8 @@ class Server:
                 group.start_soon(self._write_loop, peer)
                 await self._read_loop(peer)
                 peer.kick()
+        except Exception:  # a bug in one connection must not take the broker down
+            log.exception("connection from %s failed; dropping it", peer_name)
         finally:
             conn.connection_lost()
             self._peers.discard(peer)
@@ -334,8 +339,28 @@ class Server:
                     committer.wake()
                 if conn.should_close:
                     peer.kick()
+                if conn.flow_queues:
+                    await self._flow_pause(conn)
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             conn.connection_lost()
+
+    async def _flow_pause(self, conn: Connection) -> None:
+        """Stop reading from a publisher while queues it feeds are far behind their
+        consumers (at most FLOW_MAX_PAUSE per chunk, so a stuck consumer cannot freeze it)."""
+        deadline = anyio.current_time() + FLOW_MAX_PAUSE
+        queues = conn.flow_queues
+        while queues and anyio.current_time() < deadline:
+            for queue in list(queues):
+                if (
+                    queue.deleted
+                    or len(queue.ready) <= FLOW_BACKLOG // 2
+                    or not queue.consumers_active()
+                ):
+                    queues.discard(queue)
+            if queues:
+                await anyio.sleep(FLOW_POLL)
+                self.broker.clock.now = time.time()
+        queues.clear()
 
     async def _write_loop(self, peer: _Peer) -> None:
         conn = peer.conn

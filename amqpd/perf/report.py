@@ -100,9 +100,14 @@ def format_text(summary: Summary) -> str:
     """A human-readable summary, PerfTest-style."""
     o = summary.options
     mode = f"confirm {o.confirm}" if o.confirm else f"tx {o.tx_size}" if o.tx_size else "plain"
+    producers = f"{o.producers} producer(s)" + (
+        f" in {o.producer_processes} process(es)" if o.producers else ""
+    )
+    consumers = f"{o.consumers} consumer(s)" + (
+        f" in {o.consumer_processes} process(es)" if o.consumers else ""
+    )
     lines = [
-        f"amqpd perf: {o.producers} producer(s) in {o.producer_processes} process(es), "
-        f"{o.consumers} consumer(s) in {o.consumer_processes}, {o.queues} queue(s), "
+        f"amqpd perf: {producers}, {consumers}, {o.queues} queue(s), "
         f"{o.size} B {'persistent' if o.persistent else 'transient'}, "
         f"exchange {o.exchange or '(default)'} ({o.exchange_type}), {mode}, "
         f"prefetch {o.prefetch}, multi-ack {o.multi_ack_every}"

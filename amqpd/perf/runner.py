@@ -115,6 +115,10 @@ def _run_workers(options: PerfOptions, progress: TextIO | None) -> RunOutcome:
         start.value = start_ns
         go.set()
         return _collect(options, messages, processes, start_ns, clock, progress)
+    except BaseException:
+        for process in processes:  # a failed run: the others would wait or run on
+            process.terminate()
+        raise
     finally:
         for process in processes:
             process.join(timeout=10)

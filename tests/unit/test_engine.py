@@ -305,3 +305,31 @@ def test_nothing_is_buffered_after_a_framing_error() -> None:
     for _ in range(100):
         client.conn.receive_data(b"\x00" * 65536)
     assert client.conn._reader.buffered == 0
+
+
+def test_publisher_flooding_a_consumed_queue_is_flagged_for_flow_control() -> None:
+    from amqpd.channel import FLOW_BACKLOG
+
+    broker = Broker()
+    broker.clock.now = 1000.0
+    client = Client(broker)
+    client.handshake()
+    client.open_channel()
+    client.send(
+        1,
+        commands.Queue.Declare(queue="q"),
+        commands.Basic.Qos(prefetch_count=1),
+        commands.Basic.Consume(queue="q", consumer_tag="c"),
+    )
+    client.publish(1, "q", b"first")
+    client.send(1, commands.Basic.Ack(delivery_tag=1))  # the consumer makes progress
+    chunk = b"".join(Client.encode_publish(1, "q", b"x") for _ in range(FLOW_BACKLOG + 1))
+    client.conn.receive_data(chunk)
+    assert not client.conn.flow_queues  # a backlog of FLOW_BACKLOG: not yet
+    client.conn.receive_data(Client.encode_publish(1, "q", b"x"))
+    assert [q.name for q in client.conn.flow_queues] == ["q"]
+    # a consumer that settled nothing for a while is stuck: publishers are not paused for it
+    client.conn.flow_queues.clear()
+    broker.clock.now += 1.0
+    client.conn.receive_data(Client.encode_publish(1, "q", b"x"))
+    assert not client.conn.flow_queues
