@@ -12,10 +12,6 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-import re
-import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -24,10 +20,10 @@ import pika.exceptions
 import pytest
 from pamqp import commands, frame
 
+from tests.integration.broker_process import BrokerProcess
 from tests.integration.raw_client import PeerClosed, RawClient
 
 pytestmark = pytest.mark.slow
-LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
 QUEUE = "crash"
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
@@ -42,39 +38,6 @@ def _parse(body: bytes) -> str:
     assert hashlib.sha256(message_id).hexdigest().encode() == digest, f"corrupted {body[:80]!r}"
     assert padding == b"p" * 200, "corrupted padding"
     return message_id.decode()
-
-
-class Broker:
-    def __init__(self, data_dir: Path) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "amqpd", "--port", "0", "--data-dir", str(data_dir)],
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            match = LISTENING.search(line)
-            if match:
-                self.port = int(match.group(1))
-                break
-        else:
-            raise AssertionError(f"amqpd exited with {self.proc.wait()} before listening")
-        self._drain = threading.Thread(target=self.proc.stderr.read, daemon=True)
-        self._drain.start()
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-        self._drain.join(timeout=10)
-        assert self.proc.stderr is not None
-        self.proc.stderr.close()
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        assert self.proc.wait(timeout=20) == 0
-        self._drain.join(timeout=10)
-        assert self.proc.stderr is not None
-        self.proc.stderr.close()
 
 
 class Ledger:
@@ -214,7 +177,7 @@ def test_sigkill_under_load_loses_nothing_confirmed(tmp_path: Path) -> None:
     rng = random.Random(int.from_bytes(os.urandom(4), "big"))
     data_dir = tmp_path / "data"
     for round_ in range(3):
-        broker = Broker(data_dir)
+        broker = BrokerProcess(data_dir)
         setup = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
         setup.channel().queue_declare(QUEUE, durable=True)
         setup.close()
@@ -245,7 +208,7 @@ def test_sigkill_under_load_loses_nothing_confirmed(tmp_path: Path) -> None:
             thread.join(timeout=30)
             assert not thread.is_alive()
         assert len(ledger.promised) > 100, "the publishers got few confirms before the kill"
-        restarted = Broker(data_dir)
+        restarted = BrokerProcess(data_dir)
         try:
             found = _drain_and_check(restarted.port, ledger)
             assert found >= len(ledger.promised)

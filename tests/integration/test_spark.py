@@ -11,11 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import signal
-import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -34,9 +31,9 @@ from pyspark.sql.types import StructType
 from interop.spark import AmqpDataSource
 from interop.spark.options import SinkOptions
 from interop.spark.writer import AmqpBatchWriter, AmqpStreamWriter
+from tests.integration.broker_process import BrokerProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
-LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
 
 # The fault-injecting classes below must reach the Python workers by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
@@ -45,34 +42,8 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-u
 # -- broker subprocess and helpers --------------------------------------------------------
 
 
-class Broker:
-    """``python -m amqpd --port 0`` as a subprocess on 127.0.0.1."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "amqpd", "--port", "0", "--data-dir", str(data_dir)],
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            match = LISTENING.search(line)
-            if match:
-                self.port = int(match.group(1))
-                break
-        else:
-            raise AssertionError(f"amqpd exited with {self.proc.wait()} before listening")
-        self._drain = threading.Thread(target=self.proc.stderr.read, daemon=True)
-        self._drain.start()
-        self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGCONT)
-        self.proc.send_signal(signal.SIGTERM)
-        assert self.proc.wait(timeout=30) == 0
-        self._drain.join(timeout=10)
-        assert self.proc.stderr is not None
-        self.proc.stderr.close()
+class Broker(BrokerProcess):
+    """The shared broker subprocess plus helpers to look into its queues."""
 
     def channel(self) -> Any:
         conn = pika.BlockingConnection(pika.URLParameters(self.url))
