@@ -238,13 +238,11 @@ class Store:
         self._applying = True
         with anyio.CancelScope(shield=True):
             try:
-                if db.in_transaction:  # left open by an earlier failure; never commit it
-                    await db.execute("ROLLBACK")
-                await db.execute("BEGIN IMMEDIATE")
-                for kind, rows in batch.ops:
-                    for sql in _SQL[kind]:
-                        await db.executemany(sql, rows)
-                await db.execute("COMMIT")
+                # The whole transaction runs as one call on aiosqlite's writer thread: one
+                # thread hop per batch instead of one per statement (a lone confirm's
+                # latency and CPU are dominated by those hops). `_execute` is the helper
+                # aiosqlite's own execute_* methods use; covered by the store tests.
+                await db._execute(_write_batch, db, batch.ops)  # type: ignore[no-untyped-call]
             except (sqlite3.Error, OSError, ValueError) as exc:
                 # ValueError: aiosqlite's "no active connection" (thread gone).
                 await _rollback_quietly(db)
@@ -426,6 +424,23 @@ class Store:
 
 
 _FIRST = itemgetter(0)
+
+
+def _write_batch(db: aiosqlite.Connection, ops: list[tuple[OpKind, list[Any]]]) -> None:
+    """Run on the writer thread: BEGIN IMMEDIATE, every operation, COMMIT (or ROLLBACK)."""
+    conn = db._conn
+    if conn.in_transaction:  # left open by an earlier failure; never commit it
+        conn.execute("ROLLBACK")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for kind, rows in ops:
+            for sql in _SQL[kind]:
+                conn.executemany(sql, rows)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
 
 
 def _records(
