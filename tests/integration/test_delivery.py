@@ -11,7 +11,6 @@ passive Queue.Declare, whose message_count is itself the main oracle).
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,24 +20,7 @@ import pika.frame
 import pytest
 
 from amqpd.server import Server
-
-TIMEOUT = 5.0
-
-
-def params(server: Server) -> pika.ConnectionParameters:
-    return pika.ConnectionParameters("127.0.0.1", server.port)
-
-
-def pump_until(
-    conn: pika.BlockingConnection, done: Callable[[], bool], timeout: float = TIMEOUT
-) -> None:
-    """Process I/O on ``conn`` until ``done()`` is true; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not done():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            pytest.fail(f"condition not reached within {timeout} s")
-        conn.process_data_events(time_limit=min(remaining, 0.05))
+from tests.integration.pika_support import params, pump_until
 
 
 def ready_count(ch: Any, queue: str) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,24 +19,7 @@ import pika.exceptions
 import pytest
 
 from amqpd.server import Server
-
-TIMEOUT = 5.0
-
-
-def params(server: Server) -> pika.ConnectionParameters:
-    return pika.ConnectionParameters("127.0.0.1", server.port)
-
-
-def pump_until(
-    conn: pika.BlockingConnection, done: Callable[[], bool], timeout: float = TIMEOUT
-) -> None:
-    """Process I/O on ``conn`` until ``done()`` is true; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not done():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            pytest.fail(f"condition not reached within {timeout} s")
-        conn.process_data_events(time_limit=min(remaining, 0.05))
+from tests.integration.pika_support import TIMEOUT, params, pump_until
 
 
 def collect(results: queue.Queue[Any], count: int, timeout: float = TIMEOUT) -> list[Any]:
