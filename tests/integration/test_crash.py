@@ -13,6 +13,8 @@ import hashlib
 import os
 import random
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pika
@@ -57,11 +59,33 @@ class Ledger:
             self.promised.update(ids)
 
 
-def _pika_confirm_publisher(port: int, name: str, ledger: Ledger, stop: threading.Event) -> None:
+@contextmanager
+def _pika_connection(port: int) -> Iterator[pika.BlockingConnection | None]:
+    """A pika connection (None if the broker is already gone), closed quietly afterwards."""
     try:
         conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
     except pika.exceptions.AMQPError:
+        yield None
         return
+    try:
+        yield conn
+    finally:
+        try:
+            if conn.is_open:
+                conn.close()
+        except (pika.exceptions.AMQPError, OSError):
+            pass
+
+
+def _pika_confirm_publisher(port: int, name: str, ledger: Ledger, stop: threading.Event) -> None:
+    with _pika_connection(port) as conn:
+        if conn is not None:
+            _confirm_loop(conn, name, ledger, stop)
+
+
+def _confirm_loop(
+    conn: pika.BlockingConnection, name: str, ledger: Ledger, stop: threading.Event
+) -> None:
     try:
         ch = conn.channel()
         ch.confirm_delivery()
@@ -73,20 +97,18 @@ def _pika_confirm_publisher(port: int, name: str, ledger: Ledger, stop: threadin
             ledger.promise([message_id])
             n += 1
     except (pika.exceptions.AMQPError, OSError):
-        pass
-    finally:
-        try:
-            if conn.is_open:
-                conn.close()
-        except (pika.exceptions.AMQPError, OSError):
-            pass
+        pass  # the broker was killed under us: expected
 
 
 def _pika_tx_publisher(port: int, name: str, ledger: Ledger, stop: threading.Event) -> None:
-    try:
-        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
-    except pika.exceptions.AMQPError:
-        return
+    with _pika_connection(port) as conn:
+        if conn is not None:
+            _tx_loop(conn, name, ledger, stop)
+
+
+def _tx_loop(
+    conn: pika.BlockingConnection, name: str, ledger: Ledger, stop: threading.Event
+) -> None:
     try:
         ch = conn.channel()
         ch.tx_select()
@@ -100,13 +122,7 @@ def _pika_tx_publisher(port: int, name: str, ledger: Ledger, stop: threading.Eve
             ledger.promise(ids)
             n += 5
     except (pika.exceptions.AMQPError, OSError):
-        pass
-    finally:
-        try:
-            if conn.is_open:
-                conn.close()
-        except (pika.exceptions.AMQPError, OSError):
-            pass
+        pass  # the broker was killed under us: expected
 
 
 def _raw_pipelined_publisher(port: int, name: str, ledger: Ledger, stop: threading.Event) -> None:
