@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from amqpd.alarms import ResourceAlarms
-from amqpd.auth import AccessControl, AccessState, default_access
+from amqpd.auth import AccessControl, AccessState, Authz, Permission, default_access
 from amqpd.codec import HeaderPeek, encode_shortstr, peek_header
+from amqpd.errors import CONNECTION_FORCED
 from amqpd.message import Clock, Message, QueueEntry
 from amqpd.queue import BodyLoader, Queue
 from amqpd.vhost import Exchange, VirtualHost
@@ -63,11 +64,12 @@ class Broker:
         self._batch_waiters: dict[int, dict[Channel, None]] = {}
         self.blocked_reason: str | None = None  # set while the store is failing
         self.reply_queues: dict[str, Queue] = {}  # direct reply-to addresses -> pseudo-queue
+        self._no_vhost = VirtualHost("")  # never registered: there may be no vhost at all
 
     @property
     def default_vhost(self) -> VirtualHost:
-        """The first configured vhost (a placeholder until Connection.Open picks one)."""
-        return next(iter(self.vhosts.values()))
+        """A placeholder until Connection.Open picks the connection's vhost."""
+        return next(iter(self.vhosts.values()), self._no_vhost)
 
     def authenticate(self, user: str, password: str) -> bool:
         """Check a login (constant time; the same answer for unknown users)."""
@@ -95,6 +97,38 @@ class Broker:
                 del self.vhosts[name]
         for name in state.vhosts:
             self.add_vhost(name)
+
+    def replace_access(self, state: AccessState) -> None:
+        """Adopt changed access definitions while clients are connected, as RabbitMQ does:
+        a deleted vhost is deleted with everything in it and its connections are closed
+        (320 "vhost 'v' is down"); a deleted user's connections are closed (320 "user 'u'
+        is deleted"); everyone else's permissions change at once, on open channels too
+        (no permissions left: every check refuses with 403). New vhosts are created."""
+        self.access.state = state
+        for name in [name for name in self.vhosts if name not in state.vhosts]:
+            self.delete_vhost(name)
+        for name in state.vhosts:
+            self.add_vhost(name)
+        for connection in list(self.connections):
+            user = connection.user
+            if user not in state.users:
+                connection.close(CONNECTION_FORCED, f"CONNECTION_FORCED - user '{user}' is deleted")
+                continue
+            vhost = connection.vhost.name
+            authz = self.access.authz(user, vhost)
+            connection.authz = authz or Authz(user, vhost, Permission("", "", ""))
+
+    def delete_vhost(self, name: str) -> None:
+        """Delete a vhost: close its connections, drop its queues and exchanges (journaled)."""
+        vhost = self.vhosts.pop(name, None)
+        if vhost is None:
+            return
+        for connection in list(self.connections):
+            if connection.vhost is vhost:
+                connection.close(CONNECTION_FORCED, f"CONNECTION_FORCED - vhost '{name}' is down")
+        vhost.delete_everything()
+        self.vhost_connections.pop(name, None)
+        log.info("deleted vhost %r", name)
 
     def connection_limit_error(self, vhost: str, refused: str) -> str | None:
         """Why one more connection to ``vhost`` is refused (RabbitMQ's wording; ``refused``

@@ -166,9 +166,7 @@ def import_definitions(broker: Broker, data: Mapping[str, Any]) -> dict[str, int
     state = parse_access(data, broker.access.state)
     for section in ("exchanges", "queues", "bindings"):
         _items(data, section)  # validate the shape before changing anything
-    broker.access.state = state
-    for name in state.vhosts:
-        broker.add_vhost(name)
+    broker.replace_access(state)  # creates the new vhosts; live permissions change too
     counts = {
         "users": len(_items(data, "users")),
         "vhosts": len(_items(data, "vhosts")),

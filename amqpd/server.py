@@ -28,12 +28,15 @@ from anyio.abc import SocketAttribute
 from anyio.streams.tls import TLSAttribute, TLSStream
 
 from amqpd import resources
+from amqpd.admin_commands import AdminError, execute
+from amqpd.admin_socket import AdminReply, serve_admin
 from amqpd.broker import Broker, BrokerConfig
 from amqpd.channel import FLOW_BACKLOG
 from amqpd.connection import Connection
 from amqpd.definitions import DefinitionsError, import_definitions
 from amqpd.queue import HOT_WINDOW
 from amqpd.tls import TLSOptions, certificate_identity, server_context
+from persistence.errors import StoreError
 from persistence.group_commit import GroupCommitter
 from persistence.journal import Journal
 from persistence.store import BodyReader, Store
@@ -95,6 +98,7 @@ class Server:
         self._task_group: anyio.abc.TaskGroup | None = None
         self._stopping = False
         self._committer: GroupCommitter | None = None
+        self._store: Store | None = None
         self._body_reader: BodyReader | None = None
 
     async def serve(
@@ -129,6 +133,8 @@ class Server:
                 if tls_listener is not None:
                     group.start_soon(tls_listener.serve, partial(self._handle, tls=True), group)
                     log.info("listening for AMQPS on %s:%d", self.config.host, self.tls_port)
+                if store is not None and self.config.data_dir is not None:
+                    await group.start(serve_admin, self.config.data_dir, self._admin_request)
                 log.info("listening on %s:%d", self.config.host, self.port)
                 task_status.started(self.port)
                 await anyio.sleep(math.inf)
@@ -167,7 +173,31 @@ class Server:
         self._committer = GroupCommitter(
             store, journal, self.broker.batch_committed, self.broker.batch_failed
         )
+        self._store = store
         return store
+
+    async def _admin_request(self, request: dict[str, Any]) -> AdminReply:
+        """An ``amqpd users|vhosts|definitions`` command from the admin socket: carried out
+        on the live broker, then persisted after everything it journaled (a deleted vhost's
+        queues) has been committed."""
+        try:
+            outcome = execute(self.broker, request)
+        except AdminError as exc:
+            return AdminReply(False, str(exc))
+        log.info("admin: %s %s", request.get("group"), request.get("command"))
+        store, committer = self._store, self._committer
+        if outcome.changed and store is not None and committer is not None:
+            broker = self.broker
+            try:
+                await committer.commit_then(lambda: store.save_access(broker.access.state))
+            except StoreError as exc:
+                log.error("admin: could not save access control: %s", exc)
+                return AdminReply(
+                    False,
+                    f"the change is in effect but could not be saved ({exc}); it will be "
+                    "lost when the broker restarts unless it is made again",
+                )
+        return AdminReply(True, outcome.output)
 
     async def _import_definitions(self, store: Store | None) -> None:
         """Import the definitions file (``--definitions``) and persist its access part."""

@@ -97,6 +97,11 @@ class Exchange:
 Destination = Queue | Exchange
 
 
+def _is_standard(name: str) -> bool:
+    """The default exchange and the amq.* ones exist in every vhost and are never stored."""
+    return not name or name.startswith("amq.")
+
+
 def _flag(value: object) -> str:
     return "true" if value else "false"
 
@@ -347,6 +352,37 @@ class VirtualHost:
             consumer.channel.cancel_by_broker(consumer)
         queue.consumers.clear()
         return count
+
+    def delete_everything(self) -> None:
+        """The vhost itself is deleted: drop every queue and (non-standard) exchange, with
+        their bindings, journaling what was stored."""
+        for queue in list(self.queues.values()):
+            self.delete_queue(queue)
+        for exchange in list(self.exchanges.values()):
+            if not _is_standard(exchange.name) and exchange.name in self.exchanges:
+                self._remove_exchange(exchange)
+
+    def durable_definitions(self) -> tuple[list[ExchangeDef], list[QueueDef], list[BindingDef]]:
+        """The exchanges, queues and bindings that survive a restart, in their stored form
+        (what a definitions export lists)."""
+        exchanges = [
+            ExchangeDef(self.name, ex.name, ex.type_name, ex.auto_delete, ex.internal, ex.arguments)
+            for ex in self.exchanges.values()
+            if ex.durable and not _is_standard(ex.name)
+        ]
+        queues = [
+            QueueDef(self.name, queue.name, queue.auto_delete, queue.arguments)
+            for queue in self.queues.values()
+            if queue.journal is not None
+        ]
+        bindings = [
+            binding
+            for exchange in self.exchanges.values()
+            for destination, key, arguments in exchange.router.bindings()
+            if isinstance(destination, Queue | Exchange)
+            and (binding := self._binding_def(exchange, destination, key, arguments)) is not None
+        ]
+        return exchanges, queues, bindings
 
     # -- bindings --------------------------------------------------------------------------
     def bind(

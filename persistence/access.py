@@ -3,7 +3,7 @@
 Pure: the statements and row conversions live here; :class:`persistence.store.Store` runs
 them (``load_access`` / ``save_access``). The tables are small and are rewritten whole in
 one transaction whenever they change (at startup for a definitions import, or by the
-``amqpd users|vhosts`` commands on a stopped broker's data directory).
+``amqpd users|vhosts`` commands, through the group committer on a running broker).
 """
 
 from __future__ import annotations

@@ -24,6 +24,12 @@ handed out in order, so when ``on_committed(n)`` or ``on_failed(n, ...)`` runs, 
 below ``n`` has already been reported. After a failure the task carries on with the next
 batch: the store rolled the failed one back and stays usable.
 
+Writes that are not in the journal (the access-control tables, changed by ``amqpd
+users|vhosts`` on a running broker) go through :meth:`commit_then`: under the same lock that
+each batch's take-apply-report holds, it commits what is pending now, then runs the write.
+So it never overlaps a batch, and it lands after every mutation journaled before it (a
+deleted vhost's queues are gone from the store before the vhost is).
+
 Cancelling :meth:`run` does not interrupt a transaction in progress (the store shields it)
 and its outcome is still reported. :meth:`drain` commits whatever is left once ``run`` has
 stopped, for an orderly shutdown.
@@ -32,7 +38,7 @@ stopped, for an orderly shutdown.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import anyio
@@ -79,6 +85,7 @@ class GroupCommitter:
         self._on_failed = on_failed
         self._wakeup = anyio.Event()
         self._running = False
+        self._lock = anyio.Lock(fast_acquire=True)  # one transaction at a time
 
     def wake(self) -> None:
         """Tell the committer the journal may have something pending.
@@ -117,23 +124,43 @@ class GroupCommitter:
         finally:
             self._running = False
 
+    async def commit_then(self, action: Callable[[], Awaitable[None]]) -> None:
+        """Commit what is journaled now, then run ``action`` before the next batch starts.
+
+        For a write outside the journal (it may use the store: no ``apply`` is in flight
+        while it runs). Works whether or not :meth:`run` is running.
+
+        Raises:
+            Exception: Whatever ``action`` raises (the pending batch's outcome has been
+                reported either way).
+        """
+        async with self._lock:
+            await self._commit_one()
+            await action()
+
     def _start(self) -> None:
         if self._running:
             raise RuntimeError("the group committer is already running")
         self._running = True
 
     async def _commit_pending(self) -> None:
-        journal = self._journal
         while True:
             # Stop between transactions when cancelled; what is left stays in the journal.
             await anyio.lowlevel.checkpoint_if_cancelled()
-            batch = journal.take_batch()
-            if batch is None:
-                return
-            try:
-                await self._store.apply(batch)
-            except StoreError as exc:
-                log.error("batch %d failed: %s", batch.id, exc)
-                self._on_failed(batch.id, exc)
-            else:
-                self._on_committed(batch.id)
+            async with self._lock:
+                if not await self._commit_one():
+                    return
+
+    async def _commit_one(self) -> bool:
+        """Take, write and report the open batch (caller holds the lock); False if empty."""
+        batch = self._journal.take_batch()
+        if batch is None:
+            return False
+        try:
+            await self._store.apply(batch)
+        except StoreError as exc:
+            log.error("batch %d failed: %s", batch.id, exc)
+            self._on_failed(batch.id, exc)
+        else:
+            self._on_committed(batch.id)
+        return True

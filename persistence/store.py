@@ -252,12 +252,13 @@ class Store:
             finally:
                 self._applying = False
 
-    async def load(self, body_window: int | None = None) -> RecoveredState:
+    async def load(self, body_window: int | None = None, messages: bool = True) -> RecoveredState:
         """Read everything back: definitions and every message, in ``seq`` order per queue.
 
         Reads one consistent snapshot of committed data. With ``body_window``, only the first
         ``body_window`` messages of each queue carry their body; the others come with an
-        empty body and ``body_size`` set (memory stays bounded for long queues).
+        empty body and ``body_size`` set (memory stays bounded for long queues). With
+        ``messages=False`` only the definitions are read (for the admin commands).
 
         Returns:
             The stored state.
@@ -269,13 +270,15 @@ class Store:
         try:
             await db.execute("BEGIN")
             try:
-                return await self._load(db, body_window)
+                return await self._load(db, body_window, messages)
             finally:
                 await db.execute("COMMIT")
         except (sqlite3.Error, OSError, ValueError) as exc:
             raise StoreError(f"cannot load {self._path}: {exc}") from exc
 
-    async def _load(self, db: aiosqlite.Connection, body_window: int | None) -> RecoveredState:
+    async def _load(
+        self, db: aiosqlite.Connection, body_window: int | None, load_messages: bool
+    ) -> RecoveredState:
         exchanges = [
             ExchangeDef(vhost, name, type_name, bool(auto_delete), bool(internal), _args(args))
             for vhost, name, type_name, auto_delete, internal, args in await db.execute_fetchall(
@@ -302,6 +305,8 @@ class Store:
             )
         ]
         messages: dict[QueueKey, list[tuple[int, MessageRecord]]] = {}
+        if not load_messages:
+            return RecoveredState(exchanges, queues, bindings, messages)
         gc_was_enabled = gc.isenabled()
         gc.disable()  # the records are long-lived; collecting while building them is wasted
         try:
@@ -375,8 +380,9 @@ class Store:
     async def save_access(self, state: access.AccessState) -> None:
         """Replace the stored users, vhosts and permissions in one transaction.
 
-        For startup (definitions import) and the admin commands: it must not be called
-        while :meth:`apply` is in flight.
+        Like :meth:`apply`, one call on the writer thread. It must not run while an
+        ``apply`` is in flight: a running broker calls it through
+        :meth:`persistence.group_commit.GroupCommitter.commit_then`.
 
         Raises:
             StoreError: SQLite failed (nothing was changed) or the store is closed.
@@ -390,10 +396,8 @@ class Store:
         self._applying = True
         with anyio.CancelScope(shield=True):
             try:
-                await db.execute("BEGIN IMMEDIATE")
-                for sql, rows in access.state_to_statements(state):
-                    await db.executemany(sql, rows)
-                await db.execute("COMMIT")
+                statements = access.state_to_statements(state)
+                await db._execute(_write_statements, db, statements)  # type: ignore[no-untyped-call]
             except (sqlite3.Error, OSError, ValueError) as exc:
                 await _rollback_quietly(db)
                 raise StoreError(f"cannot save access control to {self._path}: {exc}") from exc
@@ -427,15 +431,21 @@ _FIRST = itemgetter(0)
 
 
 def _write_batch(db: aiosqlite.Connection, ops: list[tuple[OpKind, list[Any]]]) -> None:
-    """Run on the writer thread: BEGIN IMMEDIATE, every operation, COMMIT (or ROLLBACK)."""
+    """Run on the writer thread: one transaction with every operation of a batch."""
+    _write_statements(db, ((sql, rows) for kind, rows in ops for sql in _SQL[kind]))
+
+
+def _write_statements(
+    db: aiosqlite.Connection, statements: Iterable[tuple[str, list[Any]]]
+) -> None:
+    """Run on the writer thread: BEGIN IMMEDIATE, each ``(sql, rows)``, COMMIT (or ROLLBACK)."""
     conn = db._conn
     if conn.in_transaction:  # left open by an earlier failure; never commit it
         conn.execute("ROLLBACK")
     conn.execute("BEGIN IMMEDIATE")
     try:
-        for kind, rows in ops:
-            for sql in _SQL[kind]:
-                conn.executemany(sql, rows)
+        for sql, rows in statements:
+            conn.executemany(sql, rows)
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
