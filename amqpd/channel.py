@@ -52,7 +52,12 @@ from amqpd.permissions import check_method
 from amqpd.properties import REPLY_TO, RawProperties, with_delivery_count
 from amqpd.queue import Consumer, Queue
 from amqpd.queue_args import parse_expiration
-from amqpd.vhost import Exchange, generated_name
+from amqpd.vhost import (
+    Exchange,
+    generated_name,
+    has_sender_selected_headers,
+    sender_selected_error,
+)
 from confirms.tracker import ConfirmTracker
 
 if TYPE_CHECKING:
@@ -379,6 +384,11 @@ class Channel:
             peek.expiration,
             peek.headers_raw,
         )
+        if has_sender_selected_headers(peek.headers_raw):
+            header_error = sender_selected_error(message)
+            if header_error is not None:
+                self.close_with_error(header_error)
+                return
         if peek.flags & codec.FLAG_REPLY_TO:
             try:
                 self._direct_reply_to(message)

@@ -11,6 +11,7 @@ from amqpd.codec import encode_shortstr, peek_header
 from amqpd.deadletter import dead_letter_header, is_cycle
 from amqpd.errors import (
     COMMAND_INVALID,
+    PRECONDITION_FAILED,
     RESOURCE_LOCKED,
     AMQPError,
     access_refused,
@@ -463,8 +464,7 @@ class VirtualHost:
         Sender-selected distribution (RabbitMQ): routing keys in the ``CC`` and ``BCC``
         headers are routed too, and ``BCC`` is removed from the message here.
         """
-        headers_raw = message.headers_raw
-        if headers_raw is not None and (b"\x02CC" in headers_raw or b"\x03BCC" in headers_raw):
+        if has_sender_selected_headers(message.headers_raw):
             keys = sender_selected_keys(message)
             if keys:
                 return self._route_key(exchange, message, message.routing_key, tuple(keys))
@@ -576,6 +576,26 @@ class VirtualHost:
         for target in targets:
             if not is_cycle(deaths, target.name):
                 target.enqueue(dead)
+
+
+def has_sender_selected_headers(headers_raw: bytes | None) -> bool:
+    """Whether a raw headers table may hold CC or BCC (a cheap byte test, before decoding)."""
+    return headers_raw is not None and (b"\x02CC" in headers_raw or b"\x03BCC" in headers_raw)
+
+
+def sender_selected_error(message: Message) -> AMQPError | None:
+    """The 406 RabbitMQ gives at publish for a CC or BCC header that is not an array."""
+    headers = message.headers or {}
+    for name in ("CC", "BCC"):
+        if name in headers and not isinstance(headers[name], list):
+            type_name = amqp_type_name(headers[name])
+            return AMQPError(
+                PRECONDITION_FAILED,
+                f'invalid message: {{unacceptable_type_in_header,"{name}",{type_name}}}',
+                60,
+                40,
+            )
+    return None
 
 
 def sender_selected_keys(message: Message, bcc: bool = True) -> list[str]:

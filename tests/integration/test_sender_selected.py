@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pika
+import pika.exceptions
 import pytest
 
 from tests.conftest import running_server
@@ -39,6 +40,40 @@ def test_cc_and_bcc_add_routing_keys_and_bcc_is_not_delivered(
         assert props.headers == {"CC": ["copy", "both", 5], "app": "v"}  # BCC removed
     for queue in ("main", "copy", "blind", "both", "number"):  # 5 is no longstr: ignored
         assert ch.queue_declare(queue, passive=True).method.message_count == 0
+
+
+@pytest.mark.parametrize(
+    ("headers", "type_name"),
+    [
+        ({"CC": "copy"}, '"CC",longstr'),
+        ({"CC": 5}, '"CC",signedint'),
+        ({"BCC": "b"}, '"BCC",longstr'),
+    ],
+)
+@pytest.mark.parametrize("mode", ["plain", "confirm", "tx"])
+def test_a_cc_or_bcc_that_is_not_an_array_is_refused_at_publish(
+    conn: pika.BlockingConnection, headers: dict[str, object], type_name: str, mode: str
+) -> None:
+    """RabbitMQ 3.10: 406 "invalid message: {unacceptable_type_in_header,"CC",longstr}" on
+    the publish itself (so a transaction never gets to commit it), the connection stays."""
+    ch = conn.channel()
+    ch.queue_declare("main")
+    if mode == "confirm":
+        ch.confirm_delivery()
+    elif mode == "tx":
+        ch.tx_select()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        ch.basic_publish("", "main", b"m", pika.BasicProperties(headers=headers))
+        if mode == "tx":
+            ch.tx_commit()
+        else:
+            ch.queue_declare("main", passive=True)
+    assert refused.value.reply_code == 406
+    assert refused.value.reply_text == (
+        f"PRECONDITION_FAILED - invalid message: {{unacceptable_type_in_header,{type_name}}}"
+    )
+    ch = conn.channel()
+    assert ch.queue_declare("main", passive=True).method.message_count == 0
 
 
 def test_alternate_exchange_takes_unroutable_messages_mandatory_is_not_returned(
