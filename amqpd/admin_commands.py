@@ -115,6 +115,15 @@ def _vhost(state: AccessState, name: str) -> VhostInfo:
     return info
 
 
+def _drop_permissions(
+    state: AccessState, user: str | None = None, vhost: str | None = None
+) -> None:
+    """Forget a deleted user's (or a deleted vhost's) permissions."""
+    for key in list(state.permissions):
+        if key[0] == user or key[1] == vhost:
+            del state.permissions[key]
+
+
 def _password_hash(args: _Args) -> str:
     password_hash = args.text("password_hash")
     try:
@@ -143,8 +152,7 @@ def _users_delete(broker: Broker, args: _Args) -> Outcome:
     name = args.text("name")
     _user(state, name)
     del state.users[name]
-    for key in [key for key in state.permissions if key[0] == name]:
-        del state.permissions[key]
+    _drop_permissions(state, user=name)
     return _changed(broker, state, f"Deleted user '{name}'.")
 
 
@@ -231,8 +239,7 @@ def _vhosts_delete(broker: Broker, args: _Args) -> Outcome:
     name = args.text("name")
     _vhost(state, name)
     del state.vhosts[name]
-    for key in [key for key in state.permissions if key[1] == name]:
-        del state.permissions[key]
+    _drop_permissions(state, vhost=name)
     return _changed(broker, state, f"Deleted vhost '{name}' and everything in it.")
 
 

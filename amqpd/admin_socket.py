@@ -149,9 +149,7 @@ def send_request(
         if not path.is_socket():
             return None
     except PermissionError as exc:
-        raise AdminSocketError(
-            f"cannot use {path}: {exc.strerror}; run the command as the broker's user"
-        ) from exc
+        raise _not_permitted(path, exc) from exc
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         try:
@@ -159,9 +157,7 @@ def send_request(
         except (ConnectionRefusedError, FileNotFoundError):
             return None  # left behind by a broker that was killed
         except PermissionError as exc:
-            raise AdminSocketError(
-                f"cannot use {path}: {exc.strerror}; run the command as the broker's user"
-            ) from exc
+            raise _not_permitted(path, exc) from exc
         except OSError as exc:
             raise AdminSocketError(f"cannot connect to {path}: {exc}") from exc
         try:
@@ -178,3 +174,9 @@ def send_request(
         return AdminReply(False, str(reply["error"]))
     except (ValueError, KeyError, TypeError) as exc:
         raise AdminSocketError(f"unreadable answer from the broker on {path}") from exc
+
+
+def _not_permitted(path: Path, exc: PermissionError) -> AdminSocketError:
+    return AdminSocketError(
+        f"cannot use {path}: {exc.strerror}; run the command as the broker's user"
+    )

@@ -18,6 +18,13 @@ def params(server: Server) -> pika.ConnectionParameters:
     return pika.ConnectionParameters("127.0.0.1", server.port)
 
 
+def login(port: int, user: str, password: str, vhost: str = "/") -> pika.BlockingConnection:
+    """A blocking connection as ``user`` to ``vhost``."""
+    return pika.BlockingConnection(
+        pika.ConnectionParameters("127.0.0.1", port, vhost, pika.PlainCredentials(user, password))
+    )
+
+
 def pump_until(
     conn: pika.BlockingConnection, done: Callable[[], bool], timeout: float = TIMEOUT
 ) -> None:

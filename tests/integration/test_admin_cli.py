@@ -20,6 +20,7 @@ from amqpd.admin import main as admin
 from amqpd.broker import BrokerConfig
 from amqpd.server import ServerConfig, background_server
 from persistence.store import Store
+from tests.integration.pika_support import login
 
 LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
 
@@ -28,12 +29,6 @@ def run(*argv: str, stdin: str = "") -> tuple[int, str]:
     out = io.StringIO()
     code = admin(list(argv), stdin=io.StringIO(stdin), stdout=out)
     return code, out.getvalue()
-
-
-def login(port: int, user: str, password: str, vhost: str = "/") -> pika.BlockingConnection:
-    return pika.BlockingConnection(
-        pika.ConnectionParameters("127.0.0.1", port, vhost, pika.PlainCredentials(user, password))
-    )
 
 
 def test_users_and_vhosts_commands_change_what_the_broker_allows(tmp_path: Path) -> None:

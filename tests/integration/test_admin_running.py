@@ -12,10 +12,10 @@ import io
 import json
 import os
 import pwd
+import socket
 import stat
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stderr
 from pathlib import Path
@@ -29,6 +29,7 @@ from amqpd.admin_socket import SOCKET_NAME
 from amqpd.broker import BrokerConfig
 from amqpd.server import Server, ServerConfig, background_server
 from persistence.store import LOCK_FILENAME
+from tests.integration.pika_support import login, pump_until
 
 CLOSE_TIMEOUT = 10.0
 
@@ -46,12 +47,6 @@ def ok(data: Path, *argv: str, stdin: str = "") -> str:
     return out
 
 
-def login(port: int, user: str, password: str, vhost: str = "/") -> pika.BlockingConnection:
-    return pika.BlockingConnection(
-        pika.ConnectionParameters("127.0.0.1", port, vhost, pika.PlainCredentials(user, password))
-    )
-
-
 @contextmanager
 def broker(data: Path) -> Iterator[Server]:
     with background_server(BrokerConfig(), ServerConfig(port=0, data_dir=data)) as server:
@@ -60,13 +55,9 @@ def broker(data: Path) -> Iterator[Server]:
 
 def closed_by_broker(conn: pika.BlockingConnection) -> pika.exceptions.ConnectionClosedByBroker:
     """Process events until the broker closes the connection; the close it sent."""
-    deadline = time.monotonic() + CLOSE_TIMEOUT
-    while time.monotonic() < deadline:
-        try:
-            conn.process_data_events(time_limit=0.2)
-        except pika.exceptions.ConnectionClosedByBroker as closed:
-            return closed
-    raise AssertionError("the broker did not close the connection")
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+        pump_until(conn, lambda: False, CLOSE_TIMEOUT)
+    return closed.value
 
 
 def test_user_commands_take_effect_on_the_running_broker_and_persist(tmp_path: Path) -> None:
@@ -261,6 +252,46 @@ def test_admin_commands_interleave_with_confirmed_publishing(tmp_path: Path) -> 
         )
         conn.close()
     assert all(f"user-{i}\t[]" in ok(data, "users", "list") for i in range(20))
+
+
+def raw_request(data: Path, payload: bytes) -> dict[str, object]:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(CLOSE_TIMEOUT)
+        sock.connect(str(data / SOCKET_NAME))
+        sock.sendall(payload)
+        sock.shutdown(socket.SHUT_WR)  # a request without its newline ends here
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    answer = json.loads(reply)
+    assert isinstance(answer, dict)
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("payload", "error"),
+    [
+        (b"not json\n", "malformed request"),
+        (b"[1, 2]\n", "malformed request: not a JSON object"),
+        (b'{"group": "users"', "malformed request"),  # no newline before EOF
+        (b'{"group": "users", "command": "drop-all"}\n', "unknown command: users drop-all"),
+        (b'{"group": "users", "command": "delete"}\n', "request without 'name'"),
+        (b'{"group": "users", "command": "delete", "name": 7}\n', "name must be a string"),
+        (
+            b'{"group": "vhosts", "command": "add", "name": "v", "max_connections": "x"}\n',
+            "max_connections must be an integer",
+        ),
+    ],
+)
+def test_malformed_admin_requests_are_refused_and_the_broker_keeps_serving(
+    tmp_path: Path, payload: bytes, error: str
+) -> None:
+    data = tmp_path / "data"
+    with broker(data) as server:
+        answer = raw_request(data, payload)
+        assert answer["ok"] is False and str(answer["error"]).startswith(error), answer
+        assert "v" not in ok(data, "vhosts", "list").split()
+        login(server.port, "guest", "guest").close()
 
 
 def test_a_locked_directory_without_an_admin_socket_says_what_to_do(
