@@ -10,8 +10,8 @@ from typing import Any
 import pika
 import pytest
 
-from amqpd.broker import BrokerConfig
-from amqpd.server import Server, ServerConfig, background_server
+from amqpd.model.broker import BrokerConfig
+from amqpd.shell.server import Server, ServerConfig, background_server
 
 
 @contextmanager

@@ -11,7 +11,7 @@ import pika
 import pika.exceptions
 import pika.spec
 
-from amqpd.properties import HEADERS, RawProperties
+from amqpd.wire.properties import HEADERS, RawProperties
 
 Delivery = tuple[Any, pika.spec.BasicProperties, bytes]
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pika
 import pytest
 
-from amqpd.server import Server
+from amqpd.shell.server import Server
 
 TIMEOUT = 5.0
 

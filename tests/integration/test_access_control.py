@@ -18,8 +18,8 @@ import pika.exceptions
 import pytest
 from pamqp import commands
 
-from amqpd.broker import BrokerConfig
-from amqpd.server import Server, ServerConfig, background_server
+from amqpd.model.broker import BrokerConfig
+from amqpd.shell.server import Server, ServerConfig, background_server
 from tests.integration.raw_client import RawClient
 
 DEFINITIONS = {

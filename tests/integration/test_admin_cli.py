@@ -16,9 +16,9 @@ import pika
 import pika.exceptions
 import pytest
 
-from amqpd.admin import main as admin
-from amqpd.broker import BrokerConfig
-from amqpd.server import ServerConfig, background_server
+from amqpd.cli.admin import main as admin
+from amqpd.model.broker import BrokerConfig
+from amqpd.shell.server import ServerConfig, background_server
 from persistence.store import Store
 from tests.integration.pika_support import login
 

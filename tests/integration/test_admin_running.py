@@ -24,10 +24,10 @@ import pika
 import pika.exceptions
 import pytest
 
-from amqpd.admin import main as admin
-from amqpd.admin_socket import SOCKET_NAME
-from amqpd.broker import BrokerConfig
-from amqpd.server import Server, ServerConfig, background_server
+from amqpd.cli.admin import main as admin
+from amqpd.model.broker import BrokerConfig
+from amqpd.shell.admin_socket import SOCKET_NAME
+from amqpd.shell.server import Server, ServerConfig, background_server
 from persistence.store import LOCK_FILENAME
 from tests.integration.pika_support import login, pump_until
 

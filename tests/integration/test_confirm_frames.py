@@ -6,7 +6,7 @@ from pamqp import commands, frame
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
-from amqpd.server import Server
+from amqpd.shell.server import Server
 from tests.integration.raw_client import RawClient
 
 

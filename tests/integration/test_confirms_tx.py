@@ -8,7 +8,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from amqpd.server import Server
+from amqpd.shell.server import Server
 
 
 def _connect(server: Server) -> pika.BlockingConnection:

@@ -19,7 +19,7 @@ import pika.exceptions
 import pika.frame
 import pytest
 
-from amqpd.server import Server
+from amqpd.shell.server import Server
 from tests.integration.pika_support import params, pump_until
 
 

@@ -12,7 +12,7 @@ import aio_pika
 import pika
 import pytest
 
-from amqpd.server import Server
+from amqpd.shell.server import Server
 from tests.conftest import running_server
 from tests.integration.ext_support import closed_by_broker, connect, next_message
 

@@ -25,7 +25,7 @@ from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 from pamqp.heartbeat import Heartbeat
 
-from amqpd.server import Server
+from amqpd.shell.server import Server
 from tests.integration.raw_client import PROTOCOL_HEADER, RawClient
 
 StartServer = Callable[..., AbstractContextManager[Server]]

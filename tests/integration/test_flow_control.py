@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pika
 
-from amqpd.channel import FLOW_BACKLOG
-from amqpd.server import Server
+from amqpd.engine.channel import FLOW_BACKLOG
+from amqpd.shell.server import Server
 
 
 def test_publisher_completes_while_the_only_consumer_is_stuck(server: Server) -> None:

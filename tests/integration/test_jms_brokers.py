@@ -34,7 +34,7 @@ from typing import Any
 import pika
 import pytest
 
-from amqpd.server import Server
+from amqpd.shell.server import Server
 from interop.jms import Connection, ConnectionFactory, Session
 from tests.conftest import running_server
 

@@ -18,9 +18,9 @@ from typing import Any
 import pika
 from pamqp import commands, frame
 
-from amqpd.broker import BrokerConfig
-from amqpd.connection import Connection
-from amqpd.server import Server, ServerConfig, background_server
+from amqpd.engine.connection import Connection
+from amqpd.model.broker import BrokerConfig
+from amqpd.shell.server import Server, ServerConfig, background_server
 from tests.integration.raw_client import PROTOCOL_HEADER, RawClient
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pika
 
-from amqpd.queue import HOT_WINDOW
-from amqpd.server import Server
+from amqpd.model.queue import HOT_WINDOW
+from amqpd.shell.server import Server
 from tests.conftest import running_server
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)

@@ -8,7 +8,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from amqpd.server import Server
+from amqpd.shell.server import Server
 from persistence.errors import StoreError
 from persistence.records import Batch
 from tests.conftest import running_server

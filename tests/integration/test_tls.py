@@ -13,9 +13,9 @@ import pika.credentials
 import pika.exceptions
 import pytest
 
-from amqpd.broker import BrokerConfig
-from amqpd.server import Server, ServerConfig, background_server
-from amqpd.tls import TLSOptions
+from amqpd.model.broker import BrokerConfig
+from amqpd.shell.server import Server, ServerConfig, background_server
+from amqpd.shell.tls import TLSOptions
 from tests.integration.tls_certs import Pki, make_pki
 
 

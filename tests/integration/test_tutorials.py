@@ -18,7 +18,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from amqpd.server import Server
+from amqpd.shell.server import Server
 from tests.integration.pika_support import TIMEOUT, params, pump_until
 
 

@@ -36,8 +36,8 @@ from typing import Any, TypeAlias
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from perf_brokers import Amqpd, RabbitMQ
 
-from amqpd.perf.procstat import ProcessSample
-from amqpd.perf.profiles import format_table, top_functions
+from interop.perf.procstat import ProcessSample
+from interop.perf.profiles import format_table, top_functions
 
 REPO = Path(__file__).resolve().parents[2]
 Metrics = dict[str, float]
@@ -67,7 +67,7 @@ def perf(broker: Broker, args: list[str], timeout: float) -> dict[str, Any]:
     command = [
         sys.executable,
         "-m",
-        "amqpd.perf.cli",
+        "interop.perf.cli",
         "-u",
         broker.url,
         "--json",
@@ -663,7 +663,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         choices=["head", "worktree"],
         default="head",
         help="run the amqpd broker from git HEAD or from a copy of the working tree, taken "
-        "once at the start (the client is always this checkout's amqpd.perf) [head]",
+        "once at the start (the client is always this checkout's interop.perf) [head]",
     )
     p.add_argument(
         "--max-other-load",

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 
-from amqpd.perf.options import parse_options
-from amqpd.perf.report import Summary, summarise
-from amqpd.perf.runner import run
+from interop.perf.options import parse_options
+from interop.perf.report import Summary, summarise
+from interop.perf.runner import run
 
 
 def _run(url: str, count: int, size: int, persistent: bool, mode: list[str]) -> Summary:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pamqp import body, commands, frame, header
 
-from amqpd import codec
+from amqpd.wire import codec
 
 LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pika
 
-from amqpd.perf.procstat import ProcessSample
+from interop.perf.procstat import ProcessSample
 
 QUEUE = "perf-w7"
 

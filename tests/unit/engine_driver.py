@@ -7,8 +7,8 @@ from typing import Any
 from pamqp import body, commands, frame, header
 from pamqp.base import Frame as Method
 
-from amqpd.broker import Broker
-from amqpd.connection import Connection
+from amqpd.engine.connection import Connection
+from amqpd.model.broker import Broker
 
 
 class Client:

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from pamqp import commands
 
-from amqpd.admin_commands import AdminError, execute
-from amqpd.auth import hash_password
-from amqpd.broker import Broker
+from amqpd.model.admin_commands import AdminError, execute
+from amqpd.model.auth import hash_password
+from amqpd.model.broker import Broker
 from persistence.journal import Journal
 from persistence.records import OpKind
 from tests.unit.engine_driver import Client

@@ -19,8 +19,8 @@ from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 from pamqp.heartbeat import Heartbeat
 
-from amqpd import codec
-from amqpd.errors import FRAME_ERROR, SYNTAX_ERROR, AMQPError
+from amqpd.wire import codec
+from amqpd.wire.errors import FRAME_ERROR, SYNTAX_ERROR, AMQPError
 
 CODEC = settings(deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow])
 

@@ -1,5 +1,5 @@
-"""amqpd.deadletter: the x-death / x-first-death-* headers and the cycle rule, as RabbitMQ 3.x's
-rabbit_dead_letter builds and applies them."""
+"""amqpd.model.deadletter: the x-death / x-first-death-* headers and the cycle rule, as
+RabbitMQ 3.x's rabbit_dead_letter builds and applies them."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 from pamqp import commands, encode
 from pamqp.header import ContentHeader
 
-from amqpd.deadletter import dead_letter_header, is_cycle
-from amqpd.properties import RawProperties
+from amqpd.model.deadletter import dead_letter_header, is_cycle
+from amqpd.wire.properties import RawProperties
 
 UTC = datetime.UTC
 NOW = 1_700_000_000.75

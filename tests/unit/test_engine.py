@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pamqp import body, commands, header
 
-from amqpd.broker import Broker, BrokerConfig
-from amqpd.connection import State
+from amqpd.engine.connection import State
+from amqpd.model.broker import Broker, BrokerConfig
 from tests.unit.engine_driver import Client
 
 
@@ -308,7 +308,7 @@ def test_nothing_is_buffered_after_a_framing_error() -> None:
 
 
 def test_publisher_flooding_a_consumed_queue_is_flagged_for_flow_control() -> None:
-    from amqpd.channel import FLOW_BACKLOG
+    from amqpd.engine.channel import FLOW_BACKLOG
 
     broker = Broker()
     broker.clock.now = 1000.0

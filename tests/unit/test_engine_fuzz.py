@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
 
-from amqpd.broker import Broker
-from amqpd.connection import State
+from amqpd.engine.connection import State
+from amqpd.model.broker import Broker
 from tests.unit.engine_driver import Client
 
 FRAME_TYPES = st.sampled_from([1, 2, 3, 8, 0, 4, 255])

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from amqpd.perf.options import build_parser, parse_options
-from amqpd.perf.report import as_json, format_text, summarise
-from amqpd.perf.results import ConsumerStats, ProducerStats, WorkerResult
-from amqpd.perf.runner import RunOutcome, plans
-from amqpd.perf.topology import consumer_queue, producer_route, route_for
-from amqpd.perf.worker import split
+from interop.perf.options import build_parser, parse_options
+from interop.perf.report import as_json, format_text, summarise
+from interop.perf.results import ConsumerStats, ProducerStats, WorkerResult
+from interop.perf.runner import RunOutcome, plans
+from interop.perf.topology import consumer_queue, producer_route, route_for
+from interop.perf.worker import split
 
 
 def test_defaults() -> None:

@@ -7,9 +7,9 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from amqpd.perf.confirms import ConfirmTracker
-from amqpd.perf.profiles import format_table, top_functions
-from amqpd.perf.stats import Histogram, bucket_bounds, bucket_of, median
+from interop.perf.confirms import ConfirmTracker
+from interop.perf.profiles import format_table, top_functions
+from interop.perf.stats import Histogram, bucket_bounds, bucket_of, median
 
 
 @given(st.integers(0, 2**40))

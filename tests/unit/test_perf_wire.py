@@ -11,10 +11,10 @@ from pamqp import commands, frame
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
-from amqpd.perf.client import decode_method
-from amqpd.perf.consumer import ack_frames
-from amqpd.perf.deliveries import DeliveryParser
-from amqpd.perf.wire import (
+from interop.perf.client import decode_method
+from interop.perf.consumer import ack_frames
+from interop.perf.deliveries import DeliveryParser
+from interop.perf.wire import (
     BrokerAddress,
     FrameError,
     FrameSplitter,

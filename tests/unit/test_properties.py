@@ -1,4 +1,4 @@
-"""amqpd.properties: editing a raw content header changes only what the broker means to change;
+"""amqpd.wire.properties: editing a raw content header changes only what the broker means to change;
 every other byte stays exactly as the publisher sent it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from pamqp import commands, encode
 from pamqp.header import ContentHeader
 
-from amqpd.properties import (
+from amqpd.wire.properties import (
     EXPIRATION,
     HEADERS,
     REPLY_TO,

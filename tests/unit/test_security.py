@@ -11,7 +11,7 @@ import pytest
 from pamqp import commands
 from pamqp.heartbeat import Heartbeat
 
-from amqpd.auth import (
+from amqpd.model.auth import (
     HASH_SHA256,
     HASH_SHA512,
     AccessState,
@@ -23,10 +23,10 @@ from amqpd.auth import (
     is_loopback_peer,
     validate_hash,
 )
-from amqpd.broker import Broker, BrokerConfig
-from amqpd.definitions import DefinitionsError, export_definitions, import_definitions
-from amqpd.resources import parse_size
-from amqpd.tls import certificate_identity
+from amqpd.model.broker import Broker, BrokerConfig
+from amqpd.model.definitions import DefinitionsError, export_definitions, import_definitions
+from amqpd.shell.resources import parse_size
+from amqpd.shell.tls import certificate_identity
 from persistence import fieldcodec, schema
 from persistence.store import Store
 from tests.unit.engine_driver import Client

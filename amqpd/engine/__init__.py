@@ -1,0 +1,1 @@
+"""The sans-IO protocol engine: connection and channel state machines, permissions."""

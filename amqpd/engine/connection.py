@@ -1,0 +1,647 @@
+"""The per-connection protocol engine (sans-IO).
+
+Theory of operation
+-------------------
+Bytes go in through ``receive_data``; frames to send accumulate and come out through
+``data_to_send``; time comes in through ``tick(now)``. Nothing here awaits or touches a
+socket. The shell (amqpd/server.py) is told that output is waiting through ``on_output``,
+which fires when the output buffer goes from empty to non-empty; it then flushes once.
+
+Handshake states, each accepting exactly one method on channel 0::
+
+    AWAIT_HEADER --"AMQP0091"--> AWAIT_START_OK --start-ok--> AWAIT_TUNE_OK
+        --tune-ok--> AWAIT_OPEN --open--> OPEN --close/close-ok--> CLOSED
+    any state --hard error--> CLOSING (we sent Connection.Close) --close-ok / 3 s--> CLOSED
+
+A wrong protocol header is answered with ours and the socket closed. A handshake that has
+not reached OPEN within ``handshake_timeout`` is dropped. Once open, heartbeats are sent
+when we have been silent for half the negotiated interval and the peer is dropped after two
+intervals without a single byte from it. Hard errors (5xx, 320) close the connection, soft
+ones only the channel (see amqpd/errors.py).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import platform
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from pamqp import commands as spec
+from pamqp import decode
+
+import amqpd
+from amqpd.engine.channel import Channel, ChannelState
+from amqpd.model.auth import Authz, Permission, is_loopback_peer
+from amqpd.wire import codec
+from amqpd.wire.errors import (
+    ACCESS_REFUSED,
+    CHANNEL_ERROR,
+    COMMAND_INVALID,
+    CONNECTION_FORCED,
+    FRAME_ERROR,
+    INTERNAL_ERROR,
+    NOT_ALLOWED,
+    UNEXPECTED_FRAME,
+    AMQPError,
+)
+
+if TYPE_CHECKING:
+    from amqpd.model.broker import Broker
+    from amqpd.model.queue import Queue
+    from amqpd.model.vhost import VirtualHost
+
+log = logging.getLogger(__name__)
+
+FRAME_MIN_SIZE: Final = 4096
+CLOSE_TIMEOUT: Final = 3.0
+SERVER_CAPABILITIES: Final = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+    "direct_reply_to": True,
+}
+
+
+class State(enum.Enum):
+    """Connection lifecycle."""
+
+    AWAIT_HEADER = "await-header"
+    AWAIT_START_OK = "await-start-ok"
+    AWAIT_TUNE_OK = "await-tune-ok"
+    AWAIT_OPEN = "await-open"
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+# The one channel-0 method each handshake state accepts.
+HANDSHAKE: Final[dict[State, int]] = {
+    State.AWAIT_START_OK: spec.Connection.StartOk.index,
+    State.AWAIT_TUNE_OK: spec.Connection.TuneOk.index,
+    State.AWAIT_OPEN: spec.Connection.Open.index,
+}
+
+
+# Placeholder permissions until connection.open grants real ones (no channel exists before).
+_NO_ACCESS: Final = Authz("", "", Permission("", "", ""))
+
+
+class Connection:
+    """One client connection's protocol state."""
+
+    def __init__(self, broker: Broker, now: float, peer: str = "") -> None:
+        config = broker.config
+        self.broker = broker
+        self.peer = peer
+        self.state = State.AWAIT_HEADER
+        self.created = now
+        self.flow_queues: set[Queue] = set()  # queues this connection is flooding
+        self.channels: dict[int, Channel] = {}
+        self.exclusive_queues: list[Queue] = []
+        self.channel_max = config.channel_max
+        self.frame_max = config.frame_max
+        self.heartbeat = config.heartbeat
+        self.user = ""
+        self.vhost: VirtualHost = broker.default_vhost
+        self.client_properties: dict[str, Any] = {}
+        self.should_close = False  # the shell closes the socket once output is flushed
+        self.on_output: Callable[[], None] | None = None
+        self._reader = codec.FrameReader(config.frame_max)
+        self._header = b""
+        self._out: list[bytes] = []
+        self._received = False
+        self._sent = False
+        self._last_rx = now
+        self._last_tx = now
+        self._close_deadline = 0.0
+        self._close_armed = False
+        self._desynchronised = False
+        self._confirm_channels: dict[Channel, None] = {}
+        self._released = False
+        # Access control and limits (amqpd/auth.py, amqpd/alarms.py). The shell sets
+        # peer_cert_user for a TLS connection with a verified client certificate.
+        self.loopback = is_loopback_peer(peer)
+        self.peer_cert_user: str | None = None
+        self.authz = _NO_ACCESS
+        self.paused = False  # blocked by a resource alarm: the shell stops reading
+        self.on_resume: Callable[[], None] | None = None  # fired when paused goes back off
+        self._published = False  # a content frame arrived in the current chunk
+        self._blocked_sent = False
+        self.output_full = False  # unflushed output over the write-ahead limit
+        self._write_ahead_limit = config.write_ahead_limit
+        self._out_size = 0  # bytes queued in _out
+        self._unflushed = 0  # bytes the shell took and is still writing
+
+    # ------------------------------------------------------------------------------------
+    # Output
+    # ------------------------------------------------------------------------------------
+    def send(self, data: bytes) -> None:
+        """Queue bytes for the peer."""
+        out = self._out
+        out.append(data)
+        size = self._out_size + len(data)
+        self._out_size = size
+        if size + self._unflushed > self._write_ahead_limit:
+            self.output_full = True
+        if len(out) == 1 and self.on_output is not None:
+            self.on_output()
+
+    def send_parts(self, parts: list[bytes]) -> None:
+        """Queue several byte strings for the peer."""
+        out = self._out
+        was_empty = not out
+        out += parts
+        size = self._out_size
+        for part in parts:
+            size += len(part)
+        self._out_size = size
+        if size + self._unflushed > self._write_ahead_limit:
+            self.output_full = True
+        if was_empty and self.on_output is not None:
+            self.on_output()
+
+    def data_to_send(self) -> bytes:
+        """Everything queued since the last call, as one byte string."""
+        out = self._out
+        if not out:
+            return b""
+        self._sent = True
+        data = b"".join(out)
+        out.clear()
+        self._out_size = 0
+        return data
+
+    def write_started(self, size: int) -> None:
+        """The shell is writing ``size`` bytes taken with `data_to_send` (write-ahead)."""
+        self._unflushed += size
+
+    def write_finished(self) -> None:
+        """The shell's writes completed: deliveries paused by the write-ahead limit resume
+        (the slow-consumer bound: at most about ``write_ahead_limit`` bytes of deliveries
+        wait in the broker's buffers for a client that does not read)."""
+        self._unflushed = 0
+        if self.output_full and self._out_size <= self._write_ahead_limit:
+            self.output_full = False
+            for channel in list(self.channels.values()):
+                channel._dispatch_consumer_queues()
+
+    @property
+    def output_pending(self) -> bool:
+        """True while output waits to be taken."""
+        return bool(self._out)
+
+    # ------------------------------------------------------------------------------------
+    # Input
+    # ------------------------------------------------------------------------------------
+    def receive_data(self, data: bytes) -> None:
+        """Process a chunk of bytes from the peer."""
+        if self.state is State.CLOSED or self.should_close:
+            return
+        self._received = True
+        if self._desynchronised:
+            return  # after a framing error nothing more can be parsed; wait for the close
+        if self.state is State.AWAIT_HEADER:
+            data = self._receive_protocol_header(data)
+            if not data:
+                return
+        reader = self._reader
+        reader.feed(data)
+        try:
+            while not self.should_close:
+                item = reader.next_frame()
+                if item is None:
+                    break
+                self._handle_frame(*item)
+        except AMQPError as exc:
+            if exc.reply_code == FRAME_ERROR:
+                self._desynchronised = True
+                reader.discard()
+            self._connection_error(exc)
+        except Exception:
+            log.exception("internal error on connection %s", self.peer)
+            self._connection_error(AMQPError(INTERNAL_ERROR, "internal error"))
+        reader.compact()
+        self.flush_confirms()
+        if self._published:
+            self._published = False
+            if self.broker.alarms.active and self.state is State.OPEN:
+                self._block()
+
+    def _receive_protocol_header(self, data: bytes) -> bytes:
+        needed = 8 - len(self._header)
+        self._header += data[:needed]
+        rest = data[needed:]
+        if len(self._header) < 8:
+            if not codec.PROTOCOL_HEADER.startswith(self._header):
+                self._refuse_protocol()
+            return b""
+        if self._header != codec.PROTOCOL_HEADER:
+            self._refuse_protocol()
+            return b""
+        self.state = State.AWAIT_START_OK
+        self.send(codec.encode_method(0, self._start_method()))
+        return rest
+
+    def _refuse_protocol(self) -> None:
+        self.send(codec.PROTOCOL_HEADER)
+        self.should_close = True
+        self.state = State.CLOSED
+
+    def _start_method(self) -> spec.Connection.Start:
+        return spec.Connection.Start(
+            version_major=0,
+            version_minor=9,
+            server_properties={
+                "product": "amqpd",
+                "version": amqpd.__version__,
+                "platform": f"Python {platform.python_version()}",
+                "copyright": "amqpd contributors",
+                "information": "An AMQP 0-9-1 broker in Python",
+                "capabilities": dict(SERVER_CAPABILITIES),
+                "cluster_name": "amqpd",
+            },
+            mechanisms="PLAIN AMQPLAIN EXTERNAL" if self.peer_cert_user else "PLAIN AMQPLAIN",
+            locales="en_US",
+        )
+
+    def _handle_frame(self, frame_type: int, number: int, payload: bytes) -> None:
+        if frame_type == codec.FRAME_METHOD:
+            index = codec.method_index(payload)
+            if number == 0:
+                self._handle_method0(index, payload)
+                return
+            if self.state is not State.OPEN:
+                if self.state is State.CLOSING:
+                    return
+                raise AMQPError(  # rabbit_reader: unexpected_frame before "running"
+                    UNEXPECTED_FRAME, f"method frame on channel {number} before connection.open"
+                )
+            channel = self.channels.get(number)
+            if channel is None:
+                self._open_channel(number, index)
+            else:
+                channel.handle_method(index, payload)
+        elif frame_type == codec.FRAME_HEADER or frame_type == codec.FRAME_BODY:
+            if self.state is State.CLOSING:
+                return
+            if number == 0:
+                raise AMQPError(UNEXPECTED_FRAME, "content frame on channel 0")
+            channel = self.channels.get(number)
+            if channel is None:
+                raise AMQPError(UNEXPECTED_FRAME, f"content frame on unopened channel {number}")
+            self._published = True
+            if frame_type == codec.FRAME_HEADER:
+                channel.handle_header(payload)
+            else:
+                channel.handle_body(payload)
+        elif frame_type == codec.FRAME_HEARTBEAT:
+            if number != 0:
+                raise AMQPError(UNEXPECTED_FRAME, f"heartbeat frame on channel {number}")
+        else:
+            raise AMQPError(FRAME_ERROR, f"unknown frame type {frame_type}")
+
+    def _open_channel(self, number: int, index: int) -> None:
+        if index != spec.Channel.Open.index:
+            raise AMQPError(
+                CHANNEL_ERROR,
+                f"expected 'channel.open' on channel {number}",
+                index >> 16,
+                index & 0xFFFF,
+            )
+        if number > self.channel_max:
+            raise AMQPError(
+                NOT_ALLOWED,
+                f"channel number {number} is above the negotiated channel_max ({self.channel_max})",
+                20,
+                10,
+            )
+        self.channels[number] = Channel(self, number)
+        self.send(codec.encode_method(number, spec.Channel.OpenOk()))
+
+    def channel_closed(self, channel: Channel) -> None:
+        """Forget a channel whose close handshake finished (its number is free again)."""
+        if self.channels.get(channel.number) is channel:
+            del self.channels[channel.number]
+        self._confirm_channels.pop(channel, None)
+
+    # ------------------------------------------------------------------------------------
+    # Channel 0
+    # ------------------------------------------------------------------------------------
+    def _handle_method0(self, index: int, payload: bytes) -> None:
+        state = self.state
+        if state is State.CLOSING:
+            if index == spec.Connection.CloseOk.index:
+                self._finish()
+            elif index == spec.Connection.Close.index:
+                self.send(codec.encode_method(0, spec.Connection.CloseOk()))
+            return
+        expected = HANDSHAKE.get(state)
+        if index != expected and (expected is not None or index in HANDSHAKE.values()):
+            # rabbit_reader: 504 "unexpected method in connection state ~w"; a handshake
+            # method on an open connection must not re-run the handshake
+            got = getattr(spec.INDEX_MAPPING.get(index), "name", f"{index >> 16}.{index & 0xFFFF}")
+            raise AMQPError(
+                CHANNEL_ERROR,
+                f"unexpected method {got.lower()} in connection state {state.value}",
+                index >> 16,
+                index & 0xFFFF,
+            )
+        method = codec.decode_method(index, payload)
+        if method is None:
+            raise AMQPError(COMMAND_INVALID, f"unknown method {index >> 16}.{index & 0xFFFF}")
+        if isinstance(method, spec.Connection.StartOk):
+            self._on_start_ok(method)
+        elif isinstance(method, spec.Connection.TuneOk):
+            self._on_tune_ok(method)
+        elif isinstance(method, spec.Connection.Open):
+            self._on_open(method)
+        elif isinstance(method, spec.Connection.Close):
+            self.release()
+            self.send(codec.encode_method(0, spec.Connection.CloseOk()))
+            self._finish()
+        elif isinstance(method, spec.Connection.CloseOk):
+            self._finish()
+        elif isinstance(method, spec.Connection.UpdateSecret):
+            self.send(codec.encode_method(0, spec.Connection.UpdateSecretOk()))
+        elif isinstance(method, spec.Connection.Blocked | spec.Connection.Unblocked):
+            pass  # client-sent blocked notifications carry no meaning for a broker
+        else:
+            if index >> 16 != 10:
+                raise AMQPError(
+                    CHANNEL_ERROR,
+                    f"{method.name.lower()} is not allowed on channel 0",
+                    index >> 16,
+                    index & 0xFFFF,
+                )
+            raise AMQPError(
+                COMMAND_INVALID, f"unexpected {method.name.lower()}", index >> 16, index & 0xFFFF
+            )
+
+    def _on_start_ok(self, method: spec.Connection.StartOk) -> None:
+        self.client_properties = dict(method.client_properties or {})
+        mechanism = method.mechanism
+        response = method.response
+        raw = response.encode() if isinstance(response, str) else bytes(response or b"")
+        if mechanism == "PLAIN":
+            parts = raw.split(b"\x00")
+            if len(parts) != 3:
+                raise AMQPError(ACCESS_REFUSED, "malformed PLAIN response", 10, 11)
+            user, password = parts[1].decode(errors="replace"), parts[2].decode(errors="replace")
+        elif mechanism == "AMQPLAIN":
+            try:
+                _, table = decode.field_table(len(raw).to_bytes(4, "big") + raw)
+            except Exception as exc:
+                raise AMQPError(ACCESS_REFUSED, "malformed AMQPLAIN response", 10, 11) from exc
+            user, password = str(table.get("LOGIN", "")), str(table.get("PASSWORD", ""))
+        elif mechanism == "EXTERNAL" and self.peer_cert_user is not None:
+            user, password = self.peer_cert_user, None  # rabbitmq_auth_mechanism_ssl
+        else:
+            raise AMQPError(
+                ACCESS_REFUSED,
+                f"unsupported authentication mechanism '{mechanism}' (PLAIN, AMQPLAIN)",
+                10,
+                11,
+            )
+        refusal = self._login_refusal(user, password)
+        if refusal is not None:
+            log.info("%s login refused from %s: %s", mechanism, self.peer, refusal)
+            error = AMQPError(
+                ACCESS_REFUSED,
+                f"Login was refused using authentication mechanism {mechanism}. "
+                "For details see the broker logfile.",
+                10,
+                11,
+            )
+            if self.client_capability("authentication_failure_close"):
+                raise error
+            self.should_close = True  # a client without the capability just sees the socket go
+            self.state = State.CLOSED
+            return
+        self.user = user
+        self.state = State.AWAIT_TUNE_OK
+        self.send(
+            codec.encode_method(
+                0,
+                spec.Connection.Tune(
+                    channel_max=self.channel_max,
+                    frame_max=self.frame_max,
+                    heartbeat=self.heartbeat,
+                ),
+            )
+        )
+
+    def _login_refusal(self, user: str, password: str | None) -> str | None:
+        """Why a login is refused (for the log only: the client always gets the same
+        text, so it cannot tell an unknown user from a bad password), or None."""
+        access = self.broker.access
+        if password is None:  # EXTERNAL: the certificate was verified; the user must exist
+            if user not in access.state.users:
+                return f"user '{user}' - not found"
+        elif access.authenticate(user, password) is None:
+            return f"user '{user}' - invalid credentials"
+        if not self.loopback and access.loopback_only(user):
+            return f"user '{user}' can only connect via localhost"
+        return None
+
+    def _on_tune_ok(self, method: spec.Connection.TuneOk) -> None:
+        config = self.broker.config
+        frame_max = method.frame_max or config.frame_max
+        if frame_max < FRAME_MIN_SIZE:
+            raise AMQPError(
+                NOT_ALLOWED, f"frame_max={frame_max} < {FRAME_MIN_SIZE} min size", 10, 31
+            )
+        if frame_max > config.frame_max:
+            raise AMQPError(
+                NOT_ALLOWED, f"frame_max={frame_max} > {config.frame_max} max size", 10, 31
+            )
+        channel_max = method.channel_max or config.channel_max
+        if channel_max > config.channel_max:
+            raise AMQPError(
+                NOT_ALLOWED,
+                f"channel_max={channel_max} > {config.channel_max} max channels",
+                10,
+                31,
+            )
+        self.frame_max = frame_max
+        self.channel_max = channel_max
+        self.heartbeat = method.heartbeat
+        self._reader.frame_max = frame_max
+        self.state = State.AWAIT_OPEN
+
+    def _on_open(self, method: spec.Connection.Open) -> None:
+        vhost = self.broker.vhosts.get(method.virtual_host)
+        if vhost is None:
+            raise AMQPError(NOT_ALLOWED, f"vhost '{method.virtual_host}' not found", 10, 40)
+        refused = f"access to vhost '{vhost.name}' refused for user '{self.user}'"
+        limit_error = self.broker.connection_limit_error(vhost.name, refused)
+        if limit_error is not None:  # rabbit_reader: node, then vhost connection limit
+            raise AMQPError(NOT_ALLOWED, limit_error, 10, 40)
+        authz = self.broker.access.authz(self.user, vhost.name)
+        if authz is None:
+            raise AMQPError(NOT_ALLOWED, refused, 10, 40)
+        self.authz = authz
+        self.vhost = vhost
+        self.state = State.OPEN
+        self.broker.connection_opened(self)
+        self.send(codec.encode_method(0, spec.Connection.OpenOk()))
+        if self.broker.blocked_reason is not None:
+            self.notify_blocked(self.broker.blocked_reason)
+
+    def notify_blocked(self, reason: str | None) -> None:
+        """Connection.Blocked / Unblocked, for clients with the connection.blocked capability."""
+        if self.state is not State.OPEN or not self.client_capability("connection.blocked"):
+            return
+        if reason is None:
+            self.send(codec.encode_method(0, spec.Connection.Unblocked()))
+        else:
+            self.send(codec.encode_method(0, spec.Connection.Blocked(reason=reason)))
+
+    def _block(self) -> None:
+        """A publish arrived while a resource alarm is on: stop being read (rabbit_reader
+        maybe_block) and say so once."""
+        self.paused = True
+        if not self._blocked_sent:
+            self._blocked_sent = True
+            self.notify_blocked(self.broker.alarms.reason)
+
+    def resources_available(self) -> None:
+        """Every resource alarm cleared: be read again (and say so if we said blocked)."""
+        if self._blocked_sent:
+            self._blocked_sent = False
+            self.notify_blocked(None)
+        if self.paused:
+            self.paused = False
+            self._received = True  # the heartbeat clock restarts now, not at the block
+            if self.on_resume is not None:
+                self.on_resume()
+
+    def client_capability(self, name: str) -> bool:
+        """Whether the client announced a capability in its Start-Ok properties."""
+        capabilities = self.client_properties.get("capabilities")
+        return isinstance(capabilities, dict) and bool(capabilities.get(name))
+
+    # ------------------------------------------------------------------------------------
+    # Closing
+    # ------------------------------------------------------------------------------------
+    def _connection_error(self, error: AMQPError) -> None:
+        log.info("closing connection %s: %s", self.peer, error)
+        self.close(error.reply_code, error.reply_text, error.class_id, error.method_id)
+
+    def close(
+        self, reply_code: int, reply_text: str, class_id: int = 0, method_id: int = 0
+    ) -> None:
+        """Start the close handshake from the broker's side (sends Connection.Close)."""
+        if self.state in (State.CLOSING, State.CLOSED) or self.should_close:
+            return
+        if self.state is State.AWAIT_HEADER:
+            self._finish()
+            return
+        self.release()
+        self.state = State.CLOSING
+        self.send(
+            codec.encode_method(
+                0,
+                spec.Connection.Close(
+                    reply_code=reply_code,
+                    reply_text=reply_text[:255],
+                    class_id=class_id,
+                    method_id=method_id,
+                ),
+            )
+        )
+
+    def close_forced(self, reason: str) -> None:
+        """Broker shutdown: Connection.Close 320 CONNECTION_FORCED."""
+        self.close(
+            CONNECTION_FORCED,
+            f"CONNECTION_FORCED - broker forced connection closure with reason '{reason}'",
+        )
+
+    def _finish(self) -> None:
+        self.release()
+        self.state = State.CLOSED
+        self.should_close = True
+
+    def release(self) -> None:
+        """Release channels and exclusive queues (idempotent; also on connection loss)."""
+        if self._released:
+            return
+        self._released = True
+        for channel in list(self.channels.values()):
+            channel.release()
+            channel.state = ChannelState.CLOSED
+        self.channels.clear()
+        self._confirm_channels.clear()
+        self.broker.connection_released(self)
+
+    def connection_lost(self) -> None:
+        """The socket is gone: clean up without sending anything."""
+        self.release()
+        self.state = State.CLOSED
+        self.should_close = True
+
+    # ------------------------------------------------------------------------------------
+    # Time
+    # ------------------------------------------------------------------------------------
+    def tick(self, now: float) -> None:
+        """Advance timers: handshake timeout, heartbeats, close handshake timeout."""
+        if self._received:
+            self._received = False
+            self._last_rx = now
+        if self._sent:
+            self._sent = False
+            self._last_tx = now
+        state = self.state
+        if state is State.OPEN:
+            heartbeat = self.heartbeat
+            if heartbeat:
+                if self.paused:  # we are the ones not reading (rabbit_heartbeat:pause_monitor)
+                    self._last_rx = now
+                if now - self._last_rx > 2 * heartbeat:
+                    log.info(
+                        "missed heartbeats from %s, timeout: %ds; closing", self.peer, heartbeat
+                    )
+                    self.connection_lost()
+                    return
+                if now - self._last_tx >= heartbeat / 2 and not self._out:
+                    self.send(codec.HEARTBEAT_FRAME)
+        elif state is State.CLOSING:
+            if not self._close_armed:
+                self._close_armed = True
+                self._close_deadline = now + CLOSE_TIMEOUT
+            elif now >= self._close_deadline:
+                self._finish()
+        elif (
+            state is not State.CLOSED and now - self.created >= self.broker.config.handshake_timeout
+        ):
+            log.info("handshake timeout from %s; closing", self.peer)
+            self._finish()
+
+    # ------------------------------------------------------------------------------------
+    # Confirms
+    # ------------------------------------------------------------------------------------
+    def confirms_pending(self, channel: Channel) -> None:
+        """A channel has settled confirms to send at the end of this chunk."""
+        self._confirm_channels[channel] = None
+
+    def confirms_released(self, channel: Channel) -> None:
+        """A channel in confirm mode is closing: drop its pending confirms."""
+        self._confirm_channels.pop(channel, None)
+
+    def flush_confirms(self) -> None:
+        """Send the coalesced confirms of every channel that has some (once per chunk)."""
+        if not self._confirm_channels:
+            return
+        channels = list(self._confirm_channels)
+        self._confirm_channels.clear()
+        parts: list[bytes] = []
+        for channel in channels:
+            parts += channel.take_confirm_frames()
+        if parts:
+            self.send_parts(parts)

@@ -1,0 +1,1 @@
+"""The broker model (sans-IO): broker, vhosts, queues, consumers, messages, access control."""

@@ -1,0 +1,294 @@
+"""The ``amqpd users|vhosts|definitions`` commands, carried out on a `Broker` (sans-IO).
+
+One implementation serves both places a command can run:
+
+* on a running broker, through its admin socket (amqpd/admin_socket.py): the broker's live
+  state changes at once (`Broker.replace_access`: a deleted user's or vhost's connections
+  are closed, permissions change on open channels) and the shell persists it;
+* on a stopped broker's data directory (amqpd/admin.py): the CLI loads the stored
+  definitions into a message-less `Broker`, runs the command and writes the result back.
+
+A request is a JSON-able mapping: ``group``, ``command`` and the command's arguments (the
+CLI's option names). Passwords never travel: the CLI sends ``password_hash``. `execute`
+works on a copy of the access state and hands the result to ``broker.replace_access``
+only when the command succeeds, so a refused command (`AdminError`) changes nothing.
+Durable queues and exchanges of a deleted vhost are journaled by the broker core as usual.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from amqpd.model.auth import (
+    DEFAULT_HASHING,
+    AccessState,
+    Permission,
+    User,
+    VhostInfo,
+    validate_hash,
+    validate_regex,
+)
+from amqpd.model.broker import Broker
+from amqpd.model.definitions import DefinitionsError, export_definitions, import_definitions
+from persistence.records import BindingDef, ExchangeDef, QueueDef
+
+__all__ = ["AdminError", "Outcome", "execute"]
+
+
+class AdminError(Exception):
+    """A command that cannot be carried out (the CLI prints it and exits with status 1)."""
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What a command printed and whether it changed the definitions (to be persisted)."""
+
+    output: str
+    changed: bool = False
+
+
+def execute(broker: Broker, request: Mapping[str, Any]) -> Outcome:
+    """Carry out one admin request on ``broker``.
+
+    Raises:
+        AdminError: unknown command, bad arguments or a refused change (nothing changed).
+    """
+    key = (request.get("group"), request.get("command"))
+    command = _COMMANDS.get(key)  # type: ignore[arg-type]
+    if command is None:
+        raise AdminError(f"unknown command: {' '.join(str(part) for part in key)}")
+    try:
+        return command(broker, _Args(request))
+    except KeyError as exc:
+        raise AdminError(f"request without {exc}") from exc
+
+
+class _Args:
+    """Typed access to a request's arguments (a wrong type is an `AdminError`)."""
+
+    def __init__(self, request: Mapping[str, Any]) -> None:
+        self._request = request
+
+    def text(self, name: str, default: str | None = None) -> str:
+        value = self._request[name] if default is None else self._request.get(name, default)
+        if not isinstance(value, str):
+            raise AdminError(f"{name} must be a string")
+        return value
+
+    def texts(self, name: str) -> tuple[str, ...]:
+        value = self._request.get(name, [])
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise AdminError(f"{name} must be a list of strings")
+        return tuple(item for item in value if item)
+
+    def limit(self, name: str) -> int | None:
+        value = self._request.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise AdminError(f"{name} must be an integer")
+        return None if value < 0 else value
+
+    def document(self, name: str) -> Any:
+        return self._request[name]
+
+
+def _copy(broker: Broker) -> AccessState:
+    return copy.deepcopy(broker.access.state)
+
+
+def _user(state: AccessState, name: str) -> User:
+    user = state.users.get(name)
+    if user is None:
+        raise AdminError(f"no such user: '{name}'")
+    return user
+
+
+def _vhost(state: AccessState, name: str) -> VhostInfo:
+    info = state.vhosts.get(name)
+    if info is None:
+        raise AdminError(f"no such vhost: '{name}'")
+    return info
+
+
+def _drop_permissions(
+    state: AccessState, user: str | None = None, vhost: str | None = None
+) -> None:
+    """Forget a deleted user's (or a deleted vhost's) permissions."""
+    for key in list(state.permissions):
+        if key[0] == user or key[1] == vhost:
+            del state.permissions[key]
+
+
+def _password_hash(args: _Args) -> str:
+    password_hash = args.text("password_hash")
+    try:
+        validate_hash(password_hash, DEFAULT_HASHING)
+    except ValueError as exc:
+        raise AdminError(str(exc)) from exc
+    return password_hash
+
+
+def _changed(broker: Broker, state: AccessState, message: str) -> Outcome:
+    broker.replace_access(state)
+    return Outcome(message, changed=True)
+
+
+def _users_add(broker: Broker, args: _Args) -> Outcome:
+    state = _copy(broker)
+    name = args.text("name")
+    if name in state.users:
+        raise AdminError(f"user '{name}' already exists")
+    state.users[name] = User(name, _password_hash(args), DEFAULT_HASHING, args.texts("tags"))
+    return _changed(broker, state, f"Added user '{name}'.")
+
+
+def _users_delete(broker: Broker, args: _Args) -> Outcome:
+    state = _copy(broker)
+    name = args.text("name")
+    _user(state, name)
+    del state.users[name]
+    _drop_permissions(state, user=name)
+    return _changed(broker, state, f"Deleted user '{name}'.")
+
+
+def _users_password(broker: Broker, args: _Args) -> Outcome:
+    state = _copy(broker)
+    name = args.text("name")
+    user = _user(state, name)
+    user.password_hash = _password_hash(args)
+    user.hashing_algorithm = DEFAULT_HASHING
+    return _changed(broker, state, f"Changed the password of user '{name}'.")
+
+
+def _users_tags(broker: Broker, args: _Args) -> Outcome:
+    state = _copy(broker)
+    name = args.text("name")
+    tags = args.texts("tags")
+    _user(state, name).tags = tags
+    return _changed(broker, state, f"Set the tags of user '{name}' to {list(tags)}.")
+
+
+def _users_list(broker: Broker, _args: _Args) -> Outcome:
+    lines = ["user\ttags"]
+    for user in broker.access.state.users.values():
+        lines.append(f"{user.name}\t[{', '.join(user.tags)}]")
+    return Outcome("\n".join(lines))
+
+
+def _set_permissions(broker: Broker, args: _Args) -> Outcome:
+    state = _copy(broker)
+    name, vhost = args.text("name"), args.text("vhost")
+    _user(state, name)
+    _vhost(state, vhost)
+    regexes = (args.text("configure"), args.text("write"), args.text("read"))
+    for regex in regexes:
+        try:
+            validate_regex(regex)
+        except ValueError as exc:
+            raise AdminError(str(exc)) from exc
+    state.permissions[(name, vhost)] = Permission(*regexes)
+    return _changed(broker, state, f"Set permissions for user '{name}' in vhost '{vhost}'.")
+
+
+def _clear_permissions(broker: Broker, args: _Args) -> Outcome:
+    state = _copy(broker)
+    name, vhost = args.text("name"), args.text("vhost")
+    _user(state, name)
+    if state.permissions.pop((name, vhost), None) is None:
+        raise AdminError(f"user '{name}' has no permissions in vhost '{vhost}'")
+    return _changed(broker, state, f"Cleared permissions for user '{name}' in vhost '{vhost}'.")
+
+
+def _list_permissions(broker: Broker, args: _Args) -> Outcome:
+    state = broker.access.state
+    vhost = args.text("vhost")
+    _vhost(state, vhost)
+    lines = ["user\tconfigure\twrite\tread"]
+    for (user, where), p in state.permissions.items():
+        if where == vhost:
+            lines.append(f"{user}\t{p.configure}\t{p.write}\t{p.read}")
+    return Outcome("\n".join(lines))
+
+
+def _vhosts_add(broker: Broker, args: _Args) -> Outcome:
+    state = _copy(broker)
+    name = args.text("name")
+    if name in state.vhosts:
+        raise AdminError(f"vhost '{name}' already exists")
+    description = args.text("description", default="")
+    state.vhosts[name] = VhostInfo(name, description, (), args.limit("max_connections"))
+    return _changed(broker, state, f"Added vhost '{name}'.")
+
+
+def _vhosts_limit(broker: Broker, args: _Args) -> Outcome:
+    state = _copy(broker)
+    name = args.text("name")
+    limit = args.limit("max_connections")
+    _vhost(state, name).max_connections = limit
+    shown = -1 if limit is None else limit
+    return _changed(broker, state, f"Set max-connections of vhost '{name}' to {shown}.")
+
+
+def _vhosts_delete(broker: Broker, args: _Args) -> Outcome:
+    state = _copy(broker)
+    name = args.text("name")
+    _vhost(state, name)
+    del state.vhosts[name]
+    _drop_permissions(state, vhost=name)
+    return _changed(broker, state, f"Deleted vhost '{name}' and everything in it.")
+
+
+def _vhosts_list(broker: Broker, _args: _Args) -> Outcome:
+    lines = ["name\tmax-connections\tdescription"]
+    for info in broker.access.state.vhosts.values():
+        limit = "" if info.max_connections is None else str(info.max_connections)
+        lines.append(f"{info.name}\t{limit}\t{info.description}")
+    return Outcome("\n".join(lines))
+
+
+def _export(broker: Broker, _args: _Args) -> Outcome:
+    exchanges: list[ExchangeDef] = []
+    queues: list[QueueDef] = []
+    bindings: list[BindingDef] = []
+    for vhost in broker.vhosts.values():
+        vhost_exchanges, vhost_queues, vhost_bindings = vhost.durable_definitions()
+        exchanges += vhost_exchanges
+        queues += vhost_queues
+        bindings += vhost_bindings
+    document = export_definitions(broker.access.state, exchanges, queues, bindings)
+    return Outcome(json.dumps(document, indent=2))
+
+
+def _import(broker: Broker, args: _Args) -> Outcome:
+    document = args.document("definitions")
+    if not isinstance(document, dict):
+        raise AdminError("a definitions document is a JSON object")
+    try:
+        counts = import_definitions(broker, document)
+    except DefinitionsError as exc:
+        raise AdminError(str(exc)) from exc
+    summary = ", ".join(f"{count} {section}" for section, count in counts.items())
+    return Outcome(f"Imported {summary}.", changed=True)
+
+
+_COMMANDS: dict[tuple[str, str], Callable[[Broker, _Args], Outcome]] = {
+    ("users", "add"): _users_add,
+    ("users", "delete"): _users_delete,
+    ("users", "change-password"): _users_password,
+    ("users", "set-tags"): _users_tags,
+    ("users", "list"): _users_list,
+    ("users", "set-permissions"): _set_permissions,
+    ("users", "clear-permissions"): _clear_permissions,
+    ("users", "list-permissions"): _list_permissions,
+    ("vhosts", "add"): _vhosts_add,
+    ("vhosts", "set-max-connections"): _vhosts_limit,
+    ("vhosts", "delete"): _vhosts_delete,
+    ("vhosts", "list"): _vhosts_list,
+    ("definitions", "export"): _export,
+    ("definitions", "import"): _import,
+}

@@ -1,0 +1,331 @@
+"""The root object of the broker core: configuration, users, virtual hosts, connections.
+
+With a store, the broker owns the `Journal` every durable change goes into, and the map of
+storage batches to the channels waiting for them (confirms, tx.commit-ok). The shell's
+group committer reports each batch back through `batch_committed` / `batch_failed`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from amqpd.model.alarms import ResourceAlarms
+from amqpd.model.auth import AccessControl, AccessState, Authz, Permission, default_access
+from amqpd.model.message import Clock, Message, QueueEntry
+from amqpd.model.queue import BodyLoader, Queue
+from amqpd.model.vhost import Exchange, VirtualHost
+from amqpd.wire.codec import HeaderPeek, encode_shortstr, peek_header
+from amqpd.wire.errors import CONNECTION_FORCED
+from persistence.journal import Journal
+from persistence.records import RecoveredState
+
+if TYPE_CHECKING:
+    from amqpd.engine.channel import Channel
+    from amqpd.engine.connection import Connection
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class BrokerConfig:
+    """Protocol limits and identities. Defaults are RabbitMQ's."""
+
+    channel_max: int = 2047
+    frame_max: int = 131072
+    heartbeat: int = 60
+    max_message_size: int = 128 * 1024 * 1024
+    handshake_timeout: float = 10.0
+    vhosts: tuple[str, ...] = ("/",)  # a memory-only broker's vhosts (a store has its own)
+    loopback_users: tuple[str, ...] = ("guest",)  # may only connect from 127/8 or ::1
+    connection_max: int | None = None  # open connections on the broker; None: unlimited
+    memory_high_watermark: int | None = None  # bytes; None: no memory alarm
+    disk_free_limit: int | None = None  # bytes; None: no disk alarm
+    write_ahead_limit: int = 4 * 1024 * 1024  # unflushed output before deliveries pause
+
+
+class Broker:
+    """Shared state of all connections (sans-IO: no sockets, no clock, no awaits)."""
+
+    def __init__(self, config: BrokerConfig | None = None, journal: Journal | None = None) -> None:
+        self.config = config or BrokerConfig()
+        self.journal = journal
+        self.vhosts: dict[str, VirtualHost] = {}
+        self.paging_queues: set[Queue] = set()
+        self.clock = Clock()  # set by the shell (unix time) before it hands the core input
+        self.body_loader: BodyLoader | None = None
+        for name in self.config.vhosts:
+            self.add_vhost(name)
+        self.access = AccessControl(default_access(self.config.vhosts), self.config.loopback_users)
+        self.alarms = ResourceAlarms(self.config.memory_high_watermark, self.config.disk_free_limit)
+        self.vhost_connections: dict[str, int] = {}
+        self.connections: set[Connection] = set()
+        self._batch_waiters: dict[int, dict[Channel, None]] = {}
+        self.blocked_reason: str | None = None  # set while the store is failing
+        self.reply_queues: dict[str, Queue] = {}  # direct reply-to addresses -> pseudo-queue
+        self._no_vhost = VirtualHost("")  # never registered: there may be no vhost at all
+
+    @property
+    def default_vhost(self) -> VirtualHost:
+        """A placeholder until Connection.Open picks the connection's vhost."""
+        return next(iter(self.vhosts.values()), self._no_vhost)
+
+    def authenticate(self, user: str, password: str) -> bool:
+        """Check a login (constant time; the same answer for unknown users)."""
+        return self.access.authenticate(user, password) is not None
+
+    # -- vhosts and access control (amqpd/auth.py) -----------------------------------------
+    def add_vhost(self, name: str) -> VirtualHost:
+        """The vhost called ``name``, created (empty) if it does not exist."""
+        vhost = self.vhosts.get(name)
+        if vhost is None:
+            vhost = VirtualHost(name)
+            vhost.clock = self.clock
+            vhost.journal = self.journal
+            vhost.paging_queues = self.paging_queues
+            vhost.body_loader = self.body_loader
+            self.vhosts[name] = vhost
+        return vhost
+
+    def load_access(self, state: AccessState) -> None:
+        """Adopt stored access definitions: their vhosts replace the configured ones (call
+        before `recover`, while the vhosts are still empty)."""
+        self.access.state = state
+        for name in list(self.vhosts):
+            if name not in state.vhosts:
+                del self.vhosts[name]
+        for name in state.vhosts:
+            self.add_vhost(name)
+
+    def replace_access(self, state: AccessState) -> None:
+        """Adopt changed access definitions while clients are connected, as RabbitMQ does:
+        a deleted vhost is deleted with everything in it and its connections are closed
+        (320 "vhost 'v' is down"); a deleted user's connections are closed (320 "user 'u'
+        is deleted"); everyone else's permissions change at once, on open channels too
+        (no permissions left: every check refuses with 403). New vhosts are created."""
+        self.access.state = state
+        for name in [name for name in self.vhosts if name not in state.vhosts]:
+            self.delete_vhost(name)
+        for name in state.vhosts:
+            self.add_vhost(name)
+        for connection in list(self.connections):
+            user = connection.user
+            if user not in state.users:
+                connection.close(CONNECTION_FORCED, f"CONNECTION_FORCED - user '{user}' is deleted")
+                continue
+            vhost = connection.vhost.name
+            authz = self.access.authz(user, vhost)
+            connection.authz = authz or Authz(user, vhost, Permission("", "", ""))
+
+    def delete_vhost(self, name: str) -> None:
+        """Delete a vhost: close its connections, drop its queues and exchanges (journaled)."""
+        vhost = self.vhosts.pop(name, None)
+        if vhost is None:
+            return
+        for connection in list(self.connections):
+            if connection.vhost is vhost:
+                connection.close(CONNECTION_FORCED, f"CONNECTION_FORCED - vhost '{name}' is down")
+        vhost.delete_everything()
+        self.vhost_connections.pop(name, None)
+        log.info("deleted vhost %r", name)
+
+    def connection_limit_error(self, vhost: str, refused: str) -> str | None:
+        """Why one more connection to ``vhost`` is refused (RabbitMQ's wording; ``refused``
+        is the "access to vhost … refused for user …" prefix), or None."""
+        limit = self.config.connection_max
+        if limit is not None and len(self.connections) >= limit:
+            return f"connection refused: node connection limit ({limit}) is reached"
+        info = self.access.state.vhosts.get(vhost)
+        vhost_limit = None if info is None else info.max_connections
+        if (
+            vhost_limit is not None
+            and vhost_limit >= 0
+            and self.vhost_connections.get(vhost, 0) >= vhost_limit
+        ):
+            return f"{refused}: connection limit ({vhost_limit}) is reached"
+        return None
+
+    # -- resource alarms (amqpd/alarms.py) -------------------------------------------------
+    def memory_used(self, used: int) -> None:
+        """The shell's measurement of the broker's memory (bytes)."""
+        if self.alarms.memory_used(used):
+            self._alarms_changed()
+
+    def disk_free(self, free: int) -> None:
+        """The shell's measurement of the data directory's free space (bytes)."""
+        if self.alarms.disk_free(free):
+            self._alarms_changed()
+
+    def _alarms_changed(self) -> None:
+        if not self.alarms.active:
+            for connection in list(self.connections):
+                connection.resources_available()
+
+    def connection_opened(self, connection: Connection) -> None:
+        """A connection finished its handshake."""
+        self.connections.add(connection)
+        name = connection.vhost.name
+        self.vhost_connections[name] = self.vhost_connections.get(name, 0) + 1
+
+    def connection_released(self, connection: Connection) -> None:
+        """A connection is closing or gone: drop its exclusive queues."""
+        if connection in self.connections:
+            self.connections.discard(connection)
+            name = connection.vhost.name
+            self.vhost_connections[name] -= 1
+        vhost = connection.vhost
+        for queue in connection.exclusive_queues:
+            vhost.delete_queue(queue)
+        connection.exclusive_queues.clear()
+
+    def reply_queue(self, address: str) -> list[Queue]:
+        """The pseudo-queue behind a direct reply-to address (empty if it is gone)."""
+        queue = self.reply_queues.get(address)
+        return [queue] if queue is not None else []
+
+    def tick(self, now: float) -> None:
+        """Run queue timers: message TTL expiry and x-expires deletion of unused queues."""
+        self.clock.now = now
+        for vhost in self.vhosts.values():
+            watched = vhost.watch_queues
+            for queue in list(watched):
+                if queue.deleted:
+                    watched.discard(queue)
+                elif queue.tick():
+                    vhost.delete_queue(queue)
+                    watched.discard(queue)
+                elif not queue.needs_ticks:
+                    watched.discard(queue)
+
+    # -- storage batches -----------------------------------------------------------------
+    def set_body_loader(self, loader: BodyLoader) -> None:
+        """Let durable queues page bodies out to the store and read them back."""
+        self.body_loader = loader
+        for vhost in self.vhosts.values():
+            vhost.body_loader = loader
+            for queue in vhost.queues.values():
+                if queue.journal is not None:
+                    queue.pager = loader
+
+    def wait_for_batch(self, batch: int, channel: Channel) -> None:
+        """``channel`` has confirms or a commit-ok waiting for storage batch ``batch``."""
+        waiters = self._batch_waiters.get(batch)
+        if waiters is None:
+            self._batch_waiters[batch] = waiters = {}
+        waiters[channel] = None
+
+    def batch_committed(self, batch: int) -> None:
+        """The group committer wrote ``batch``: release confirms and commit-oks."""
+        if self.blocked_reason is not None:
+            self.set_blocked(None)
+        for channel in self._batch_waiters.pop(batch, ()):
+            channel.batch_committed(batch)
+        if self.paging_queues:
+            for queue in list(self.paging_queues):
+                if not queue.page_out(batch):
+                    self.paging_queues.discard(queue)
+
+    def batch_failed(self, batch: int, error: Exception) -> None:
+        """The group committer could not write ``batch``: nack what waited for it and tell
+        publishers (connection.blocked) until a later batch commits again."""
+        log.error(
+            "storage batch %d failed: %s; publishers are blocked until it recovers", batch, error
+        )
+        self.set_blocked(f"storage failure: {error}"[:255])
+        for channel in self._batch_waiters.pop(batch, ()):
+            channel.batch_failed(batch, error)
+
+    def set_blocked(self, reason: str | None) -> None:
+        """Send connection.blocked (reason) or connection.unblocked (None) to every client
+        that announced the connection.blocked capability."""
+        if reason == self.blocked_reason:
+            return
+        self.blocked_reason = reason
+        for connection in self.connections:
+            connection.notify_blocked(reason)
+
+    # -- recovery ------------------------------------------------------------------------
+    def recover(self, state: RecoveredState) -> tuple[int, int]:
+        """Rebuild durable exchanges, queues, bindings and messages read from the store.
+
+        Returns:
+            (queues, messages) recovered.
+        """
+        for ex in state.exchanges:
+            vhost = self._vhost_for(ex.vhost)
+            if vhost is not None and ex.name not in vhost.exchanges:
+                vhost.exchanges[ex.name] = Exchange(
+                    ex.name, ex.type_name, True, ex.auto_delete, ex.internal, dict(ex.arguments)
+                )
+        queue_count = 0
+        for q in state.queues:
+            vhost = self._vhost_for(q.vhost)
+            if vhost is None:
+                continue
+            queue = vhost.new_queue(q.name, True, None, q.auto_delete, dict(q.arguments))
+            vhost.attach_store(queue)
+            vhost.queues[q.name] = queue
+            queue_count += 1
+        for b in state.bindings:
+            vhost = self._vhost_for(b.vhost)
+            if vhost is None:
+                continue
+            source = vhost.exchanges.get(b.source)
+            destination: Queue | Exchange | None = (
+                vhost.queues.get(b.destination)
+                if b.destination_kind == "queue"
+                else vhost.exchanges.get(b.destination)
+            )
+            if source is not None and destination is not None:
+                vhost.restore_binding(source, destination, b.routing_key, dict(b.arguments))
+        message_count = 0
+        for (vhost_name, queue_name), records in state.messages.items():
+            vhost = self._vhost_for(vhost_name)
+            found = vhost.queues.get(queue_name) if vhost is not None else None
+            if found is None:
+                continue
+            queue = found
+            shortstrs: dict[str, bytes] = {}  # a million messages share a few names
+            peeks: dict[bytes, HeaderPeek] = {}
+            for seq, record in records:
+                peek = peeks.get(record.header)
+                if peek is None:
+                    peek = peeks[record.header] = peek_header(record.header)
+                exchange_raw = shortstrs.get(record.exchange)
+                if exchange_raw is None:
+                    exchange_raw = shortstrs[record.exchange] = encode_shortstr(record.exchange)
+                key_raw = shortstrs.get(record.routing_key)
+                if key_raw is None:
+                    key_raw = shortstrs[record.routing_key] = encode_shortstr(record.routing_key)
+                paged_out = record.body_size is not None
+                message = Message(
+                    record.exchange,
+                    record.routing_key,
+                    exchange_raw,
+                    key_raw,
+                    record.header,
+                    None if paged_out else record.body,
+                    True,
+                    peek.priority,
+                    peek.expiration,
+                    peek.headers_raw,
+                )
+                if record.body_size is not None:
+                    message.body_size = record.body_size
+                entry = QueueEntry(message, seq)
+                entry.stored = True
+                entry.redelivered = record.redelivered
+                entry.delivery_count = record.delivery_count
+                entry.expires_at = record.expires_at
+                queue.restore(entry)
+            if records:
+                queue.next_seq = records[-1][0] + 1
+            message_count += len(records)
+        return queue_count, message_count
+
+    def _vhost_for(self, name: str) -> VirtualHost | None:
+        vhost = self.vhosts.get(name)
+        if vhost is None:
+            log.warning("store holds vhost %r, which is not configured; its data is kept", name)
+        return vhost

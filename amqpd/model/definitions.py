@@ -1,0 +1,351 @@
+"""RabbitMQ's definitions format (JSON): users, vhosts, permissions, exchanges, queues, bindings.
+
+Pure: the shell reads / writes the file; `import_definitions` applies a parsed document to the
+broker core and `export_definitions` builds one. The format is the one ``rabbitmqctl
+export_definitions`` writes and ``load_definitions`` reads, so a file moves between RabbitMQ
+and amqpd both ways:
+
+* users: ``name``, ``password_hash`` + ``hashing_algorithm`` (RabbitMQ's salted hashes; a
+  hand-written file may give ``password`` instead, which is hashed on import and never
+  stored), ``tags`` (a list or RabbitMQ 3.x's comma-separated string);
+* vhosts: ``name``, ``description``, ``tags``; the max-connections limit is the
+  ``vhost-limits`` runtime parameter (``parameters`` section), as RabbitMQ exports it;
+* permissions: ``user``, ``vhost``, ``configure``, ``write``, ``read``;
+* exchanges, queues, bindings: as declared by a client (``arguments`` are a field table).
+
+Importing adds or updates, it never deletes (like RabbitMQ). Policies, topic permissions,
+global parameters and operator policies are accepted and ignored (logged).
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import logging
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+import amqpd
+from amqpd.model.auth import (
+    DEFAULT_HASHING,
+    AccessState,
+    Permission,
+    User,
+    VhostInfo,
+    hash_password,
+    validate_hash,
+    validate_regex,
+)
+from amqpd.wire.errors import AMQPError
+from persistence.records import BindingDef, ExchangeDef, QueueDef
+
+if TYPE_CHECKING:
+    from amqpd.engine.connection import Connection
+    from amqpd.model.broker import Broker
+
+log = logging.getLogger(__name__)
+
+IGNORED_SECTIONS = ("policies", "topic_permissions", "global_parameters", "operator_policies")
+
+
+class DefinitionsError(ValueError):
+    """The document is not a valid definitions file (nothing was applied)."""
+
+
+def _items(data: Mapping[str, Any], section: str) -> list[Mapping[str, Any]]:
+    items = data.get(section) or []
+    if not isinstance(items, list) or not all(isinstance(item, Mapping) for item in items):
+        raise DefinitionsError(f"'{section}' must be a list of objects")
+    return items
+
+
+def _text(item: Mapping[str, Any], key: str, section: str, default: str | None = None) -> str:
+    value = item.get(key, default)
+    if not isinstance(value, str):
+        raise DefinitionsError(f"{section}: '{key}' must be a string in {dict(item)!r}")
+    return value
+
+
+def _tags(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(tag.strip() for tag in value.split(",") if tag.strip())
+    if isinstance(value, list):
+        return tuple(str(tag) for tag in value)
+    return ()
+
+
+def _arguments(item: Mapping[str, Any], section: str) -> dict[str, Any]:
+    value = item.get("arguments") or {}
+    if not isinstance(value, Mapping):
+        raise DefinitionsError(f"{section}: 'arguments' must be an object in {dict(item)!r}")
+    return dict(value)
+
+
+def parse_access(data: Mapping[str, Any], into: AccessState) -> AccessState:
+    """The access state ``into`` updated with the document's users, vhosts, permissions and
+    vhost limits (a new object; ``into`` is not changed).
+
+    Raises:
+        DefinitionsError: a malformed entry.
+    """
+    if not isinstance(data, Mapping):
+        raise DefinitionsError("a definitions file is a JSON object")
+    state = AccessState(dict(into.users), dict(into.vhosts), dict(into.permissions))
+    for item in _items(data, "vhosts"):
+        name = _text(item, "name", "vhosts")
+        old = state.vhosts.get(name)
+        raw_metadata = item.get("metadata")
+        metadata: Mapping[str, Any] = raw_metadata if isinstance(raw_metadata, Mapping) else {}
+        description = item.get("description", metadata.get("description", ""))
+        state.vhosts[name] = VhostInfo(
+            name,
+            str(description or ""),
+            _tags(item.get("tags", metadata.get("tags"))),
+            None if old is None else old.max_connections,
+        )
+    for item in _items(data, "users"):
+        name = _text(item, "name", "users")
+        algorithm = _text(item, "hashing_algorithm", "users", DEFAULT_HASHING)
+        if "password_hash" in item:
+            password_hash = _text(item, "password_hash", "users")
+            try:
+                validate_hash(password_hash, algorithm)
+            except ValueError as exc:
+                raise DefinitionsError(f"users: user '{name}': {exc}") from exc
+        elif "password" in item:
+            password_hash = hash_password(_text(item, "password", "users"))
+            algorithm = DEFAULT_HASHING
+        else:
+            password_hash = ""  # no password login (EXTERNAL only)
+        state.users[name] = User(name, password_hash, algorithm, _tags(item.get("tags")))
+    for item in _items(data, "permissions"):
+        user = _text(item, "user", "permissions")
+        vhost = _text(item, "vhost", "permissions")
+        if user not in state.users:
+            raise DefinitionsError(f"permissions: no user '{user}'")
+        if vhost not in state.vhosts:
+            raise DefinitionsError(f"permissions: no vhost '{vhost}'")
+        regexes = [_text(item, key, "permissions", "") for key in ("configure", "write", "read")]
+        for regex in regexes:
+            try:
+                validate_regex(regex)
+            except ValueError as exc:
+                raise DefinitionsError(f"permissions of '{user}' in '{vhost}': {exc}") from exc
+        state.permissions[(user, vhost)] = Permission(*regexes)
+    for item in _items(data, "parameters"):
+        if item.get("component") != "vhost-limits":
+            log.warning("definitions: ignoring parameter %r (not supported)", item.get("name"))
+            continue
+        vhost = _text(item, "vhost", "parameters")
+        info = state.vhosts.get(vhost)
+        if info is None:
+            raise DefinitionsError(f"parameters: no vhost '{vhost}'")
+        value = item.get("value") or {}
+        limit = value.get("max-connections") if isinstance(value, Mapping) else None
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise DefinitionsError(f"vhost-limits of '{vhost}': max-connections must be a number")
+        info.max_connections = limit
+    for section in IGNORED_SECTIONS:
+        if data.get(section):
+            log.warning("definitions: ignoring section '%s' (not supported)", section)
+    return state
+
+
+def import_definitions(broker: Broker, data: Mapping[str, Any]) -> dict[str, int]:
+    """Apply a definitions document to the broker: access control first (all or nothing),
+    then exchanges, queues and bindings (an entry the broker refuses, e.g. an inequivalent
+    redeclaration, is logged and skipped). Durable entities are journaled as if a client had
+    declared them. The caller persists ``broker.access.state`` when it has a store.
+
+    Returns:
+        How many entries of each section were applied.
+
+    Raises:
+        DefinitionsError: malformed access definitions (nothing was applied).
+    """
+    state = parse_access(data, broker.access.state)
+    for section in ("exchanges", "queues", "bindings"):
+        _items(data, section)  # validate the shape before changing anything
+    broker.replace_access(state)  # creates the new vhosts; live permissions change too
+    counts = {
+        "users": len(_items(data, "users")),
+        "vhosts": len(_items(data, "vhosts")),
+        "permissions": len(_items(data, "permissions")),
+        "exchanges": 0,
+        "queues": 0,
+        "bindings": 0,
+    }
+    for item in _items(data, "exchanges"):
+        counts["exchanges"] += _apply(broker, "exchange", item, _declare_exchange)
+    for item in _items(data, "queues"):
+        counts["queues"] += _apply(broker, "queue", item, _declare_queue)
+    for item in _items(data, "bindings"):
+        counts["bindings"] += _apply(broker, "binding", item, _bind)
+    return counts
+
+
+def _apply(broker: Broker, what: str, item: Mapping[str, Any], action: Any) -> int:
+    vhost = broker.vhosts.get(str(item.get("vhost", "/")))
+    if vhost is None:
+        log.warning(
+            "definitions: skipping %s %r: no vhost %r", what, item.get("name"), item.get("vhost")
+        )
+        return 0
+    try:
+        action(vhost, item)
+    except (AMQPError, DefinitionsError, ValueError, TypeError) as exc:
+        log.warning("definitions: skipping %s %r: %s", what, dict(item), exc)
+        return 0
+    return 1
+
+
+def _declare_exchange(vhost: Any, item: Mapping[str, Any]) -> None:
+    vhost.declare_exchange(
+        _text(item, "name", "exchanges"),
+        _text(item, "type", "exchanges", "direct"),
+        False,
+        bool(item.get("durable", True)),
+        bool(item.get("auto_delete", False)),
+        bool(item.get("internal", False)),
+        _arguments(item, "exchanges"),
+    )
+
+
+def _declare_queue(vhost: Any, item: Mapping[str, Any]) -> None:
+    name = _text(item, "name", "queues")
+    if not name:
+        raise DefinitionsError("a queue needs a name")
+    # Never exclusive, so declare_queue does not use the owning connection.
+    vhost.declare_queue(
+        name,
+        False,
+        bool(item.get("durable", True)),
+        False,
+        bool(item.get("auto_delete", False)),
+        _arguments(item, "queues"),
+        cast("Connection", None),
+    )
+
+
+def _bind(vhost: Any, item: Mapping[str, Any]) -> None:
+    source = vhost.get_exchange(_text(item, "source", "bindings"))
+    kind = _text(item, "destination_type", "bindings", "queue")
+    name = _text(item, "destination", "bindings")
+    if kind == "queue":
+        destination = vhost.get_queue(name)
+    elif kind == "exchange":
+        destination = vhost.get_exchange(name)
+    else:
+        raise DefinitionsError(f"unknown destination_type {kind!r}")
+    vhost.bind(
+        source,
+        destination,
+        _text(item, "routing_key", "bindings", ""),
+        _arguments(item, "bindings"),
+    )
+
+
+def _json_value(value: Any) -> Any:
+    """A field-table value as JSON can hold it."""
+    if isinstance(value, Mapping):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, (datetime.datetime, datetime.date)):
+        return value.isoformat()
+    return value
+
+
+def export_definitions(
+    access: AccessState,
+    exchanges: Iterable[ExchangeDef] = (),
+    queues: Iterable[QueueDef] = (),
+    bindings: Iterable[BindingDef] = (),
+) -> dict[str, Any]:
+    """A definitions document (RabbitMQ's layout) of the access state and the durable
+    topology read from a store."""
+    return {
+        "rabbit_version": "3.13.0",
+        "rabbitmq_version": "3.13.0",
+        "product_name": "amqpd",
+        "product_version": amqpd.__version__,
+        "users": [
+            {
+                "name": user.name,
+                "password_hash": user.password_hash,
+                "hashing_algorithm": user.hashing_algorithm,
+                "tags": list(user.tags),
+                "limits": {},
+            }
+            for user in access.users.values()
+        ],
+        "vhosts": [
+            {
+                "name": info.name,
+                "description": info.description,
+                "tags": list(info.tags),
+                "metadata": {"description": info.description, "tags": list(info.tags)},
+            }
+            for info in access.vhosts.values()
+        ],
+        "permissions": [
+            {
+                "user": user,
+                "vhost": vhost,
+                "configure": p.configure,
+                "write": p.write,
+                "read": p.read,
+            }
+            for (user, vhost), p in access.permissions.items()
+        ],
+        "topic_permissions": [],
+        "parameters": [
+            {
+                "vhost": info.name,
+                "component": "vhost-limits",
+                "name": "limits",
+                "value": {"max-connections": info.max_connections},
+            }
+            for info in access.vhosts.values()
+            if info.max_connections is not None
+        ],
+        "global_parameters": [],
+        "policies": [],
+        "queues": [
+            {
+                "name": q.name,
+                "vhost": q.vhost,
+                "durable": True,
+                "auto_delete": q.auto_delete,
+                "arguments": _json_value(q.arguments),
+            }
+            for q in queues
+        ],
+        "exchanges": [
+            {
+                "name": x.name,
+                "vhost": x.vhost,
+                "type": x.type_name,
+                "durable": True,
+                "auto_delete": x.auto_delete,
+                "internal": x.internal,
+                "arguments": _json_value(x.arguments),
+            }
+            for x in exchanges
+        ],
+        "bindings": [
+            {
+                "source": b.source,
+                "vhost": b.vhost,
+                "destination": b.destination,
+                "destination_type": b.destination_kind,
+                "routing_key": b.routing_key,
+                "arguments": _json_value(b.arguments),
+            }
+            for b in bindings
+        ],
+    }

@@ -1,0 +1,499 @@
+"""A queue: the ready messages in order, and the ring of consumers they are dispatched to.
+
+Theory of operation
+-------------------
+``ready`` is a deque of `QueueEntry` in queue order (each entry numbered by ``seq`` when it
+was first enqueued). ``dispatch()`` hands ready entries to consumers round-robin, skipping
+consumers without credit (their channel decides: prefetch per consumer, per channel, flow).
+A delivered-but-unacked entry lives in its channel's unacked map, not here; when it is
+requeued it goes back to its original position (by ``seq``) with redelivered set, as in
+RabbitMQ's classic queues. The queue never does I/O: delivering appends frames to the
+consumer's connection output.
+
+Length limits (``x-max-length``, ``x-max-length-bytes``) count ready messages only, as in
+RabbitMQ. ``x-overflow=drop-head`` drops the oldest ready messages after an enqueue;
+``reject-publish`` / ``reject-publish-dlx`` refuse a publish that would overflow
+(`would_overflow`), which the channel turns into a basic.nack in confirm mode.
+
+Paging (long durable queues, like RabbitMQ's lazy queues): a persistent message enqueued
+behind the first ``HOT_WINDOW`` entries becomes a page-out candidate, tagged with the storage
+batch of its insert. Once that batch has committed (`page_out`), its body is dropped from
+memory (only if no other queue shares the message). Whenever dispatch or basic.get reaches
+an entry without a body, `page_in` reads the next page of bodies back in seq order.
+"""
+
+from __future__ import annotations
+
+import logging
+from bisect import insort
+from collections import deque
+from collections.abc import Callable, Iterable
+from itertools import islice
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from amqpd.model.message import Clock, Message, QueueEntry
+from amqpd.model.priority import PriorityReady
+from amqpd.model.queue_args import QueueSettings, parse_queue_arguments
+from persistence.journal import Journal
+from persistence.records import MessageRecord
+
+if TYPE_CHECKING:
+    from amqpd.engine.channel import Channel
+    from amqpd.engine.connection import Connection
+
+log = logging.getLogger(__name__)
+
+FLOW_ACTIVE: Final = 0.25  # seconds since a consumer's last settle that count as "active"
+HOT_WINDOW: Final = 1024  # entries at the head of a durable queue that keep their bodies
+PAGE_SIZE: Final = 1024  # bodies read back per page-in
+
+
+class BodyLoader(Protocol):
+    """Reads committed bodies back from the store (persistence.store.BodyReader)."""
+
+    def read_bodies(
+        self, queue: tuple[str, str], after_seq: int, limit: int
+    ) -> list[tuple[int, bytes]]:
+        """``(seq, body)`` of up to ``limit`` messages with ``seq > after_seq``."""
+        ...
+
+
+class Consumer:
+    """A basic.consume subscription."""
+
+    __slots__ = (
+        "arguments",
+        "channel",
+        "exclusive",
+        "no_ack",
+        "prefetch",
+        "priority",
+        "queue",
+        "tag",
+        "tag_raw",
+        "unacked",
+    )
+
+    def __init__(
+        self,
+        channel: Channel,
+        tag: str,
+        tag_raw: bytes,
+        queue: Queue,
+        no_ack: bool,
+        exclusive: bool,
+        prefetch: int,
+        arguments: dict[str, Any],
+    ) -> None:
+        self.channel = channel
+        self.tag = tag
+        self.tag_raw = tag_raw
+        self.queue = queue
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.prefetch = prefetch
+        self.arguments = arguments
+        self.unacked = 0
+        priority = arguments.get("x-priority", 0)
+        self.priority = priority if isinstance(priority, int) else 0  # x-priority argument
+
+
+DeadLetter = Callable[["Queue", Message, str], None]
+
+
+class Queue:
+    """A message queue in one virtual host."""
+
+    __slots__ = (
+        "_levels",
+        "_page_candidates",
+        "_rr",
+        "_timed",
+        "arguments",
+        "auto_delete",
+        "clock",
+        "consumer_progress_at",
+        "consumers",
+        "dead_letter",
+        "deleted",
+        "durable",
+        "exclusive_owner",
+        "had_consumer",
+        "journal",
+        "last_used",
+        "max_length",
+        "max_length_bytes",
+        "message_ttl",
+        "name",
+        "next_seq",
+        "pager",
+        "paging_set",
+        "ready",
+        "ready_bytes",
+        "rejects_overflow",
+        "settings",
+        "store_key",
+        "vhost_name",
+        "watch_set",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        vhost_name: str,
+        durable: bool,
+        exclusive_owner: Connection | None,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+        clock: Clock | None = None,
+    ) -> None:
+        settings = parse_queue_arguments(arguments)
+        self.settings: QueueSettings = settings
+        self.name = name
+        self.vhost_name = vhost_name
+        self.durable = durable
+        self.exclusive_owner = exclusive_owner
+        self.auto_delete = auto_delete
+        self.arguments = arguments
+        self.clock = clock or Clock()
+        self.ready: deque[QueueEntry] | PriorityReady = (
+            PriorityReady(settings.max_priority) if settings.max_priority is not None else deque()
+        )
+        self.consumers: list[Consumer] = []
+        self._levels: list[list[Consumer]] = [self.consumers]  # consumers by x-priority, desc
+        self._rr = 0
+        self.next_seq = 0
+        self.had_consumer = False
+        self.deleted = False
+        self.ready_bytes = 0
+        self.max_length = settings.max_length
+        self.max_length_bytes = settings.max_length_bytes
+        self.rejects_overflow = settings.overflow != "drop-head" and (
+            self.max_length is not None or self.max_length_bytes is not None
+        )
+        self.message_ttl = settings.message_ttl / 1000 if settings.message_ttl is not None else None
+        self.last_used = self.clock.now
+        self.consumer_progress_at = 0.0  # when a consumer last settled a message
+        # Set by the vhost: dead-lettering (x-dead-letter-exchange), the broker's set of
+        # queues that need ticks (TTL, x-expires), and for stored queues the journal/pager.
+        self.dead_letter: DeadLetter | None = None
+        self.watch_set: set[Queue] | None = None
+        self.journal: Journal | None = None
+        self.store_key = (vhost_name, name)
+        self.pager: BodyLoader | None = None
+        self.paging_set: set[Queue] | None = None
+        self._page_candidates: deque[tuple[int, QueueEntry]] = deque()
+        self._timed = 0  # ready entries with a deadline (expires_at)
+
+    def __repr__(self) -> str:
+        return f"<Queue {self.name!r} in vhost {self.vhost_name!r}>"
+
+    @property
+    def message_count(self) -> int:
+        """Messages ready for delivery (not counting unacked ones), as in Declare-Ok."""
+        return len(self.ready)
+
+    @property
+    def exclusive_consumer(self) -> Consumer | None:
+        """The consumer holding exclusive access, if any."""
+        for consumer in self.consumers:
+            if consumer.exclusive:
+                return consumer
+        return None
+
+    def consumers_active(self) -> bool:
+        """Whether consumers are attached and settled something within FLOW_ACTIVE s."""
+        return bool(self.consumers) and self.clock.now - self.consumer_progress_at < FLOW_ACTIVE
+
+    def watch(self) -> None:
+        """Ask the broker for ticks (TTL expiry, x-expires)."""
+        if self.watch_set is not None:
+            self.watch_set.add(self)
+
+    # -- in ------------------------------------------------------------------------------
+    def would_overflow(self, message: Message) -> bool:
+        """True if this queue refuses the message (reject-publish and the limit reached)."""
+        if not self.rejects_overflow:
+            return False
+        if self.max_length is not None and len(self.ready) + 1 > self.max_length:
+            return True
+        return (
+            self.max_length_bytes is not None
+            and self.ready_bytes + message.body_size > self.max_length_bytes
+        )
+
+    def enqueue(self, message: Message, expiration_ms: int | None = None) -> QueueEntry:
+        """Append a message and try to deliver it; drop-head enforces the length limits.
+
+        ``expiration_ms`` is the message's own TTL (the ``expiration`` property); the lower
+        of it and the queue's x-message-ttl wins.
+        """
+        entry = QueueEntry(message, self.next_seq)
+        self.next_seq += 1
+        message.refs += 1
+        ttl = self.message_ttl
+        if expiration_ms is not None and (ttl is None or expiration_ms / 1000 < ttl):
+            ttl = expiration_ms / 1000
+        if ttl is not None:
+            entry.expires_at = self.clock.now + ttl
+            self._timed += 1
+        if message.persistent and self.journal is not None and message.body is not None:
+            entry.stored = True
+            batch = self.journal.insert_message(
+                self.store_key,
+                entry.seq,
+                MessageRecord(
+                    message.exchange,
+                    message.routing_key,
+                    message.header,
+                    message.body,
+                    expires_at=entry.expires_at,
+                ),
+            )
+            if self.pager is not None and len(self.ready) >= HOT_WINDOW:
+                self._page_candidates.append((batch, entry))
+                if self.paging_set is not None:
+                    self.paging_set.add(self)
+        self.ready.append(entry)
+        self.ready_bytes += message.body_size
+        if self.consumers:
+            self.dispatch()
+        if self.max_length is not None or self.max_length_bytes is not None:
+            self._drop_head_over_limit()
+        if ttl is not None:
+            self.expire()
+            self.watch()
+        return entry
+
+    def restore(self, entry: QueueEntry) -> None:
+        """Append an entry recovered from the store (already journaled)."""
+        entry.message.refs = 1
+        self.ready.append(entry)
+        self.ready_bytes += entry.message.body_size
+        if entry.expires_at is not None:
+            self._timed += 1
+            self.watch()
+
+    def _drop_head_over_limit(self) -> None:
+        ready = self.ready
+        max_length = self.max_length
+        max_bytes = self.max_length_bytes
+        while ready and (
+            (max_length is not None and len(ready) > max_length)
+            or (max_bytes is not None and self.ready_bytes > max_bytes)
+        ):
+            self.discard(self._pop_ready(), "maxlen")
+
+    # -- out -----------------------------------------------------------------------------
+    def _pop_ready(self) -> QueueEntry:
+        entry = self.ready.popleft()
+        self.ready_bytes -= entry.message.body_size
+        if entry.expires_at is not None:
+            self._timed -= 1
+        return entry
+
+    def delivered(self, entry: QueueEntry) -> None:
+        """An entry is handed to a client (journaled so a crash brings it back redelivered)."""
+        entry.delivery_count += 1
+        if entry.stored and self.journal is not None and not self.deleted:
+            self.journal.mark_delivered(self.store_key, entry.seq, entry.delivery_count)
+
+    def settled(self, entry: QueueEntry) -> None:
+        """An entry leaves the queue for good (acked, dropped, auto-acked)."""
+        if entry.stored and self.journal is not None and not self.deleted:
+            entry.stored = False
+            self.journal.delete_message(self.store_key, entry.seq)
+
+    def discard(self, entry: QueueEntry, reason: str) -> None:
+        """An entry leaves without being acked: rejected, expired, maxlen, delivery_limit.
+        With x-dead-letter-exchange it is dead-lettered, otherwise dropped."""
+        self.settled(entry)
+        if self.dead_letter is not None:
+            message = entry.message
+            if message.body is None and self.pager is not None:
+                bodies = self.pager.read_bodies(self.store_key, entry.seq - 1, 1)
+                message.body = bodies[0][1] if bodies and bodies[0][0] == entry.seq else b""
+            self.dead_letter(self, message, reason)
+
+    def expire(self) -> None:
+        """Drop (or dead-letter) expired messages at the head (RabbitMQ expires messages
+        when they reach the head; with x-message-ttl that is all of them, in order)."""
+        ready = self.ready
+        now = self.clock.now
+        while ready:
+            expires_at = ready[0].expires_at
+            if expires_at is None or expires_at > now:
+                return
+            self.discard(self._pop_ready(), "expired")
+
+    def take(self) -> QueueEntry | None:
+        """Pop the head entry (basic.get)."""
+        self.last_used = self.clock.now
+        self.expire()
+        if not self.ready:
+            return None
+        if self.ready[0].message.body is None:
+            self.page_in()
+        return self._pop_ready() if self.ready else None
+
+    def tick(self) -> bool:
+        """Timers: expire messages; return True when x-expires says the queue is unused for
+        long enough and must be deleted."""
+        self.expire()
+        expires = self.settings.expires
+        return (
+            expires is not None
+            and not self.consumers
+            and (self.clock.now - self.last_used) * 1000 >= expires
+        )
+
+    @property
+    def needs_ticks(self) -> bool:
+        """Whether this queue still has timers to run."""
+        return self.settings.expires is not None or self._timed > 0
+
+    # -- paging --------------------------------------------------------------------------
+    def page_out(self, committed_batch: int) -> bool:
+        """Drop bodies of candidates whose insert is in a committed batch (they can be read
+        back). Returns True while candidates remain."""
+        candidates = self._page_candidates
+        while candidates and candidates[0][0] <= committed_batch:
+            _batch, entry = candidates.popleft()
+            message = entry.message
+            if entry.stored and message.refs == 1 and not self.deleted:
+                message.body = None
+        return bool(candidates)
+
+    def page_in(self) -> None:
+        """Read the next page of bodies for the entries at the head that lack one. An entry
+        whose body cannot be found (cannot happen through the store) is dropped, logged."""
+        pager = self.pager
+        ready = self.ready
+        if pager is None:
+            return
+        while ready and ready[0].message.body is None:
+            head = ready[0]
+            bodies = dict(pager.read_bodies(self.store_key, head.seq - 1, PAGE_SIZE))
+            for entry in islice(ready, 0, 2 * PAGE_SIZE):
+                if entry.message.body is None:
+                    body = bodies.get(entry.seq)
+                    if body is not None:
+                        entry.message.body = body
+            if head.message.body is None:
+                log.error("lost body of message %d in %r; dropping it", head.seq, self)
+                self._pop_ready()
+                self.settled(head)
+
+    # -- back ----------------------------------------------------------------------------
+    def requeue(self, entries: Iterable[QueueEntry]) -> None:
+        """Put delivered entries back, marked redelivered: at their original positions
+        (classic) or at the back (quorum, as RabbitMQ does). An entry delivered more than
+        x-delivery-limit times is dead-lettered (reason delivery_limit) instead."""
+        if self.deleted:
+            return
+        back = sorted(entries, key=_by_seq)
+        limit = self.settings.delivery_limit
+        if limit is not None:
+            over = [entry for entry in back if entry.delivery_count > limit]
+            if over:
+                back = [entry for entry in back if entry.delivery_count <= limit]
+                for entry in over:
+                    self.discard(entry, "delivery_limit")
+        if not back:
+            return
+        for entry in back:
+            entry.redelivered = True
+            self.ready_bytes += entry.message.body_size
+            if entry.expires_at is not None:
+                self._timed += 1
+        ready = self.ready
+        if isinstance(ready, PriorityReady):
+            ready.restore(back)
+        elif self.settings.queue_type == "quorum":
+            ready.extend(back)
+        elif not ready or back[-1].seq < ready[0].seq:
+            ready.extendleft(reversed(back))
+        else:
+            merged = list(ready)
+            for entry in back:
+                insort(merged, entry, key=_by_seq)
+            self.ready = deque(merged)
+        if self._timed:
+            self.watch()
+        self.dispatch()
+
+    def purge(self) -> int:
+        """Drop every ready message; return how many."""
+        count = len(self.ready)
+        if self.journal is not None:
+            for entry in self.ready:
+                self.settled(entry)
+        self.ready.clear()
+        self.ready_bytes = 0
+        self._timed = 0
+        return count
+
+    # -- consumers -----------------------------------------------------------------------
+    def add_consumer(self, consumer: Consumer) -> None:
+        """Register a consumer and deliver what is ready."""
+        self.consumers.append(consumer)
+        self.had_consumer = True
+        self.last_used = self.clock.now
+        self._regroup()
+        self.dispatch()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """Unregister a consumer (its unacked messages stay with its channel)."""
+        try:
+            index = self.consumers.index(consumer)
+        except ValueError:
+            return
+        del self.consumers[index]
+        self.last_used = self.clock.now
+        self._regroup()
+        if self.settings.single_active_consumer and index == 0:
+            self.dispatch()  # fail over to the next consumer in registration order
+
+    def _regroup(self) -> None:
+        consumers = self.consumers
+        if self.settings.single_active_consumer:
+            self._levels = [consumers[:1]] if consumers else []
+        elif any(consumer.priority for consumer in consumers):
+            priorities = sorted({consumer.priority for consumer in consumers}, reverse=True)
+            self._levels = [[c for c in consumers if c.priority == p] for p in priorities]
+        else:
+            self._levels = [consumers]
+
+    def _next_consumer(self) -> Consumer | None:
+        """The consumer to deliver to: the highest x-priority level that has credit,
+        round-robin within it (single active consumer: only the first one)."""
+        for level in self._levels:
+            count = len(level)
+            start = self._rr
+            for step in range(count):
+                index = (start + step) % count
+                consumer = level[index]
+                if consumer.channel.has_credit(consumer):
+                    self._rr = (index + 1) % count
+                    return consumer
+        return None
+
+    def dispatch(self) -> None:
+        """Deliver ready messages to consumers that have credit."""
+        ready = self.ready
+        while ready and self.consumers:
+            head = ready[0]
+            if head.expires_at is not None and head.expires_at <= self.clock.now:
+                self.discard(self._pop_ready(), "expired")
+                continue
+            consumer = self._next_consumer()
+            if consumer is None:
+                return
+            if head.message.body is None:
+                self.page_in()
+                continue
+            consumer.channel.deliver(consumer, self, self._pop_ready())
+
+
+def _by_seq(entry: QueueEntry) -> int:
+    return entry.seq

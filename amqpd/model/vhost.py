@@ -1,0 +1,658 @@
+"""A virtual host: the registry of exchanges, queues and bindings, and routing across them."""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from amqpd.model.deadletter import dead_letter_header, is_cycle
+from amqpd.model.message import Clock, Message
+from amqpd.model.queue import BodyLoader, Queue
+from amqpd.model.queue_args import InvalidQueueArgument, amqp_type_name
+from amqpd.wire.codec import encode_shortstr, peek_header
+from amqpd.wire.errors import (
+    COMMAND_INVALID,
+    PRECONDITION_FAILED,
+    RESOURCE_LOCKED,
+    AMQPError,
+    access_refused,
+    not_found,
+    precondition_failed,
+)
+from amqpd.wire.properties import RawProperties
+from exchanges.base import InvalidBinding, Router
+from exchanges.registry import EXCHANGE_TYPES, create_router
+from persistence.journal import Journal
+from persistence.records import BindingDef, ExchangeDef, QueueDef
+
+if TYPE_CHECKING:
+    from amqpd.engine.connection import Connection
+
+STANDARD_EXCHANGES: Final = (
+    ("amq.direct", "direct"),
+    ("amq.fanout", "fanout"),
+    ("amq.topic", "topic"),
+    ("amq.headers", "headers"),
+    ("amq.match", "headers"),
+)
+# Queue arguments compared on redeclare (RabbitMQ's rabbit_amqqueue:declare_args()).
+EQUIVALENT_QUEUE_ARGS: Final = (
+    "x-expires",
+    "x-message-ttl",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-priority",
+    "x-overflow",
+    "x-queue-mode",
+    "x-queue-type",
+    "x-single-active-consumer",
+    "x-delivery-limit",
+)
+# Classic-queue arguments RabbitMQ 3.x refuses on quorum queues.
+QUORUM_UNSUPPORTED_ARGS: Final = ("x-max-priority", "x-queue-mode")
+
+
+class Exchange:
+    """An exchange: its declaration and the router holding its bindings."""
+
+    __slots__ = (
+        "alternate",
+        "arguments",
+        "auto_delete",
+        "durable",
+        "internal",
+        "is_default",
+        "name",
+        "router",
+        "type_name",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        type_name: str,
+        durable: bool = True,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.type_name = type_name
+        self.router: Router = create_router(type_name)
+        self.durable = durable
+        self.auto_delete = auto_delete
+        self.internal = internal
+        self.arguments = arguments or {}
+        alternate = self.arguments.get("alternate-exchange")
+        self.alternate = alternate if isinstance(alternate, str) and alternate else None
+        self.is_default = name == ""
+
+    def __repr__(self) -> str:
+        return f"<Exchange {self.name!r} {self.type_name}>"
+
+
+Destination = Queue | Exchange
+
+
+def _is_standard(name: str) -> bool:
+    """The default exchange and the amq.* ones exist in every vhost and are never stored."""
+    return not name or name.startswith("amq.")
+
+
+def _flag(value: object) -> str:
+    return "true" if value else "false"
+
+
+def generated_name(prefix: str) -> str:
+    """A server-generated name like RabbitMQ's ``amq.gen-…`` / ``amq.ctag-…``."""
+    return prefix + base64.urlsafe_b64encode(secrets.token_bytes(16)).decode().rstrip("=")
+
+
+class VirtualHost:
+    """Exchanges, queues and bindings of one vhost."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.exchanges: dict[str, Exchange] = {"": Exchange("", "direct")}
+        for ex_name, type_name in STANDARD_EXCHANGES:
+            self.exchanges[ex_name] = Exchange(ex_name, type_name)
+        self.queues: dict[str, Queue] = {}
+        # destination -> {source exchange: number of bindings} (for cleanup on delete)
+        self._bound_from: dict[Destination, dict[Exchange, int]] = {}
+        self.on_queue_deleted: Callable[[Queue], None] | None = None
+        # Set by the broker when it has a store: durable definitions are journaled, and long
+        # durable queues page bodies out (paging_queues: those with candidates).
+        self.journal: Journal | None = None
+        self.body_loader: BodyLoader | None = None
+        self.paging_queues: set[Queue] | None = None
+        self.clock = Clock()  # shared with the broker, which replaces it
+        self.watch_queues: set[Queue] = set()  # queues with timers (TTL, x-expires)
+
+    # -- exchanges -------------------------------------------------------------------------
+    def get_exchange(self, name: str) -> Exchange:
+        """The exchange, or 404."""
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            raise not_found("exchange", name, self.name)
+        return exchange
+
+    def declare_exchange(
+        self,
+        name: str,
+        type_name: str,
+        passive: bool,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: dict[str, Any],
+    ) -> Exchange:
+        """Exchange.Declare with RabbitMQ's checks and reply codes."""
+        if not name:
+            raise access_refused("operation not permitted on the default exchange")
+        existing = self.exchanges.get(name)
+        if passive:
+            if existing is None:
+                raise not_found("exchange", name, self.name)
+            return existing
+        if name.startswith("amq.") and existing is None:
+            raise access_refused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        if type_name not in EXCHANGE_TYPES:
+            raise AMQPError(COMMAND_INVALID, f"unknown exchange type '{type_name}'", 40, 10)
+        if existing is not None:
+            what = f"for exchange '{name}' in vhost '{self.name}'"
+            self._check_equivalent("type", what, type_name, existing.type_name)
+            self._check_equivalent("durable", what, _flag(durable), _flag(existing.durable))
+            self._check_equivalent(
+                "auto_delete", what, _flag(auto_delete), _flag(existing.auto_delete)
+            )
+            self._check_equivalent("internal", what, _flag(internal), _flag(existing.internal))
+            _check_equivalent_arg(
+                "alternate-exchange",
+                what,
+                arguments.get("alternate-exchange"),
+                existing.arguments.get("alternate-exchange"),
+            )
+            return existing
+        exchange = Exchange(name, type_name, durable, auto_delete, internal, arguments)
+        self.exchanges[name] = exchange
+        if durable and self.journal is not None:
+            self.journal.put_exchange(
+                ExchangeDef(self.name, name, type_name, auto_delete, internal, arguments)
+            )
+        return exchange
+
+    @staticmethod
+    def _check_equivalent(arg: str, what: str, received: object, current: object) -> None:
+        if received != current:
+            raise precondition_failed(
+                f"inequivalent arg '{arg}' {what}: received {_show(received)} "
+                f"but current is {_show(current)}"
+            )
+
+    def delete_exchange(self, name: str, if_unused: bool) -> None:
+        """Exchange.Delete (a missing exchange is not an error, as in RabbitMQ 3.x)."""
+        if not name:
+            raise access_refused("operation not permitted on the default exchange")
+        if name.startswith("amq."):
+            raise access_refused(f"cannot delete reserved exchange '{name}'")
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            return
+        if if_unused and len(exchange.router):
+            raise precondition_failed(f"exchange '{name}' in vhost '{self.name}' in use")
+        self._remove_exchange(exchange)
+
+    def _remove_exchange(self, exchange: Exchange) -> None:
+        del self.exchanges[exchange.name]
+        if exchange.durable and self.journal is not None:
+            self.journal.delete_exchange(self.name, exchange.name)  # cascades its bindings
+        for destination, _key, _args in list(exchange.router.bindings()):
+            assert isinstance(destination, Queue | Exchange)
+            sources = self._bound_from.get(destination)
+            if sources is not None:
+                sources.pop(exchange, None)
+                if not sources:
+                    del self._bound_from[destination]
+        self._unbind_destination(exchange)
+
+    # -- queues ----------------------------------------------------------------------------
+    def get_queue(self, name: str) -> Queue:
+        """The queue, or 404."""
+        queue = self.queues.get(name)
+        if queue is None:
+            raise not_found("queue", name, self.name)
+        return queue
+
+    def declare_queue(
+        self,
+        name: str,
+        passive: bool,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+        owner: Connection,
+    ) -> Queue:
+        """Queue.Declare with RabbitMQ's checks and reply codes."""
+        existing = self.queues.get(name) if name else None
+        if passive:
+            if existing is None:
+                raise not_found("queue", name, self.name)
+            self.check_exclusive_access(existing, owner)
+            existing.last_used = self.clock.now  # RabbitMQ: a passive declare renews x-expires
+            return existing
+        if existing is not None:
+            existing.last_used = self.clock.now
+            # rabbit_amqqueue:assert_equivalence: exclusivity is checked strictly and first,
+            # so an exclusive-flag mismatch is 405, not 406
+            self.check_exclusive_access(existing, owner if exclusive else None, strict=True)
+            what = f"for queue '{name}' in vhost '{self.name}'"
+            self._check_equivalent("durable", what, _flag(durable), _flag(existing.durable))
+            self._check_equivalent(
+                "auto_delete", what, _flag(auto_delete), _flag(existing.auto_delete)
+            )
+            for arg in EQUIVALENT_QUEUE_ARGS:
+                _check_equivalent_arg(arg, what, arguments.get(arg), existing.arguments.get(arg))
+            return existing
+        if not name:
+            name = generated_name("amq.gen-")
+        elif name.startswith("amq."):
+            raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+        try:
+            queue = self.new_queue(
+                name, durable, owner if exclusive else None, auto_delete, arguments
+            )
+        except InvalidQueueArgument as exc:
+            raise precondition_failed(
+                f"invalid arg '{exc.name}' for queue '{name}' in vhost '{self.name}': {exc.problem}"
+            ) from exc
+        if queue.settings.queue_type == "quorum":
+            for arg in QUORUM_UNSUPPORTED_ARGS:
+                if arg in arguments:
+                    raise precondition_failed(
+                        f"invalid arg '{arg}' for queue '{name}' in vhost '{self.name}' "
+                        "of queue type rabbit_quorum_queue"
+                    )
+            for flag, bad in (  # RabbitMQ's order of checks (rabbit_quorum_queue:declare)
+                ("auto-delete", auto_delete),
+                ("exclusive-owner", exclusive),
+                ("non-durable", not durable),
+            ):
+                if bad:
+                    raise precondition_failed(
+                        f"invalid property '{flag}' for queue '{name}' in vhost '{self.name}'"
+                    )
+        self.queues[name] = queue
+        if exclusive:
+            owner.exclusive_queues.append(queue)
+        elif durable and self.journal is not None:
+            self.attach_store(queue)
+            self.journal.put_queue(QueueDef(self.name, name, auto_delete, arguments))
+        return queue
+
+    def new_queue(
+        self,
+        name: str,
+        durable: bool,
+        owner: Connection | None,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+    ) -> Queue:
+        """A queue wired to this vhost's clock, dead-lettering and timers (not registered).
+
+        Raises:
+            InvalidQueueArgument: a bad x- argument.
+        """
+        queue = Queue(name, self.name, durable, owner, auto_delete, arguments, self.clock)
+        queue.watch_set = self.watch_queues
+        if queue.settings.dead_letter_exchange is not None:
+            queue.dead_letter = self.dead_letter
+        if queue.settings.expires is not None:
+            queue.watch()
+        return queue
+
+    def attach_store(self, queue: Queue) -> None:
+        """Make a durable queue journal its persistent messages (and page long tails)."""
+        queue.journal = self.journal
+        queue.pager = self.body_loader
+        queue.paging_set = self.paging_queues
+
+    def check_exclusive_access(
+        self, queue: Queue, connection: Connection | None, strict: bool = False
+    ) -> None:
+        """405 RESOURCE_LOCKED if another connection owns this exclusive queue; ``strict``
+        (redeclare): also unless the owner is exactly ``connection`` (None = not exclusive)."""
+        owner = queue.exclusive_owner
+        if owner is not connection and (strict or owner is not None):
+            raise AMQPError(
+                RESOURCE_LOCKED,
+                f"cannot obtain exclusive access to locked queue '{queue.name}' "
+                f"in vhost '{self.name}'. It could be originally declared on another "
+                "connection or the exclusive property value does not match that of the "
+                "original declaration.",
+            )
+
+    def delete_queue(self, queue: Queue) -> int:
+        """Remove a queue, its bindings and consumers; return its ready-message count."""
+        if queue.deleted:
+            return 0
+        count = queue.message_count
+        if queue.journal is not None:
+            queue.journal.delete_queue(self.name, queue.name)  # cascades messages, bindings
+        queue.deleted = True
+        self.queues.pop(queue.name, None)
+        self._unbind_destination(queue)
+        queue.purge()
+        if self.on_queue_deleted is not None:
+            self.on_queue_deleted(queue)
+        for consumer in list(queue.consumers):
+            consumer.channel.cancel_by_broker(consumer)
+        queue.consumers.clear()
+        return count
+
+    def delete_everything(self) -> None:
+        """The vhost itself is deleted: drop every queue and (non-standard) exchange, with
+        their bindings, journaling what was stored."""
+        for queue in list(self.queues.values()):
+            self.delete_queue(queue)
+        for exchange in list(self.exchanges.values()):
+            if not _is_standard(exchange.name) and exchange.name in self.exchanges:
+                self._remove_exchange(exchange)
+
+    def durable_definitions(self) -> tuple[list[ExchangeDef], list[QueueDef], list[BindingDef]]:
+        """The exchanges, queues and bindings that survive a restart, in their stored form
+        (what a definitions export lists)."""
+        exchanges = [
+            ExchangeDef(self.name, ex.name, ex.type_name, ex.auto_delete, ex.internal, ex.arguments)
+            for ex in self.exchanges.values()
+            if ex.durable and not _is_standard(ex.name)
+        ]
+        queues = [
+            QueueDef(self.name, queue.name, queue.auto_delete, queue.arguments)
+            for queue in self.queues.values()
+            if queue.journal is not None
+        ]
+        bindings = [
+            binding
+            for exchange in self.exchanges.values()
+            for destination, key, arguments in exchange.router.bindings()
+            if isinstance(destination, Queue | Exchange)
+            and (binding := self._binding_def(exchange, destination, key, arguments)) is not None
+        ]
+        return exchanges, queues, bindings
+
+    # -- bindings --------------------------------------------------------------------------
+    def bind(
+        self, source: Exchange, destination: Destination, key: str, arguments: dict[str, Any]
+    ) -> None:
+        """Add a binding (idempotent)."""
+        if source.is_default or (isinstance(destination, Exchange) and destination.is_default):
+            raise access_refused("operation not permitted on the default exchange")
+        try:
+            source.router.validate_binding(key, arguments)
+        except InvalidBinding as exc:
+            raise precondition_failed(str(exc)) from exc
+        if source.router.bind(destination, key, arguments):
+            sources = self._bound_from.setdefault(destination, {})
+            sources[source] = sources.get(source, 0) + 1
+            binding = self._binding_def(source, destination, key, arguments)
+            if binding is not None and self.journal is not None:
+                self.journal.put_binding(binding)
+
+    def unbind(
+        self, source: Exchange, destination: Destination, key: str, arguments: dict[str, Any]
+    ) -> None:
+        """Remove a binding (a missing binding is not an error, as in RabbitMQ 3.x)."""
+        if source.is_default or (isinstance(destination, Exchange) and destination.is_default):
+            raise access_refused("operation not permitted on the default exchange")
+        if source.router.unbind(destination, key, arguments):
+            binding = self._binding_def(source, destination, key, arguments)
+            if binding is not None and self.journal is not None:
+                self.journal.delete_binding(binding)
+            sources = self._bound_from.get(destination)
+            if sources is not None:
+                remaining = sources.get(source, 1) - 1
+                if remaining > 0:
+                    sources[source] = remaining
+                else:
+                    sources.pop(source, None)
+                    if not sources:
+                        del self._bound_from[destination]
+            self._maybe_auto_delete(source)
+
+    def _binding_def(
+        self, source: Exchange, destination: Destination, key: str, arguments: dict[str, Any]
+    ) -> BindingDef | None:
+        """The stored form of a binding, or None if it does not survive a restart (RabbitMQ:
+        only bindings between durable exchanges and durable queues/exchanges persist)."""
+        if not source.durable:
+            return None
+        if isinstance(destination, Queue):
+            if destination.journal is None:
+                return None
+            return BindingDef(self.name, source.name, "queue", destination.name, key, arguments)
+        if not destination.durable:
+            return None
+        return BindingDef(self.name, source.name, "exchange", destination.name, key, arguments)
+
+    def restore_binding(
+        self, source: Exchange, destination: Destination, key: str, arguments: dict[str, Any]
+    ) -> None:
+        """Re-create a binding read from the store (not journaled again)."""
+        if source.router.bind(destination, key, arguments):
+            sources = self._bound_from.setdefault(destination, {})
+            sources[source] = sources.get(source, 0) + 1
+
+    def _unbind_destination(self, destination: Destination) -> None:
+        for source in self._bound_from.pop(destination, ()):
+            source.router.unbind_all(destination)
+            self._maybe_auto_delete(source)
+
+    def _maybe_auto_delete(self, exchange: Exchange) -> None:
+        if exchange.auto_delete and not len(exchange.router) and exchange.name in self.exchanges:
+            self._remove_exchange(exchange)
+
+    # -- routing ---------------------------------------------------------------------------
+    def route(self, exchange: Exchange, message: Message) -> list[Queue]:
+        """Queues a message published to ``exchange`` goes to: following exchange-to-exchange
+        bindings and alternate exchanges, each queue once, each exchange visited once.
+
+        Sender-selected distribution (RabbitMQ): routing keys in the ``CC`` and ``BCC``
+        headers are routed too, and ``BCC`` is removed from the message here.
+        """
+        if has_sender_selected_headers(message.headers_raw):
+            keys = sender_selected_keys(message)
+            if keys:
+                return self._route_key(exchange, message, message.routing_key, tuple(keys))
+        return self._route_key(exchange, message, message.routing_key)
+
+    def _route_key(
+        self,
+        exchange: Exchange,
+        message: Message,
+        routing_key: str,
+        extra_keys: tuple[str, ...] = (),
+    ) -> list[Queue]:
+        """Route on ``routing_key`` and the CC/BCC ``extra_keys`` together at each exchange,
+        as RabbitMQ does: an alternate exchange only gets what none of the keys routes."""
+        if extra_keys:
+            destinations = self._route_one(exchange, message, routing_key, extra_keys)
+        elif exchange.is_default:
+            queue = self.queues.get(routing_key)
+            return [queue] if queue is not None else []
+        else:
+            router = exchange.router
+            headers = message.headers if router.uses_headers else None
+            destinations = router.route(routing_key, headers)
+            if exchange.alternate is None and all(type(d) is Queue for d in destinations):
+                return list(destinations)  # type: ignore[arg-type]
+        queues: list[Queue] = []
+        seen_queues: set[Queue] = set()
+        visited = {exchange}
+        work = [(exchange, destinations)]
+        while work:
+            current, routed = work.pop()
+            if not routed and current.alternate is not None:
+                alternate = self.exchanges.get(current.alternate)
+                if alternate is not None and alternate not in visited:
+                    visited.add(alternate)
+                    routed_ae = self._route_one(alternate, message, routing_key, extra_keys)
+                    work.append((alternate, routed_ae))
+            for destination in routed:
+                if type(destination) is Queue:
+                    if destination not in seen_queues:
+                        seen_queues.add(destination)
+                        queues.append(destination)
+                elif isinstance(destination, Exchange) and destination not in visited:
+                    visited.add(destination)
+                    routed_e2e = self._route_one(destination, message, routing_key, extra_keys)
+                    work.append((destination, routed_e2e))
+        return queues
+
+    def _route_one(
+        self,
+        exchange: Exchange,
+        message: Message,
+        routing_key: str,
+        extra_keys: tuple[str, ...] = (),
+    ) -> list[Any]:
+        if exchange.is_default:
+            if not extra_keys:
+                queue = self.queues.get(routing_key)
+                return [queue] if queue is not None else []
+            found = (self.queues.get(key) for key in (routing_key, *extra_keys))
+            return list(dict.fromkeys(queue for queue in found if queue is not None))
+        router = exchange.router
+        headers = message.headers if router.uses_headers else None
+        if not extra_keys:
+            return list(router.route(routing_key, headers))
+        keys = (routing_key, *extra_keys)
+        return list(dict.fromkeys(d for key in keys for d in router.route(key, headers)))
+
+    # -- dead-lettering ------------------------------------------------------------------
+    def dead_letter(self, queue: Queue, message: Message, reason: str) -> None:
+        """Republish a message that left ``queue`` unacked to its dead-letter exchange, with
+        RabbitMQ's x-death headers; dropped if that exchange does not exist or for target
+        queues that would close an automatic cycle."""
+        settings = queue.settings
+        assert settings.dead_letter_exchange is not None
+        exchange = self.exchanges.get(settings.dead_letter_exchange)
+        if exchange is None:
+            return
+        routing_keys = [message.routing_key, *sender_selected_keys(message, bcc=False)]
+        fixed_key = settings.dead_letter_routing_key
+        header, deaths = dead_letter_header(
+            message.header,
+            queue.name,
+            reason,
+            message.exchange,
+            routing_keys,
+            self.clock.now,
+            drop_cc=fixed_key is not None,  # RabbitMQ drops CC when the key is replaced
+        )
+        key = fixed_key if fixed_key is not None else message.routing_key
+        peek = peek_header(header)
+        dead = Message(
+            exchange.name,
+            key,
+            encode_shortstr(exchange.name),
+            encode_shortstr(key),
+            header,
+            message.body,
+            message.persistent,
+            peek.priority,
+            None,
+            peek.headers_raw,
+        )
+        targets = (
+            self._route_key(exchange, dead, key)
+            if fixed_key is not None
+            else self.route(exchange, dead)
+        )
+        for target in targets:
+            if not is_cycle(deaths, target.name):
+                target.enqueue(dead)
+
+
+def has_sender_selected_headers(headers_raw: bytes | None) -> bool:
+    """Whether a raw headers table may hold CC or BCC (a cheap byte test, before decoding)."""
+    return headers_raw is not None and (b"\x02CC" in headers_raw or b"\x03BCC" in headers_raw)
+
+
+def sender_selected_error(message: Message) -> AMQPError | None:
+    """The 406 RabbitMQ gives at publish for a CC or BCC header that is not an array."""
+    headers = message.headers or {}
+    for name in ("CC", "BCC"):
+        if name in headers and not isinstance(headers[name], list):
+            type_name = amqp_type_name(headers[name])
+            return AMQPError(
+                PRECONDITION_FAILED,
+                f'invalid message: {{unacceptable_type_in_header,"{name}",{type_name}}}',
+                60,
+                40,
+            )
+    return None
+
+
+def sender_selected_keys(message: Message, bcc: bool = True) -> list[str]:
+    """Routing keys from the CC (and BCC) headers; removes BCC from the message's header."""
+    headers = message.headers or {}
+    keys: list[str] = []
+    for name in ("CC", "BCC") if bcc else ("CC",):
+        value = headers.get(name)
+        if isinstance(value, list):
+            # RabbitMQ routes on the longstr items only (pamqp: str, or bytes if not UTF-8)
+            keys += [
+                v if isinstance(v, str) else v.decode(errors="replace")
+                for v in value
+                if isinstance(v, str) or type(v) is bytes
+            ]
+    if bcc and "BCC" in headers:
+        props = RawProperties(message.header)
+        props.edit_headers(remove=("BCC",))
+        message.header = props.encode()
+        message.headers_raw = peek_header(message.header).headers_raw
+        message.reset_headers()
+    return keys
+
+
+def _check_equivalent_arg(arg: str, what: str, received: object, current: object) -> None:
+    """An x-argument compared on redeclare, worded like rabbit_misc:assert_args_equivalence
+    (a side that is missing makes the other one show its value and AMQP type)."""
+    if arg == "x-queue-type":  # RabbitMQ: no x-queue-type is the same as "classic"
+        same = (received or "classic") == (current or "classic")
+    elif isinstance(received, bool) or isinstance(current, bool):
+        same = type(received) is type(current) and received == current
+    else:
+        same = received == current
+    if same:
+        return
+    typed = received is None or current is None
+    raise precondition_failed(
+        f"inequivalent arg '{arg}' {what}: received {_show_arg(received, typed)} "
+        f"but current is {_show_arg(current, typed)}"
+    )
+
+
+def _show_arg(value: object, typed: bool) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, bytes | bytearray):
+        text = value.decode(errors="replace")
+    else:
+        text = str(value)
+    return f"the value '{text}' of type '{amqp_type_name(value)}'" if typed else f"'{text}'"
+
+
+def _show(value: object) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, str) and value in ("true", "false"):
+        return f"'{value}'"
+    return f"'{value}'"

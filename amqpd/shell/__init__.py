@@ -1,0 +1,1 @@
+"""The anyio I/O shell: sockets, TLS, timers, signals, the admin socket."""

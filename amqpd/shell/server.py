@@ -1,0 +1,458 @@
+"""The I/O shell: an anyio TCP listener driving the sans-IO protocol engine.
+
+Each accepted socket gets two tasks: a reader that feeds every received chunk (up to 64 KiB)
+to its `Connection`, and a writer that sleeps until the engine reports output and then sends
+everything pending in one write. Because the reader processes a whole chunk before it next
+awaits, all frames produced for any connection during that chunk go out in one write per
+connection. One ticker task drives every connection's timers once a second.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import signal
+import ssl
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+from anyio.abc import SocketAttribute
+from anyio.streams.tls import TLSAttribute, TLSStream
+
+from amqpd.engine.channel import FLOW_BACKLOG
+from amqpd.engine.connection import Connection
+from amqpd.model.admin_commands import AdminError, execute
+from amqpd.model.broker import Broker, BrokerConfig
+from amqpd.model.definitions import DefinitionsError, import_definitions
+from amqpd.model.queue import HOT_WINDOW
+from amqpd.shell import resources
+from amqpd.shell.admin_socket import AdminReply, serve_admin
+from amqpd.shell.tls import TLSOptions, certificate_identity, server_context
+from persistence.errors import StoreError
+from persistence.group_commit import GroupCommitter
+from persistence.journal import Journal
+from persistence.store import BodyReader, Store
+
+log = logging.getLogger(__name__)
+
+READ_SIZE = 65536
+FLOW_MAX_PAUSE = 0.05  # seconds a flooding publisher may be paused per chunk
+FLOW_POLL = 0.001
+SHUTDOWN_GRACE = 2.0
+
+
+@dataclass(slots=True)
+class ServerConfig:
+    """Where to listen and how often to tick."""
+
+    host: str = "127.0.0.1"
+    port: int = 5672
+    tick_interval: float = 1.0
+    data_dir: Path | None = None  # None: memory only (nothing survives a restart)
+    synchronous: str = "FULL"  # SQLite synchronous mode: FULL (durable) or NORMAL (faster)
+    tls_port: int | None = None  # AMQPS listener (RabbitMQ: 5671); needs ``tls``
+    tls: TLSOptions | None = None
+    definitions: Path | None = None  # RabbitMQ definitions JSON imported at startup
+    memory_check_interval: float = 0.1  # seconds between memory measurements
+    memory_probe: Callable[[], int] = resources.rss_bytes  # bytes the broker uses
+    disk_probe: Callable[[Path], int] = resources.disk_free  # free bytes at the data dir
+
+
+class _Peer:
+    """Shell-side state of one socket."""
+
+    __slots__ = ("conn", "done", "resume", "stream", "wake")
+
+    def __init__(self, conn: Connection, stream: anyio.abc.ByteStream) -> None:
+        self.conn = conn
+        self.stream = stream
+        self.wake = anyio.Event()
+        self.done = anyio.Event()
+        self.resume = anyio.Event()  # set when a connection blocked by an alarm may read
+
+    def kick(self) -> None:
+        self.wake.set()
+
+    def unpause(self) -> None:
+        self.resume.set()
+
+
+class Server:
+    """Owns the listener, the peers and the ticker for one `Broker`."""
+
+    def __init__(self, broker: Broker, config: ServerConfig | None = None) -> None:
+        self.broker = broker
+        self.config = config or ServerConfig()
+        self.port = 0
+        self.tls_port = 0
+        self._tls_context: ssl.SSLContext | None = None
+        self._peers: set[_Peer] = set()
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._stopping = False
+        self._committer: GroupCommitter | None = None
+        self._store: Store | None = None
+        self._body_reader: BodyReader | None = None
+
+    async def serve(
+        self, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Recover the store (if any), listen and serve until cancelled or `shutdown` is
+        called. Reports the bound port."""
+        resources.raise_open_file_limit()
+        if self.config.tls is not None:
+            self._tls_context = server_context(self.config.tls)
+        store = await self._open_store()
+        tls_listener: anyio.abc.Listener[anyio.abc.SocketStream] | None = None
+        try:
+            await self._import_definitions(store)
+            listener = await anyio.create_tcp_listener(
+                local_host=self.config.host, local_port=self.config.port, reuse_port=False
+            )
+            self.port = listener.extra(SocketAttribute.local_port)
+            tls_listener = None
+            if self._tls_context is not None and self.config.tls_port is not None:
+                tls_listener = await anyio.create_tcp_listener(
+                    local_host=self.config.host, local_port=self.config.tls_port, reuse_port=False
+                )
+                self.tls_port = tls_listener.extra(SocketAttribute.local_port)
+            async with listener, anyio.create_task_group() as group:
+                self._task_group = group
+                group.start_soon(self._ticker)
+                group.start_soon(self._resource_monitor)
+                if self._committer is not None:
+                    group.start_soon(self._committer.run)
+                group.start_soon(listener.serve, self._handle, group)
+                if tls_listener is not None:
+                    group.start_soon(tls_listener.serve, partial(self._handle, tls=True), group)
+                    log.info("listening for AMQPS on %s:%d", self.config.host, self.tls_port)
+                if store is not None and self.config.data_dir is not None:
+                    await group.start(serve_admin, self.config.data_dir, self._admin_request)
+                log.info("listening on %s:%d", self.config.host, self.port)
+                task_status.started(self.port)
+                await anyio.sleep(math.inf)
+        finally:
+            if tls_listener is not None:
+                with anyio.CancelScope(shield=True):
+                    await tls_listener.aclose()
+            if store is not None:
+                with anyio.CancelScope(shield=True):
+                    await self._close_store(store)
+
+    async def _open_store(self) -> Store | None:
+        journal = self.broker.journal
+        if self.config.data_dir is None or journal is None:
+            return None
+        started = time.perf_counter()
+        store = await Store.open(self.config.data_dir, self.config.synchronous)
+        try:
+            self._body_reader = BodyReader(store.path)
+            self.broker.set_body_loader(self._body_reader)
+            self.broker.load_access(await store.load_access())
+            self.broker.clock.now = time.time()
+            state = await store.load(body_window=HOT_WINDOW)
+            queues, messages = self.broker.recover(state)
+            del state
+        except BaseException:
+            await store.close()
+            raise
+        log.info(
+            "recovered %d durable queues and %d persistent messages from %s in %.2f s",
+            queues,
+            messages,
+            store.path,
+            time.perf_counter() - started,
+        )
+        self._committer = GroupCommitter(
+            store, journal, self.broker.batch_committed, self.broker.batch_failed
+        )
+        self._store = store
+        return store
+
+    async def _admin_request(self, request: dict[str, Any]) -> AdminReply:
+        """An ``amqpd users|vhosts|definitions`` command from the admin socket: carried out
+        on the live broker, then persisted after everything it journaled (a deleted vhost's
+        queues) has been committed."""
+        try:
+            outcome = execute(self.broker, request)
+        except AdminError as exc:
+            return AdminReply(False, str(exc))
+        log.info("admin: %s %s", request.get("group"), request.get("command"))
+        store, committer = self._store, self._committer
+        if outcome.changed and store is not None and committer is not None:
+            broker = self.broker
+            try:
+                await committer.commit_then(lambda: store.save_access(broker.access.state))
+            except StoreError as exc:
+                log.error("admin: could not save access control: %s", exc)
+                return AdminReply(
+                    False,
+                    f"the change is in effect but could not be saved ({exc}); it will be "
+                    "lost when the broker restarts unless it is made again",
+                )
+        return AdminReply(True, outcome.output)
+
+    async def _import_definitions(self, store: Store | None) -> None:
+        """Import the definitions file (``--definitions``) and persist its access part."""
+        path = self.config.definitions
+        if path is None:
+            return
+        try:
+            data: Any = json.loads(await anyio.Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise DefinitionsError(f"cannot read definitions file {path}: {exc}") from exc
+        counts = import_definitions(self.broker, data)
+        if store is not None:
+            await store.save_access(self.broker.access.state)
+            if self._committer is not None:
+                await self._committer.drain()  # the durable exchanges, queues, bindings
+        log.info(
+            "imported definitions from %s: %s",
+            path,
+            ", ".join(f"{count} {section}" for section, count in counts.items()),
+        )
+
+    async def _close_store(self, store: Store) -> None:
+        committer = self._committer
+        journal = self.broker.journal
+        try:
+            if committer is not None:
+                await committer.drain()
+        finally:
+            if self._body_reader is not None:
+                self._body_reader.close()
+            await store.close()
+        if journal is not None:
+            stats = journal.stats
+            log.info(
+                "store closed: %d batches, %d inserts, %d deletes, %d writes saved by acks "
+                "that arrived before their insert was committed",
+                stats.batches,
+                stats.inserts,
+                stats.deletes,
+                stats.saved_writes,
+            )
+
+    async def shutdown(self, reason: str = "shutdown") -> None:
+        """Close every connection with 320 CONNECTION_FORCED, then stop serving."""
+        if self._stopping:
+            return
+        self._stopping = True
+        peers = list(self._peers)
+        for peer in peers:
+            peer.conn.close_forced(reason)
+            peer.kick()
+        with anyio.move_on_after(SHUTDOWN_GRACE):
+            for peer in peers:
+                await peer.done.wait()
+        if self._task_group is not None:
+            self._task_group.cancel_scope.cancel()
+
+    async def _ticker(self) -> None:
+        while True:
+            await anyio.sleep(self.config.tick_interval)
+            now = anyio.current_time()
+            self.broker.tick(time.time())
+            for peer in list(self._peers):
+                peer.conn.tick(now)
+                if peer.conn.should_close or peer.conn.output_pending:
+                    peer.kick()
+            journal = self.broker.journal
+            if self._committer is not None and journal is not None and journal.pending:
+                self._committer.wake()  # e.g. exclusive queues deleted by a dropped peer
+
+    async def _resource_monitor(self) -> None:
+        """Measure memory (every memory_check_interval) and the data directory's free space
+        (every second) for the resource alarms (amqpd/alarms.py)."""
+        broker = self.broker
+        alarms = broker.alarms
+        config = self.config
+        next_disk = next_trim = 0.0
+        while True:
+            now = anyio.current_time()
+            if alarms.memory_limit is not None:
+                broker.memory_used(config.memory_probe())
+                if "memory" in alarms.active and now >= next_trim:
+                    next_trim = now + 1.0
+                    resources.release_free_memory()  # so the RSS can fall below the mark
+            if alarms.disk_free_limit is not None and config.data_dir and now >= next_disk:
+                next_disk = now + 1.0
+                try:
+                    broker.disk_free(config.disk_probe(config.data_dir))
+                except OSError as exc:
+                    log.warning("cannot measure free disk space: %s", exc)
+            await anyio.sleep(config.memory_check_interval)
+
+    async def _handle(self, stream: anyio.abc.SocketStream, tls: bool = False) -> None:
+        try:
+            address = stream.extra(SocketAttribute.remote_address)
+            peer_name = f"{address[0]}:{address[1]}" if isinstance(address, tuple) else str(address)
+        except Exception:
+            peer_name = "?"
+        byte_stream: anyio.abc.ByteStream = stream
+        cert_user = None
+        if tls:
+            tls_stream = await self._tls_handshake(stream, peer_name)
+            if tls_stream is None:
+                return
+            byte_stream = tls_stream
+            if self.config.tls is not None:
+                cert = tls_stream.extra(TLSAttribute.peer_certificate, None)
+                cert_user = certificate_identity(cert, self.config.tls.cert_login_from)
+        conn = Connection(self.broker, anyio.current_time(), peer_name)
+        conn.peer_cert_user = cert_user
+        peer = _Peer(conn, byte_stream)
+        conn.on_output = peer.kick
+        conn.on_resume = peer.unpause
+        self._peers.add(peer)
+        log.debug("accepted connection from %s", peer_name)
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._write_loop, peer)
+                await self._read_loop(peer)
+                peer.kick()
+        except Exception:  # a bug in one connection must not take the broker down
+            log.exception("connection from %s failed; dropping it", peer_name)
+        finally:
+            conn.connection_lost()
+            self._peers.discard(peer)
+            journal = self.broker.journal
+            if self._committer is not None and journal is not None and journal.pending:
+                self._committer.wake()
+            with suppress(Exception):
+                await peer.stream.aclose()
+            peer.done.set()
+            log.debug("connection from %s closed", peer_name)
+
+    async def _tls_handshake(
+        self, stream: anyio.abc.SocketStream, peer_name: str
+    ) -> TLSStream | None:
+        """The TLS server handshake, bounded by the AMQP handshake timeout (None: failed)."""
+        assert self._tls_context is not None
+        try:
+            with anyio.fail_after(self.broker.config.handshake_timeout):
+                return await TLSStream.wrap(
+                    stream,
+                    server_side=True,
+                    ssl_context=self._tls_context,
+                    standard_compatible=False,
+                )
+        except (OSError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:  # ssl, timeout
+            log.info("TLS handshake with %s failed: %s", peer_name, exc or type(exc).__name__)
+            with suppress(Exception):
+                await stream.aclose()
+            return None
+
+    async def _read_loop(self, peer: _Peer) -> None:
+        conn = peer.conn
+        stream = peer.stream
+        try:
+            journal = self.broker.journal
+            committer = self._committer
+            clock = self.broker.clock
+            while not conn.should_close:
+                if conn.paused:  # blocked by a resource alarm: leave its data in the kernel
+                    await peer.resume.wait()
+                    peer.resume = anyio.Event()
+                    continue
+                data = await stream.receive(READ_SIZE)
+                clock.now = time.time()
+                conn.receive_data(data)
+                if committer is not None and journal is not None and journal.pending:
+                    committer.wake()
+                if conn.should_close:
+                    peer.kick()
+                if conn.flow_queues:
+                    await self._flow_pause(conn)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            conn.connection_lost()
+
+    async def _flow_pause(self, conn: Connection) -> None:
+        """Stop reading from a publisher while queues it feeds are far behind their
+        consumers (at most FLOW_MAX_PAUSE per chunk, so a stuck consumer cannot freeze it)."""
+        deadline = anyio.current_time() + FLOW_MAX_PAUSE
+        queues = conn.flow_queues
+        while queues and anyio.current_time() < deadline:
+            for queue in list(queues):
+                if (
+                    queue.deleted
+                    or len(queue.ready) <= FLOW_BACKLOG // 2
+                    or not queue.consumers_active()
+                ):
+                    queues.discard(queue)
+            if queues:
+                await anyio.sleep(FLOW_POLL)
+                self.broker.clock.now = time.time()
+        queues.clear()
+
+    async def _write_loop(self, peer: _Peer) -> None:
+        conn = peer.conn
+        stream = peer.stream
+        try:
+            while True:
+                await peer.wake.wait()
+                peer.wake = anyio.Event()
+                data = conn.data_to_send()
+                if data:
+                    conn.write_started(len(data))
+                    await stream.send(data)
+                    conn.write_finished()  # may dispatch again (write-ahead limit)
+                    journal = self.broker.journal
+                    if self._committer is not None and journal is not None and journal.pending:
+                        self._committer.wake()
+                if conn.should_close and not conn.output_pending:
+                    break
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            conn.connection_lost()
+        # closing the write side ends the read loop too
+        peer.unpause()
+        with suppress(Exception):
+            await stream.aclose()
+
+
+async def run(broker_config: BrokerConfig, server_config: ServerConfig) -> None:
+    """Serve until SIGINT / SIGTERM, then close every connection with 320."""
+    server = Server(_make_broker(broker_config, server_config), server_config)
+    async with anyio.create_task_group() as group:
+
+        async def watch_signals() -> None:
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for signum in signals:
+                    log.info("received %s; shutting down", signal.Signals(signum).name)
+                    await server.shutdown()
+                    group.cancel_scope.cancel()
+                    return
+
+        group.start_soon(watch_signals)
+        await server.serve()
+        group.cancel_scope.cancel()
+
+
+def _make_broker(broker_config: BrokerConfig | None, server_config: ServerConfig) -> Broker:
+    journal = Journal() if server_config.data_dir is not None else None
+    return Broker(broker_config, journal)
+
+
+@contextmanager
+def background_server(
+    broker_config: BrokerConfig | None = None, server_config: ServerConfig | None = None
+) -> Iterator[Server]:
+    """Run a server in a background thread (for tests and embedding); yields it with
+    ``.port`` set. Leaving the block shuts it down (connections get 320)."""
+    config = server_config or ServerConfig(port=0)
+    server = Server(_make_broker(broker_config, config), config)
+    with anyio.from_thread.start_blocking_portal(backend="asyncio") as portal:
+        future, _port = portal.start_task(server.serve)
+        try:
+            yield server
+        finally:
+            portal.call(server.shutdown)
+            with suppress(BaseException):
+                future.result(timeout=5)

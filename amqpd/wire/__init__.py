@@ -1,0 +1,1 @@
+"""The wire format: frame codec, raw content-header properties, reply codes."""

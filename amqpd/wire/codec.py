@@ -1,0 +1,359 @@
+"""Frame codec: split the byte stream into frames, decode methods, encode the hot frames.
+
+`FrameReader` works over one bytearray with a read offset: it peeks the 7-byte frame header
+with a precompiled struct, rejects a frame larger than the negotiated frame_max before
+buffering its payload, and returns ``None`` (never raises) when it needs more data.
+
+Methods are decoded and encoded with pamqp, except the hot ones: Basic.Publish is decoded
+here, and Basic.Deliver / Get-Ok / Ack / Nack are encoded here with `struct`. Content headers
+are never re-encoded: the broker keeps the raw payload the publisher sent and forwards it,
+peeking only the few properties it needs. tests/unit/test_codec.py checks the fast paths
+byte for byte against pamqp.
+"""
+
+from __future__ import annotations
+
+import struct
+import warnings
+from dataclasses import dataclass
+from typing import Final
+
+from pamqp import commands, decode
+from pamqp import frame as pamqp_frame
+from pamqp.base import Frame as Method
+from pamqp.common import FieldTable
+
+from amqpd.wire.errors import FRAME_ERROR, SYNTAX_ERROR, AMQPError
+
+FRAME_METHOD: Final = 1
+FRAME_HEADER: Final = 2
+FRAME_BODY: Final = 3
+FRAME_HEARTBEAT: Final = 8
+FRAME_END: Final = 0xCE
+FRAME_END_BYTE: Final = b"\xce"
+FRAME_OVERHEAD: Final = 8  # 7-byte header + frame-end octet
+PROTOCOL_HEADER: Final = b"AMQP\x00\x00\x09\x01"
+HEARTBEAT_FRAME: Final = b"\x08\x00\x00\x00\x00\x00\x00\xce"
+
+_FRAME_HEADER = struct.Struct(">BHI")
+_METHOD_INDEX = struct.Struct(">I")
+_SHORT = struct.Struct(">H")
+_LONG = struct.Struct(">I")
+_LONGLONG = struct.Struct(">Q")
+_CONTENT_HEADER = struct.Struct(">HHQH")  # class, weight, body size, first flag word
+
+BASIC_PUBLISH: Final = 0x003C0028
+BASIC_DELIVER: Final = 0x003C003C
+BASIC_GET_OK: Final = 0x003C0047
+BASIC_ACK: Final = 0x003C0050
+BASIC_NACK: Final = 0x003C0078
+BASIC_CLASS: Final = 60
+# Methods pamqp warns about when instantiated (deprecated in 0-9-1 but still sent by clients).
+_DEPRECATED: Final = frozenset({0x003C0064})  # basic.recover-async
+
+
+class FrameReader:
+    """Incremental frame splitter over a single buffer."""
+
+    __slots__ = ("_buf", "_pos", "frame_max")
+
+    def __init__(self, frame_max: int) -> None:
+        self._buf = bytearray()
+        self._pos = 0
+        self.frame_max = frame_max
+
+    def feed(self, data: bytes) -> None:
+        """Append received bytes."""
+        if self._pos and self._pos == len(self._buf):
+            self._buf.clear()
+            self._pos = 0
+        self._buf += data
+
+    def compact(self) -> None:
+        """Drop consumed bytes (call once per received chunk, not per frame)."""
+        if self._pos:
+            del self._buf[: self._pos]
+            self._pos = 0
+
+    def discard(self) -> None:
+        """Drop everything buffered (the stream cannot be parsed any further)."""
+        self._buf = bytearray()
+        self._pos = 0
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as frames."""
+        return len(self._buf) - self._pos
+
+    def next_frame(self) -> tuple[int, int, bytes] | None:
+        """Return (frame_type, channel, payload) of the next complete frame, or None.
+
+        Raises:
+            AMQPError: 501 FRAME_ERROR for an oversized frame or a bad frame-end octet.
+        """
+        buf = self._buf
+        pos = self._pos
+        if len(buf) - pos < 7:
+            return None
+        frame_type, channel, size = _FRAME_HEADER.unpack_from(buf, pos)
+        if size + FRAME_OVERHEAD > self.frame_max:
+            raise AMQPError(
+                FRAME_ERROR,
+                f"frame size {size + FRAME_OVERHEAD} larger than negotiated maximum "
+                f"{self.frame_max}",
+            )
+        end = pos + 7 + size
+        if len(buf) <= end:
+            return None
+        if buf[end] != FRAME_END:
+            raise AMQPError(FRAME_ERROR, f"invalid frame end octet {buf[end]:#04x}")
+        payload = bytes(buf[pos + 7 : end])
+        self._pos = end + 1
+        return frame_type, channel, payload
+
+
+def frame(frame_type: int, channel: int, payload: bytes) -> bytes:
+    """Wrap a payload in a frame."""
+    return _FRAME_HEADER.pack(frame_type, channel, len(payload)) + payload + FRAME_END_BYTE
+
+
+def encode_method(channel: int, method: Method) -> bytes:
+    """Encode any method frame with pamqp (cold path)."""
+    return pamqp_frame.marshal(method, channel)
+
+
+@dataclass(slots=True)
+class PublishArgs:
+    """Decoded Basic.Publish arguments (fast path).
+
+    ``exchange_raw``/``routing_key_raw`` are the shortstrs as received (length byte included),
+    reused verbatim in Deliver/Get-Ok/Return so names are never re-encoded per message.
+    """
+
+    exchange: str
+    routing_key: str
+    mandatory: bool
+    immediate: bool
+    exchange_raw: bytes
+    routing_key_raw: bytes
+
+
+def method_index(payload: bytes) -> int:
+    """The (class_id << 16 | method_id) index of a method frame payload."""
+    if len(payload) < 4:
+        raise AMQPError(FRAME_ERROR, "method frame too short")
+    index: int = _METHOD_INDEX.unpack_from(payload, 0)[0]
+    return index
+
+
+def decode_publish(payload: bytes) -> PublishArgs:
+    """Decode Basic.Publish without pamqp (4-byte index, ticket, two shortstrs, bits)."""
+    try:
+        pos = 6
+        n = payload[pos]
+        exchange_raw = payload[pos : pos + 1 + n]
+        pos += 1 + n
+        n = payload[pos]
+        routing_key_raw = payload[pos : pos + 1 + n]
+        pos += 1 + n
+        bits = payload[pos]
+        exchange = exchange_raw[1:].decode()
+        routing_key = routing_key_raw[1:].decode()
+    except (IndexError, UnicodeDecodeError) as exc:
+        raise AMQPError(SYNTAX_ERROR, "cannot decode basic.publish arguments", 60, 40) from exc
+    return PublishArgs(
+        exchange, routing_key, bool(bits & 1), bool(bits & 2), exchange_raw, routing_key_raw
+    )
+
+
+def decode_method(index: int, payload: bytes) -> Method | None:
+    """Decode a method with pamqp; None if the index is unknown."""
+    cls = commands.INDEX_MAPPING.get(index)
+    if cls is None:
+        return None
+    if index in _DEPRECATED:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            method: Method = cls()
+    else:
+        method = cls()
+    try:
+        method.unmarshal(payload[4:])
+    except (struct.error, ValueError, IndexError, TypeError, UnicodeDecodeError) as exc:
+        raise AMQPError(
+            SYNTAX_ERROR,
+            f"cannot decode arguments of {method.name.lower()}",
+            index >> 16,
+            index & 0xFFFF,
+        ) from exc
+    return method
+
+
+def _shortstr(value: str) -> bytes:
+    raw = value.encode()
+    return bytes((len(raw),)) + raw
+
+
+def encode_deliver(
+    channel: int,
+    consumer_tag: bytes,
+    delivery_tag: int,
+    redelivered: bool,
+    exchange: bytes,
+    routing_key: bytes,
+) -> bytes:
+    """Basic.Deliver method frame. ``consumer_tag``/``exchange``/``routing_key`` are
+    pre-encoded shortstrs (length byte included) so nothing is re-encoded per message."""
+    payload = b"".join(
+        (
+            b"\x00\x3c\x00\x3c",
+            consumer_tag,
+            _LONGLONG.pack(delivery_tag),
+            b"\x01" if redelivered else b"\x00",
+            exchange,
+            routing_key,
+        )
+    )
+    return _FRAME_HEADER.pack(FRAME_METHOD, channel, len(payload)) + payload + FRAME_END_BYTE
+
+
+def encode_get_ok(
+    channel: int,
+    delivery_tag: int,
+    redelivered: bool,
+    exchange: bytes,
+    routing_key: bytes,
+    message_count: int,
+) -> bytes:
+    """Basic.Get-Ok method frame (shortstr arguments pre-encoded)."""
+    payload = b"".join(
+        (
+            b"\x00\x3c\x00\x47",
+            _LONGLONG.pack(delivery_tag),
+            b"\x01" if redelivered else b"\x00",
+            exchange,
+            routing_key,
+            _LONG.pack(message_count),
+        )
+    )
+    return _FRAME_HEADER.pack(FRAME_METHOD, channel, len(payload)) + payload + FRAME_END_BYTE
+
+
+_ACK_FRAME = struct.Struct(">BHIIQBB")
+
+
+def encode_ack(channel: int, delivery_tag: int, multiple: bool) -> bytes:
+    """Basic.Ack method frame."""
+    return _ACK_FRAME.pack(
+        FRAME_METHOD, channel, 13, BASIC_ACK, delivery_tag, 1 if multiple else 0, FRAME_END
+    )
+
+
+def encode_nack(channel: int, delivery_tag: int, multiple: bool, requeue: bool = False) -> bytes:
+    """Basic.Nack method frame."""
+    bits = (1 if multiple else 0) | (2 if requeue else 0)
+    return _ACK_FRAME.pack(FRAME_METHOD, channel, 13, BASIC_NACK, delivery_tag, bits, FRAME_END)
+
+
+def encode_shortstr(value: str) -> bytes:
+    """Length-prefixed UTF-8 (for pre-encoding names once)."""
+    return _shortstr(value)
+
+
+def encode_content(channel: int, header: bytes, body: bytes, frame_max: int) -> list[bytes]:
+    """The content header frame (raw payload forwarded unchanged) and body frames."""
+    parts = [_FRAME_HEADER.pack(FRAME_HEADER, channel, len(header)), header, FRAME_END_BYTE]
+    size = len(body)
+    if size:
+        chunk = frame_max - FRAME_OVERHEAD
+        if size <= chunk:
+            parts += (_FRAME_HEADER.pack(FRAME_BODY, channel, size), body, FRAME_END_BYTE)
+        else:
+            view = memoryview(body)
+            for start in range(0, size, chunk):
+                piece = view[start : start + chunk]
+                parts += (
+                    _FRAME_HEADER.pack(FRAME_BODY, channel, len(piece)),
+                    bytes(piece),
+                    FRAME_END_BYTE,
+                )
+    return parts
+
+
+# ---------------------------------------------------------------------------------------------
+# Content header peeking
+# ---------------------------------------------------------------------------------------------
+# Property flag bits, in wire order.
+FLAG_CONTENT_TYPE: Final = 1 << 15
+FLAG_CONTENT_ENCODING: Final = 1 << 14
+FLAG_HEADERS: Final = 1 << 13
+FLAG_DELIVERY_MODE: Final = 1 << 12
+FLAG_PRIORITY: Final = 1 << 11
+FLAG_CORRELATION_ID: Final = 1 << 10
+FLAG_REPLY_TO: Final = 1 << 9
+FLAG_EXPIRATION: Final = 1 << 8
+
+
+@dataclass(slots=True)
+class HeaderPeek:
+    """The content-header fields the broker looks at."""
+
+    class_id: int
+    body_size: int
+    flags: int
+    delivery_mode: int
+    priority: int | None
+    expiration: str | None
+    headers_raw: bytes | None  # the field-table bytes, without the length prefix
+
+
+def peek_header(payload: bytes) -> HeaderPeek:
+    """Read class id, body size and the properties up to expiration from a raw header.
+
+    Raises:
+        AMQPError: 502 SYNTAX_ERROR if the header is truncated.
+    """
+    try:
+        class_id, _weight, body_size, flags = _CONTENT_HEADER.unpack_from(payload, 0)
+        pos = 14
+        while payload[pos - 1] & 1:  # continuation flag word(s): skip, nothing we use
+            pos += 2
+        delivery_mode = 0
+        priority: int | None = None
+        expiration: str | None = None
+        headers_raw: bytes | None = None
+        if flags & FLAG_CONTENT_TYPE:
+            pos += 1 + payload[pos]
+        if flags & FLAG_CONTENT_ENCODING:
+            pos += 1 + payload[pos]
+        if flags & FLAG_HEADERS:
+            (n,) = _LONG.unpack_from(payload, pos)
+            headers_raw = payload[pos + 4 : pos + 4 + n]
+            pos += 4 + n
+        if flags & FLAG_DELIVERY_MODE:
+            delivery_mode = payload[pos]
+            pos += 1
+        if flags & FLAG_PRIORITY:
+            priority = payload[pos]
+            pos += 1
+        if flags & FLAG_CORRELATION_ID:
+            pos += 1 + payload[pos]
+        if flags & FLAG_REPLY_TO:
+            pos += 1 + payload[pos]
+        if flags & FLAG_EXPIRATION:
+            n = payload[pos]
+            expiration = payload[pos + 1 : pos + 1 + n].decode()
+            pos += 1 + n
+        if pos > len(payload):
+            raise IndexError(pos)
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise AMQPError(SYNTAX_ERROR, "cannot decode content header properties") from exc
+    return HeaderPeek(class_id, body_size, flags, delivery_mode, priority, expiration, headers_raw)
+
+
+def decode_headers_table(headers_raw: bytes | None) -> FieldTable | None:
+    """Decode the headers field table peeked from a content header."""
+    if headers_raw is None:
+        return None
+    _, table = decode.field_table(_LONG.pack(len(headers_raw)) + headers_raw)
+    return table
