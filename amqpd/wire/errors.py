@@ -8,60 +8,79 @@ codes and 320 close the connection.
 
 from __future__ import annotations
 
+from enum import IntEnum
 from typing import Final
 
-CONTENT_TOO_LARGE: Final = 311
-NO_ROUTE: Final = 312
-NO_CONSUMERS: Final = 313
-CONNECTION_FORCED: Final = 320
-INVALID_PATH: Final = 402
-ACCESS_REFUSED: Final = 403
-NOT_FOUND: Final = 404
-RESOURCE_LOCKED: Final = 405
-PRECONDITION_FAILED: Final = 406
-FRAME_ERROR: Final = 501
-SYNTAX_ERROR: Final = 502
-COMMAND_INVALID: Final = 503
-CHANNEL_ERROR: Final = 504
-UNEXPECTED_FRAME: Final = 505
-RESOURCE_ERROR: Final = 506
-NOT_ALLOWED: Final = 530
-NOT_IMPLEMENTED: Final = 540
-INTERNAL_ERROR: Final = 541
 
-REPLY_NAMES: Final[dict[int, str]] = {
-    200: "OK",
-    CONTENT_TOO_LARGE: "CONTENT_TOO_LARGE",
-    NO_ROUTE: "NO_ROUTE",
-    NO_CONSUMERS: "NO_CONSUMERS",
-    CONNECTION_FORCED: "CONNECTION_FORCED",
-    INVALID_PATH: "INVALID_PATH",
-    ACCESS_REFUSED: "ACCESS_REFUSED",
-    NOT_FOUND: "NOT_FOUND",
-    RESOURCE_LOCKED: "RESOURCE_LOCKED",
-    PRECONDITION_FAILED: "PRECONDITION_FAILED",
-    FRAME_ERROR: "FRAME_ERROR",
-    SYNTAX_ERROR: "SYNTAX_ERROR",
-    COMMAND_INVALID: "COMMAND_INVALID",
-    CHANNEL_ERROR: "CHANNEL_ERROR",
-    UNEXPECTED_FRAME: "UNEXPECTED_FRAME",
-    RESOURCE_ERROR: "RESOURCE_ERROR",
-    NOT_ALLOWED: "NOT_ALLOWED",
-    NOT_IMPLEMENTED: "NOT_IMPLEMENTED",
-    INTERNAL_ERROR: "INTERNAL_ERROR",
-}
+class ReplyCode(IntEnum):
+    """AMQP 0-9-1 reply codes (the spec's constants, with RabbitMQ's names)."""
+
+    OK = 200
+    CONTENT_TOO_LARGE = 311
+    NO_ROUTE = 312
+    NO_CONSUMERS = 313
+    CONNECTION_FORCED = 320
+    INVALID_PATH = 402
+    ACCESS_REFUSED = 403
+    NOT_FOUND = 404
+    RESOURCE_LOCKED = 405
+    PRECONDITION_FAILED = 406
+    FRAME_ERROR = 501
+    SYNTAX_ERROR = 502
+    COMMAND_INVALID = 503
+    CHANNEL_ERROR = 504
+    UNEXPECTED_FRAME = 505
+    RESOURCE_ERROR = 506
+    NOT_ALLOWED = 530
+    NOT_IMPLEMENTED = 540
+    INTERNAL_ERROR = 541
+
+    @property
+    def closes_connection(self) -> bool:
+        """True for hard errors (320, 402, 5xx), which close the whole connection; the soft
+        ones close only the channel (``rabbit_framing:lookup_amqp_exception``)."""
+        return self not in _SOFT_CODES
+
 
 _SOFT_CODES: Final = frozenset(
     {
-        CONTENT_TOO_LARGE,
-        NO_ROUTE,
-        NO_CONSUMERS,
-        ACCESS_REFUSED,
-        NOT_FOUND,
-        RESOURCE_LOCKED,
-        PRECONDITION_FAILED,
+        ReplyCode.CONTENT_TOO_LARGE,
+        ReplyCode.NO_ROUTE,
+        ReplyCode.NO_CONSUMERS,
+        ReplyCode.ACCESS_REFUSED,
+        ReplyCode.NOT_FOUND,
+        ReplyCode.RESOURCE_LOCKED,
+        ReplyCode.PRECONDITION_FAILED,
     }
 )
+
+# Module-level names for the codes the core raises (``from amqpd.wire.errors import NOT_FOUND``).
+CONTENT_TOO_LARGE: Final = ReplyCode.CONTENT_TOO_LARGE
+NO_ROUTE: Final = ReplyCode.NO_ROUTE
+NO_CONSUMERS: Final = ReplyCode.NO_CONSUMERS
+CONNECTION_FORCED: Final = ReplyCode.CONNECTION_FORCED
+INVALID_PATH: Final = ReplyCode.INVALID_PATH
+ACCESS_REFUSED: Final = ReplyCode.ACCESS_REFUSED
+NOT_FOUND: Final = ReplyCode.NOT_FOUND
+RESOURCE_LOCKED: Final = ReplyCode.RESOURCE_LOCKED
+PRECONDITION_FAILED: Final = ReplyCode.PRECONDITION_FAILED
+FRAME_ERROR: Final = ReplyCode.FRAME_ERROR
+SYNTAX_ERROR: Final = ReplyCode.SYNTAX_ERROR
+COMMAND_INVALID: Final = ReplyCode.COMMAND_INVALID
+CHANNEL_ERROR: Final = ReplyCode.CHANNEL_ERROR
+UNEXPECTED_FRAME: Final = ReplyCode.UNEXPECTED_FRAME
+RESOURCE_ERROR: Final = ReplyCode.RESOURCE_ERROR
+NOT_ALLOWED: Final = ReplyCode.NOT_ALLOWED
+NOT_IMPLEMENTED: Final = ReplyCode.NOT_IMPLEMENTED
+INTERNAL_ERROR: Final = ReplyCode.INTERNAL_ERROR
+
+
+def reply_name(code: int) -> str:
+    """RabbitMQ's name for a reply code (``NOT_FOUND``), or the number for an unknown one."""
+    try:
+        return ReplyCode(code).name
+    except ValueError:
+        return str(code)
 
 
 class AMQPError(Exception):
@@ -75,7 +94,7 @@ class AMQPError(Exception):
     """
 
     def __init__(self, reply_code: int, text: str, class_id: int = 0, method_id: int = 0) -> None:
-        super().__init__(f"{REPLY_NAMES.get(reply_code, str(reply_code))} - {text}")
+        super().__init__(f"{reply_name(reply_code)} - {text}")
         self.reply_code = reply_code
         self.text = text
         self.class_id = class_id
@@ -84,7 +103,10 @@ class AMQPError(Exception):
     @property
     def closes_connection(self) -> bool:
         """True for hard errors, which close the whole connection."""
-        return self.reply_code not in _SOFT_CODES
+        try:
+            return ReplyCode(self.reply_code).closes_connection
+        except ValueError:
+            return True
 
     @property
     def reply_text(self) -> str:
