@@ -32,8 +32,9 @@ from pamqp import commands as spec
 from pamqp.base import Frame as Method
 
 from amqpd.engine.permissions import check_method
+from amqpd.model.consumer import Consumer
 from amqpd.model.message import Message, QueueEntry
-from amqpd.model.queue import Consumer, Queue
+from amqpd.model.queue import Queue
 from amqpd.model.queue_args import parse_expiration
 from amqpd.model.vhost import (
     Exchange,

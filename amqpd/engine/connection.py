@@ -2,10 +2,15 @@
 
 Theory of operation
 -------------------
-Bytes go in through ``receive_data``; frames to send accumulate and come out through
-``data_to_send``; time comes in through ``tick(now)``. Nothing here awaits or touches a
-socket. The shell (amqpd/server.py) is told that output is waiting through ``on_output``,
-which fires when the output buffer goes from empty to non-empty; it then flushes once.
+Bytes go in through ``receive_data(data, now)``; frames to send accumulate and come out
+through ``data_to_send``; time comes in with the data and through ``tick(now)`` (unix
+seconds, the one time base of the core). Nothing here awaits, touches a socket or calls the
+shell: a connection whose output buffer goes from empty to non-empty, or that must be
+closed, notes itself in the shared `Outbox`; the shell services what the outbox lists after
+each chunk, tick or storage batch (one write per connection per chunk). Whether to read the
+next chunk now is the engine's decision too (``read_delay``): a connection blocked by a
+resource alarm waits until the outbox lists it under ``resume``; a publisher flooding queues
+that are far behind their consumers waits up to FLOW_MAX_PAUSE per chunk.
 
 Handshake states, each accepting exactly one method on channel 0::
 
@@ -24,15 +29,16 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import platform
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from pamqp import commands as spec
 from pamqp import decode
 
 import amqpd
-from amqpd.engine.channel import Channel, ChannelState
+from amqpd.engine.channel import FLOW_BACKLOG, Channel, ChannelState
+from amqpd.engine.outbox import Outbox
 from amqpd.model.auth import Authz, Permission, is_loopback_peer
 from amqpd.wire import codec
 from amqpd.wire.errors import (
@@ -56,6 +62,8 @@ log = logging.getLogger(__name__)
 
 FRAME_MIN_SIZE: Final = 4096
 CLOSE_TIMEOUT: Final = 3.0
+FLOW_MAX_PAUSE: Final = 0.05  # seconds a flooding publisher may be left unread per chunk
+FLOW_POLL: Final = 0.001  # seconds between checks whether its queues caught up
 SERVER_CAPABILITIES: Final = {
     "publisher_confirms": True,
     "exchange_exchange_bindings": True,
@@ -93,15 +101,25 @@ _NO_ACCESS: Final = Authz("", "", Permission("", "", ""))
 
 
 class Connection:
-    """One client connection's protocol state."""
+    """One client connection's protocol state (a `ClientHandle` of the broker)."""
 
-    def __init__(self, broker: Broker, now: float, peer: str = "") -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        now: float,
+        peer: str = "",
+        outbox: Outbox[Connection] | None = None,
+    ) -> None:
         config = broker.config
         self.broker = broker
         self.peer = peer
+        self.outbox: Outbox[Connection] = outbox if outbox is not None else Outbox()
+        self._pending_output = self.outbox.output
+        self._clock = broker.clock
         self.state = State.AWAIT_HEADER
         self.created = now
         self.flow_queues: set[Queue] = set()  # queues this connection is flooding
+        self._flow_until: float | None = None  # end of the current flow pause
         self.channels: dict[int, Channel] = {}
         self.exclusive_queues: list[Queue] = []
         self.channel_max = config.channel_max
@@ -111,7 +129,6 @@ class Connection:
         self.vhost: VirtualHost = broker.default_vhost
         self.client_properties: dict[str, Any] = {}
         self.should_close = False  # the shell closes the socket once output is flushed
-        self.on_output: Callable[[], None] | None = None
         self._reader = codec.FrameReader(config.frame_max)
         self._header = b""
         self._out: list[bytes] = []
@@ -130,7 +147,6 @@ class Connection:
         self.peer_cert_user: str | None = None
         self.authz = _NO_ACCESS
         self.paused = False  # blocked by a resource alarm: the shell stops reading
-        self.on_resume: Callable[[], None] | None = None  # fired when paused goes back off
         self._published = False  # a content frame arrived in the current chunk
         self._blocked_sent = False
         self.output_full = False  # unflushed output over the write-ahead limit
@@ -149,8 +165,8 @@ class Connection:
         self._out_size = size
         if size + self._unflushed > self._write_ahead_limit:
             self.output_full = True
-        if len(out) == 1 and self.on_output is not None:
-            self.on_output()
+        if len(out) == 1:
+            self._pending_output[self] = None
 
     def send_parts(self, parts: list[bytes]) -> None:
         """Queue several byte strings for the peer."""
@@ -163,8 +179,8 @@ class Connection:
         self._out_size = size
         if size + self._unflushed > self._write_ahead_limit:
             self.output_full = True
-        if was_empty and self.on_output is not None:
-            self.on_output()
+        if was_empty:
+            self._pending_output[self] = None
 
     def data_to_send(self) -> bytes:
         """Everything queued since the last call, as one byte string."""
@@ -199,10 +215,11 @@ class Connection:
     # ------------------------------------------------------------------------------------
     # Input
     # ------------------------------------------------------------------------------------
-    def receive_data(self, data: bytes) -> None:
-        """Process a chunk of bytes from the peer."""
+    def receive_data(self, data: bytes, now: float) -> None:
+        """Process a chunk of bytes from the peer, received at ``now`` (unix seconds)."""
         if self.state is State.CLOSED or self.should_close:
             return
+        self._clock.now = now
         self._received = True
         if self._desynchronised:
             return  # after a framing error nothing more can be parsed; wait for the close
@@ -250,7 +267,7 @@ class Connection:
 
     def _refuse_protocol(self) -> None:
         self.send(codec.PROTOCOL_HEADER)
-        self.should_close = True
+        self._set_should_close()
         self.state = State.CLOSED
 
     def _start_method(self) -> spec.Connection.Start:
@@ -420,7 +437,7 @@ class Connection:
             )
             if self.client_capability("authentication_failure_close"):
                 raise error
-            self.should_close = True  # a client without the capability just sees the socket go
+            self._set_should_close()  # a client without the capability sees the socket go
             self.state = State.CLOSED
             return
         self.user = user
@@ -518,8 +535,36 @@ class Connection:
         if self.paused:
             self.paused = False
             self._received = True  # the heartbeat clock restarts now, not at the block
-            if self.on_resume is not None:
-                self.on_resume()
+            self.outbox.resume[self] = None
+
+    def read_delay(self, now: float) -> float | None:
+        """Whether the shell should read the next chunk now (None) or first wait: math.inf
+        while blocked by a resource alarm (until the outbox lists this connection under
+        ``resume``); otherwise seconds to wait before asking again, while queues this
+        connection publishes to are far behind active consumers (FLOW_BACKLOG; at most
+        FLOW_MAX_PAUSE per chunk, so a stuck consumer cannot freeze the publisher)."""
+        if self.paused:
+            return math.inf
+        queues = self.flow_queues
+        if not queues:
+            return None
+        self._clock.now = now
+        until = self._flow_until
+        if until is None:
+            until = self._flow_until = now + FLOW_MAX_PAUSE
+        if now < until:
+            for queue in list(queues):
+                if (
+                    queue.deleted
+                    or len(queue.ready) <= FLOW_BACKLOG // 2
+                    or not queue.consumers_active()
+                ):
+                    queues.discard(queue)
+            if queues:
+                return FLOW_POLL
+        queues.clear()
+        self._flow_until = None
+        return None
 
     def client_capability(self, name: str) -> bool:
         """Whether the client announced a capability in its Start-Ok properties."""
@@ -566,7 +611,12 @@ class Connection:
     def _finish(self) -> None:
         self.release()
         self.state = State.CLOSED
+        self._set_should_close()
+
+    def _set_should_close(self) -> None:
+        """Ask the shell to close the socket once the output is flushed."""
         self.should_close = True
+        self._pending_output[self] = None
 
     def release(self) -> None:
         """Release channels and exclusive queues (idempotent; also on connection loss)."""
@@ -584,7 +634,7 @@ class Connection:
         """The socket is gone: clean up without sending anything."""
         self.release()
         self.state = State.CLOSED
-        self.should_close = True
+        self._set_should_close()
 
     # ------------------------------------------------------------------------------------
     # Time

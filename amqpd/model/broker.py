@@ -1,8 +1,13 @@
 """The root object of the broker core: configuration, users, virtual hosts, connections.
 
-With a store, the broker owns the `Journal` every durable change goes into, and the map of
-storage batches to the channels waiting for them (confirms, tx.commit-ok). The shell's
-group committer reports each batch back through `batch_committed` / `batch_failed`.
+With a store, the broker owns the journal (`JournalPort`) every durable change goes into,
+and the map of storage batches to the channels waiting for them (confirms, tx.commit-ok).
+The shell's group committer reports each batch back through `batch_committed` /
+`batch_failed`. Connections are `ClientHandle`s and waiting channels `BatchWaiter`s (see
+amqpd/model/ports.py): the model never imports the engine.
+
+Time is passed in: ``now`` (unix seconds) at construction, then through `tick` and the
+engine's entry points, which set the one `Clock` queues and vhosts read.
 """
 
 from __future__ import annotations
@@ -14,16 +19,14 @@ from typing import TYPE_CHECKING
 from amqpd.model.alarms import ResourceAlarms
 from amqpd.model.auth import AccessControl, AccessState, Authz, Permission, default_access
 from amqpd.model.message import Clock, Message, QueueEntry
-from amqpd.model.queue import BodyLoader, Queue
+from amqpd.model.queue import Queue
 from amqpd.model.vhost import Exchange, VirtualHost
 from amqpd.wire.codec import HeaderPeek, encode_shortstr, peek_header
 from amqpd.wire.errors import CONNECTION_FORCED
-from persistence.journal import Journal
 from persistence.records import RecoveredState
 
 if TYPE_CHECKING:
-    from amqpd.engine.channel import Channel
-    from amqpd.engine.connection import Connection
+    from amqpd.model.ports import BatchWaiter, BodyLoader, ClientHandle, JournalPort
 
 log = logging.getLogger(__name__)
 
@@ -48,20 +51,25 @@ class BrokerConfig:
 class Broker:
     """Shared state of all connections (sans-IO: no sockets, no clock, no awaits)."""
 
-    def __init__(self, config: BrokerConfig | None = None, journal: Journal | None = None) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig | None = None,
+        journal: JournalPort | None = None,
+        now: float = 0.0,
+    ) -> None:
         self.config = config or BrokerConfig()
         self.journal = journal
         self.vhosts: dict[str, VirtualHost] = {}
         self.paging_queues: set[Queue] = set()
-        self.clock = Clock()  # set by the shell (unix time) before it hands the core input
+        self.clock = Clock(now)  # unix time, advanced by tick(now) and the engine's input
         self.body_loader: BodyLoader | None = None
         for name in self.config.vhosts:
             self.add_vhost(name)
         self.access = AccessControl(default_access(self.config.vhosts), self.config.loopback_users)
         self.alarms = ResourceAlarms(self.config.memory_high_watermark, self.config.disk_free_limit)
         self.vhost_connections: dict[str, int] = {}
-        self.connections: set[Connection] = set()
-        self._batch_waiters: dict[int, dict[Channel, None]] = {}
+        self.connections: set[ClientHandle] = set()
+        self._batch_waiters: dict[int, dict[BatchWaiter, None]] = {}
         self.blocked_reason: str | None = None  # set while the store is failing
         self.reply_queues: dict[str, Queue] = {}  # direct reply-to addresses -> pseudo-queue
         self._no_vhost = VirtualHost("")  # never registered: there may be no vhost at all
@@ -70,10 +78,6 @@ class Broker:
     def default_vhost(self) -> VirtualHost:
         """A placeholder until Connection.Open picks the connection's vhost."""
         return next(iter(self.vhosts.values()), self._no_vhost)
-
-    def authenticate(self, user: str, password: str) -> bool:
-        """Check a login (constant time; the same answer for unknown users)."""
-        return self.access.authenticate(user, password) is not None
 
     # -- vhosts and access control (amqpd/auth.py) -----------------------------------------
     def add_vhost(self, name: str) -> VirtualHost:
@@ -162,13 +166,13 @@ class Broker:
             for connection in list(self.connections):
                 connection.resources_available()
 
-    def connection_opened(self, connection: Connection) -> None:
+    def connection_opened(self, connection: ClientHandle) -> None:
         """A connection finished its handshake."""
         self.connections.add(connection)
         name = connection.vhost.name
         self.vhost_connections[name] = self.vhost_connections.get(name, 0) + 1
 
-    def connection_released(self, connection: Connection) -> None:
+    def connection_released(self, connection: ClientHandle) -> None:
         """A connection is closing or gone: drop its exclusive queues."""
         if connection in self.connections:
             self.connections.discard(connection)
@@ -185,18 +189,24 @@ class Broker:
         return [queue] if queue is not None else []
 
     def tick(self, now: float) -> None:
-        """Run queue timers: message TTL expiry and x-expires deletion of unused queues."""
+        """Run queue timers: message TTL expiry and x-expires deletion of unused queues.
+
+        One queue's failure (a bug: storage errors are contained by the queue itself) is
+        logged and the others still run; it must not take the broker down."""
         self.clock.now = now
-        for vhost in self.vhosts.values():
+        for vhost in list(self.vhosts.values()):
             watched = vhost.watch_queues
             for queue in list(watched):
-                if queue.deleted:
-                    watched.discard(queue)
-                elif queue.tick():
-                    vhost.delete_queue(queue)
-                    watched.discard(queue)
-                elif not queue.needs_ticks:
-                    watched.discard(queue)
+                try:
+                    if queue.deleted:
+                        watched.discard(queue)
+                    elif queue.tick():
+                        vhost.delete_queue(queue)
+                        watched.discard(queue)
+                    elif not queue.needs_ticks:
+                        watched.discard(queue)
+                except Exception:
+                    log.exception("timers of %r failed", queue)
 
     # -- storage batches -----------------------------------------------------------------
     def set_body_loader(self, loader: BodyLoader) -> None:
@@ -208,7 +218,7 @@ class Broker:
                 if queue.journal is not None:
                     queue.pager = loader
 
-    def wait_for_batch(self, batch: int, channel: Channel) -> None:
+    def wait_for_batch(self, batch: int, channel: BatchWaiter) -> None:
         """``channel`` has confirms or a commit-ok waiting for storage batch ``batch``."""
         waiters = self._batch_waiters.get(batch)
         if waiters is None:

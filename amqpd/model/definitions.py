@@ -23,7 +23,7 @@ import datetime
 import decimal
 import logging
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import amqpd
 from amqpd.model.auth import (
@@ -40,7 +40,6 @@ from amqpd.wire.errors import AMQPError
 from persistence.records import BindingDef, ExchangeDef, QueueDef
 
 if TYPE_CHECKING:
-    from amqpd.engine.connection import Connection
     from amqpd.model.broker import Broker
 
 log = logging.getLogger(__name__)
@@ -215,7 +214,7 @@ def _declare_queue(vhost: Any, item: Mapping[str, Any]) -> None:
     name = _text(item, "name", "queues")
     if not name:
         raise DefinitionsError("a queue needs a name")
-    # Never exclusive, so declare_queue does not use the owning connection.
+    # Never exclusive, so there is no owning connection.
     vhost.declare_queue(
         name,
         False,
@@ -223,7 +222,7 @@ def _declare_queue(vhost: Any, item: Mapping[str, Any]) -> None:
         False,
         bool(item.get("auto_delete", False)),
         _arguments(item, "queues"),
-        cast("Connection", None),
+        None,
     )
 
 

@@ -29,73 +29,22 @@ from bisect import insort
 from collections import deque
 from collections.abc import Callable, Iterable
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final
 
 from amqpd.model.message import Clock, Message, QueueEntry
 from amqpd.model.priority import PriorityReady
 from amqpd.model.queue_args import QueueSettings, parse_queue_arguments
-from persistence.journal import Journal
 from persistence.records import MessageRecord
 
 if TYPE_CHECKING:
-    from amqpd.engine.channel import Channel
-    from amqpd.engine.connection import Connection
+    from amqpd.model.consumer import Consumer
+    from amqpd.model.ports import BodyLoader, ExclusiveOwner, JournalPort
 
 log = logging.getLogger(__name__)
 
 FLOW_ACTIVE: Final = 0.25  # seconds since a consumer's last settle that count as "active"
 HOT_WINDOW: Final = 1024  # entries at the head of a durable queue that keep their bodies
 PAGE_SIZE: Final = 1024  # bodies read back per page-in
-
-
-class BodyLoader(Protocol):
-    """Reads committed bodies back from the store (persistence.store.BodyReader)."""
-
-    def read_bodies(
-        self, queue: tuple[str, str], after_seq: int, limit: int
-    ) -> list[tuple[int, bytes]]:
-        """``(seq, body)`` of up to ``limit`` messages with ``seq > after_seq``."""
-        ...
-
-
-class Consumer:
-    """A basic.consume subscription."""
-
-    __slots__ = (
-        "arguments",
-        "channel",
-        "exclusive",
-        "no_ack",
-        "prefetch",
-        "priority",
-        "queue",
-        "tag",
-        "tag_raw",
-        "unacked",
-    )
-
-    def __init__(
-        self,
-        channel: Channel,
-        tag: str,
-        tag_raw: bytes,
-        queue: Queue,
-        no_ack: bool,
-        exclusive: bool,
-        prefetch: int,
-        arguments: dict[str, Any],
-    ) -> None:
-        self.channel = channel
-        self.tag = tag
-        self.tag_raw = tag_raw
-        self.queue = queue
-        self.no_ack = no_ack
-        self.exclusive = exclusive
-        self.prefetch = prefetch
-        self.arguments = arguments
-        self.unacked = 0
-        priority = arguments.get("x-priority", 0)
-        self.priority = priority if isinstance(priority, int) else 0  # x-priority argument
 
 
 DeadLetter = Callable[["Queue", Message, str], None]
@@ -128,6 +77,7 @@ class Queue:
         "next_seq",
         "pager",
         "paging_set",
+        "read_failing",
         "ready",
         "ready_bytes",
         "rejects_overflow",
@@ -142,7 +92,7 @@ class Queue:
         name: str,
         vhost_name: str,
         durable: bool,
-        exclusive_owner: Connection | None,
+        exclusive_owner: ExclusiveOwner | None,
         auto_delete: bool,
         arguments: dict[str, Any],
         clock: Clock | None = None,
@@ -178,11 +128,12 @@ class Queue:
         # queues that need ticks (TTL, x-expires), and for stored queues the journal/pager.
         self.dead_letter: DeadLetter | None = None
         self.watch_set: set[Queue] | None = None
-        self.journal: Journal | None = None
+        self.journal: JournalPort | None = None
         self.store_key = (vhost_name, name)
         self.pager: BodyLoader | None = None
         self.paging_set: set[Queue] | None = None
         self._page_candidates: deque[tuple[int, QueueEntry]] = deque()
+        self.read_failing = False  # the last body read from the store failed (logged once)
         self._timed = 0  # ready entries with a deadline (expires_at)
 
     def __repr__(self) -> str:
@@ -282,7 +233,8 @@ class Queue:
             (max_length is not None and len(ready) > max_length)
             or (max_bytes is not None and self.ready_bytes > max_bytes)
         ):
-            self.discard(self._pop_ready(), "maxlen")
+            if not self._discard_head("maxlen"):
+                return  # its body cannot be read for dead-lettering now: retried later
 
     # -- out -----------------------------------------------------------------------------
     def _pop_ready(self) -> QueueEntry:
@@ -307,13 +259,39 @@ class Queue:
     def discard(self, entry: QueueEntry, reason: str) -> None:
         """An entry leaves without being acked: rejected, expired, maxlen, delivery_limit.
         With x-dead-letter-exchange it is dead-lettered, otherwise dropped."""
+        dead_letter = self.dead_letter
+        if dead_letter is not None and not self._load_body(entry):
+            log.error(
+                "cannot dead-letter message %d of %r (%s): its body cannot be read from the "
+                "store; it stays there and comes back when the broker restarts",
+                entry.seq,
+                self,
+                reason,
+            )
+            return
         self.settled(entry)
-        if self.dead_letter is not None:
-            message = entry.message
-            if message.body is None and self.pager is not None:
-                bodies = self.pager.read_bodies(self.store_key, entry.seq - 1, 1)
-                message.body = bodies[0][1] if bodies and bodies[0][0] == entry.seq else b""
-            self.dead_letter(self, message, reason)
+        if dead_letter is not None:
+            dead_letter(self, entry.message, reason)
+
+    def _discard_head(self, reason: str) -> bool:
+        """Discard the head entry. False (the entry stays) if it is to be dead-lettered but
+        its paged-out body cannot be read now."""
+        if self.dead_letter is not None and not self._load_body(self.ready[0]):
+            return False
+        self.discard(self._pop_ready(), reason)
+        return True
+
+    def _load_body(self, entry: QueueEntry) -> bool:
+        """Make sure a paged-out entry's body is in memory (for dead-lettering). False if
+        the store cannot be read."""
+        message = entry.message
+        if message.body is not None or self.pager is None:
+            return True
+        bodies = self._read_bodies(entry.seq - 1, 1)
+        if bodies is None:
+            return False
+        message.body = bodies[0][1] if bodies and bodies[0][0] == entry.seq else b""
+        return True
 
     def expire(self) -> None:
         """Drop (or dead-letter) expired messages at the head (RabbitMQ expires messages
@@ -322,9 +300,8 @@ class Queue:
         now = self.clock.now
         while ready:
             expires_at = ready[0].expires_at
-            if expires_at is None or expires_at > now:
+            if expires_at is None or expires_at > now or not self._discard_head("expired"):
                 return
-            self.discard(self._pop_ready(), "expired")
 
     def take(self) -> QueueEntry | None:
         """Pop the head entry (basic.get)."""
@@ -332,14 +309,16 @@ class Queue:
         self.expire()
         if not self.ready:
             return None
-        if self.ready[0].message.body is None:
-            self.page_in()
+        if self.ready[0].message.body is None and not self.page_in():
+            return None  # the store cannot be read now (logged): as if empty
         return self._pop_ready() if self.ready else None
 
     def tick(self) -> bool:
         """Timers: expire messages; return True when x-expires says the queue is unused for
-        long enough and must be deleted."""
+        long enough and must be deleted. While body reads fail, retry delivering."""
         self.expire()
+        if self.read_failing and self.consumers:
+            self.dispatch()
         expires = self.settings.expires
         return (
             expires is not None
@@ -350,7 +329,7 @@ class Queue:
     @property
     def needs_ticks(self) -> bool:
         """Whether this queue still has timers to run."""
-        return self.settings.expires is not None or self._timed > 0
+        return self.settings.expires is not None or self._timed > 0 or self.read_failing
 
     # -- paging --------------------------------------------------------------------------
     def page_out(self, committed_batch: int) -> bool:
@@ -364,16 +343,19 @@ class Queue:
                 message.body = None
         return bool(candidates)
 
-    def page_in(self) -> None:
+    def page_in(self) -> bool:
         """Read the next page of bodies for the entries at the head that lack one. An entry
-        whose body cannot be found (cannot happen through the store) is dropped, logged."""
-        pager = self.pager
+        whose body cannot be found (cannot happen through the store) is dropped, logged.
+        Returns False if the store cannot be read now (the entries stay; logged once)."""
         ready = self.ready
-        if pager is None:
-            return
+        if self.pager is None:
+            return True
         while ready and ready[0].message.body is None:
             head = ready[0]
-            bodies = dict(pager.read_bodies(self.store_key, head.seq - 1, PAGE_SIZE))
+            page = self._read_bodies(head.seq - 1, PAGE_SIZE)
+            if page is None:
+                return False
+            bodies = dict(page)
             for entry in islice(ready, 0, 2 * PAGE_SIZE):
                 if entry.message.body is None:
                     body = bodies.get(entry.seq)
@@ -383,6 +365,29 @@ class Queue:
                 log.error("lost body of message %d in %r; dropping it", head.seq, self)
                 self._pop_ready()
                 self.settled(head)
+        return True
+
+    def _read_bodies(self, after_seq: int, limit: int) -> list[tuple[int, bytes]] | None:
+        """Bodies from the store, or None if it failed: a storage error must not take the
+        broker down, so it is logged (once per outage), and the queue's timers retry."""
+        assert self.pager is not None
+        try:
+            bodies = self.pager.read_bodies(self.store_key, after_seq, limit)
+        except Exception as exc:  # any backend's failure, contained at the port
+            if not self.read_failing:
+                self.read_failing = True
+                log.error(
+                    "cannot read message bodies of %r from the store: %s; its deliveries "
+                    "wait until the store can be read again",
+                    self,
+                    exc,
+                )
+                self.watch()
+            return None
+        if self.read_failing:
+            self.read_failing = False
+            log.info("message bodies of %r can be read from the store again", self)
+        return bodies
 
     # -- back ----------------------------------------------------------------------------
     def requeue(self, entries: Iterable[QueueEntry]) -> None:
@@ -484,13 +489,15 @@ class Queue:
         while ready and self.consumers:
             head = ready[0]
             if head.expires_at is not None and head.expires_at <= self.clock.now:
-                self.discard(self._pop_ready(), "expired")
+                if not self._discard_head("expired"):
+                    return
                 continue
             consumer = self._next_consumer()
             if consumer is None:
                 return
             if head.message.body is None:
-                self.page_in()
+                if not self.page_in():
+                    return
                 continue
             consumer.channel.deliver(consumer, self, self._pop_ready())
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import base64
 import secrets
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from amqpd.model.deadletter import dead_letter_header, is_cycle
 from amqpd.model.message import Clock, Message
-from amqpd.model.queue import BodyLoader, Queue
+from amqpd.model.queue import Queue
 from amqpd.model.queue_args import InvalidQueueArgument, amqp_type_name
 from amqpd.wire.codec import encode_shortstr, peek_header
 from amqpd.wire.errors import (
@@ -24,11 +23,10 @@ from amqpd.wire.errors import (
 from amqpd.wire.properties import RawProperties
 from exchanges.base import InvalidBinding, Router
 from exchanges.registry import EXCHANGE_TYPES, create_router
-from persistence.journal import Journal
 from persistence.records import BindingDef, ExchangeDef, QueueDef
 
 if TYPE_CHECKING:
-    from amqpd.engine.connection import Connection
+    from amqpd.model.ports import BodyLoader, ExclusiveOwner, JournalPort
 
 STANDARD_EXCHANGES: Final = (
     ("amq.direct", "direct"),
@@ -123,10 +121,9 @@ class VirtualHost:
         self.queues: dict[str, Queue] = {}
         # destination -> {source exchange: number of bindings} (for cleanup on delete)
         self._bound_from: dict[Destination, dict[Exchange, int]] = {}
-        self.on_queue_deleted: Callable[[Queue], None] | None = None
         # Set by the broker when it has a store: durable definitions are journaled, and long
         # durable queues page bodies out (paging_queues: those with candidates).
-        self.journal: Journal | None = None
+        self.journal: JournalPort | None = None
         self.body_loader: BodyLoader | None = None
         self.paging_queues: set[Queue] | None = None
         self.clock = Clock()  # shared with the broker, which replaces it
@@ -235,9 +232,10 @@ class VirtualHost:
         exclusive: bool,
         auto_delete: bool,
         arguments: dict[str, Any],
-        owner: Connection,
+        owner: ExclusiveOwner | None,
     ) -> Queue:
-        """Queue.Declare with RabbitMQ's checks and reply codes."""
+        """Queue.Declare with RabbitMQ's checks and reply codes (``owner``: the declaring
+        connection; None only for declarations that are never exclusive)."""
         existing = self.queues.get(name) if name else None
         if passive:
             if existing is None:
@@ -288,6 +286,7 @@ class VirtualHost:
                     )
         self.queues[name] = queue
         if exclusive:
+            assert owner is not None, "an exclusive queue needs an owner"
             owner.exclusive_queues.append(queue)
         elif durable and self.journal is not None:
             self.attach_store(queue)
@@ -298,7 +297,7 @@ class VirtualHost:
         self,
         name: str,
         durable: bool,
-        owner: Connection | None,
+        owner: ExclusiveOwner | None,
         auto_delete: bool,
         arguments: dict[str, Any],
     ) -> Queue:
@@ -322,7 +321,7 @@ class VirtualHost:
         queue.paging_set = self.paging_queues
 
     def check_exclusive_access(
-        self, queue: Queue, connection: Connection | None, strict: bool = False
+        self, queue: Queue, connection: ExclusiveOwner | None, strict: bool = False
     ) -> None:
         """405 RESOURCE_LOCKED if another connection owns this exclusive queue; ``strict``
         (redeclare): also unless the owner is exactly ``connection`` (None = not exclusive)."""
@@ -347,8 +346,6 @@ class VirtualHost:
         self.queues.pop(queue.name, None)
         self._unbind_destination(queue)
         queue.purge()
-        if self.on_queue_deleted is not None:
-            self.on_queue_deleted(queue)
         for consumer in list(queue.consumers):
             consumer.channel.cancel_by_broker(consumer)
         queue.consumers.clear()

@@ -2,9 +2,14 @@
 
 Each accepted socket gets two tasks: a reader that feeds every received chunk (up to 64 KiB)
 to its `Connection`, and a writer that sleeps until the engine reports output and then sends
-everything pending in one write. Because the reader processes a whole chunk before it next
-awaits, all frames produced for any connection during that chunk go out in one write per
-connection. One ticker task drives every connection's timers once a second.
+everything pending in one write. The engine never calls back: after every piece of input
+(a chunk, a tick, a storage batch, an alarm change, an admin command, a lost socket) the
+shell calls `_after_core`, the one place that wakes the writers of the connections the
+engine's `Outbox` lists, resumes readers, and wakes the group committer if the journal has
+work. Because the reader processes a whole chunk before it next awaits, all frames produced
+for any connection during that chunk go out in one write per connection. One ticker task
+drives every timer once a second. The core gets the time with its input: unix seconds
+(``time.time()``), one time base for heartbeats, TTLs and x-expires alike.
 """
 
 from __future__ import annotations
@@ -27,8 +32,8 @@ import anyio.abc
 from anyio.abc import SocketAttribute
 from anyio.streams.tls import TLSAttribute, TLSStream
 
-from amqpd.engine.channel import FLOW_BACKLOG
 from amqpd.engine.connection import Connection
+from amqpd.engine.outbox import Outbox
 from amqpd.model.admin_commands import AdminError, execute
 from amqpd.model.broker import Broker, BrokerConfig
 from amqpd.model.definitions import DefinitionsError, import_definitions
@@ -44,8 +49,6 @@ from persistence.store import BodyReader, Store
 log = logging.getLogger(__name__)
 
 READ_SIZE = 65536
-FLOW_MAX_PAUSE = 0.05  # seconds a flooding publisher may be paused per chunk
-FLOW_POLL = 0.001
 SHUTDOWN_GRACE = 2.0
 
 
@@ -85,6 +88,12 @@ class _Peer:
         self.resume.set()
 
 
+def _journal_of(broker: Broker) -> Journal | None:
+    journal = broker.journal
+    assert journal is None or isinstance(journal, Journal), "the shell writes SQLite batches"
+    return journal
+
+
 class Server:
     """Owns the listener, the peers and the ticker for one `Broker`."""
 
@@ -94,7 +103,9 @@ class Server:
         self.port = 0
         self.tls_port = 0
         self._tls_context: ssl.SSLContext | None = None
-        self._peers: set[_Peer] = set()
+        self._peers: dict[Connection, _Peer] = {}
+        self._outbox: Outbox[Connection] = Outbox()
+        self._journal = _journal_of(broker)
         self._task_group: anyio.abc.TaskGroup | None = None
         self._stopping = False
         self._committer: GroupCommitter | None = None
@@ -146,8 +157,36 @@ class Server:
                 with anyio.CancelScope(shield=True):
                     await self._close_store(store)
 
+    def _after_core(self) -> None:
+        """Act on what the core reported after it was handed input: wake the writer of
+        every connection with output (or closing), resume readers the engine unpaused, and
+        wake the group committer if the journal has work (the one place that does)."""
+        outbox = self._outbox
+        peers = self._peers
+        if outbox.output:
+            for conn in outbox.take_output():
+                peer = peers.get(conn)
+                if peer is not None:
+                    peer.wake.set()
+        if outbox.resume:
+            for conn in outbox.take_resume():
+                peer = peers.get(conn)
+                if peer is not None:
+                    peer.resume.set()
+        committer = self._committer
+        if committer is not None and self._journal is not None and self._journal.pending:
+            committer.wake()
+
+    def _batch_committed(self, batch: int) -> None:
+        self.broker.batch_committed(batch)
+        self._after_core()
+
+    def _batch_failed(self, batch: int, error: Exception) -> None:
+        self.broker.batch_failed(batch, error)
+        self._after_core()
+
     async def _open_store(self) -> Store | None:
-        journal = self.broker.journal
+        journal = self._journal
         if self.config.data_dir is None or journal is None:
             return None
         started = time.perf_counter()
@@ -156,7 +195,6 @@ class Server:
             self._body_reader = BodyReader(store.path)
             self.broker.set_body_loader(self._body_reader)
             self.broker.load_access(await store.load_access())
-            self.broker.clock.now = time.time()
             state = await store.load(body_window=HOT_WINDOW)
             queues, messages = self.broker.recover(state)
             del state
@@ -170,9 +208,7 @@ class Server:
             store.path,
             time.perf_counter() - started,
         )
-        self._committer = GroupCommitter(
-            store, journal, self.broker.batch_committed, self.broker.batch_failed
-        )
+        self._committer = GroupCommitter(store, journal, self._batch_committed, self._batch_failed)
         self._store = store
         return store
 
@@ -184,6 +220,8 @@ class Server:
             outcome = execute(self.broker, request)
         except AdminError as exc:
             return AdminReply(False, str(exc))
+        finally:
+            self._after_core()  # closed connections, journaled deletions
         log.info("admin: %s %s", request.get("group"), request.get("command"))
         store, committer = self._store, self._committer
         if outcome.changed and store is not None and committer is not None:
@@ -221,7 +259,7 @@ class Server:
 
     async def _close_store(self, store: Store) -> None:
         committer = self._committer
-        journal = self.broker.journal
+        journal = self._journal
         try:
             if committer is not None:
                 await committer.drain()
@@ -245,10 +283,10 @@ class Server:
         if self._stopping:
             return
         self._stopping = True
-        peers = list(self._peers)
+        peers = list(self._peers.values())
         for peer in peers:
             peer.conn.close_forced(reason)
-            peer.kick()
+        self._after_core()
         with anyio.move_on_after(SHUTDOWN_GRACE):
             for peer in peers:
                 await peer.done.wait()
@@ -258,15 +296,14 @@ class Server:
     async def _ticker(self) -> None:
         while True:
             await anyio.sleep(self.config.tick_interval)
-            now = anyio.current_time()
-            self.broker.tick(time.time())
-            for peer in list(self._peers):
-                peer.conn.tick(now)
-                if peer.conn.should_close or peer.conn.output_pending:
-                    peer.kick()
-            journal = self.broker.journal
-            if self._committer is not None and journal is not None and journal.pending:
-                self._committer.wake()  # e.g. exclusive queues deleted by a dropped peer
+            now = time.time()
+            try:
+                self.broker.tick(now)
+                for conn in list(self._peers):
+                    conn.tick(now)
+            except Exception:  # a bug in a timer must not take the broker down
+                log.exception("timers failed")
+            self._after_core()
 
     async def _resource_monitor(self) -> None:
         """Measure memory (every memory_check_interval) and the data directory's free space
@@ -279,6 +316,7 @@ class Server:
             now = anyio.current_time()
             if alarms.memory_limit is not None:
                 broker.memory_used(config.memory_probe())
+                self._after_core()  # connection.unblocked, readers resumed
                 if "memory" in alarms.active and now >= next_trim:
                     next_trim = now + 1.0
                     resources.release_free_memory()  # so the RSS can fall below the mark
@@ -288,6 +326,7 @@ class Server:
                     broker.disk_free(config.disk_probe(config.data_dir))
                 except OSError as exc:
                     log.warning("cannot measure free disk space: %s", exc)
+                self._after_core()
             await anyio.sleep(config.memory_check_interval)
 
     async def _handle(self, stream: anyio.abc.SocketStream, tls: bool = False) -> None:
@@ -306,12 +345,10 @@ class Server:
             if self.config.tls is not None:
                 cert = tls_stream.extra(TLSAttribute.peer_certificate, None)
                 cert_user = certificate_identity(cert, self.config.tls.cert_login_from)
-        conn = Connection(self.broker, anyio.current_time(), peer_name)
+        conn = Connection(self.broker, time.time(), peer_name, self._outbox)
         conn.peer_cert_user = cert_user
         peer = _Peer(conn, byte_stream)
-        conn.on_output = peer.kick
-        conn.on_resume = peer.unpause
-        self._peers.add(peer)
+        self._peers[conn] = peer
         log.debug("accepted connection from %s", peer_name)
         try:
             async with anyio.create_task_group() as group:
@@ -321,11 +358,12 @@ class Server:
         except Exception:  # a bug in one connection must not take the broker down
             log.exception("connection from %s failed; dropping it", peer_name)
         finally:
-            conn.connection_lost()
-            self._peers.discard(peer)
-            journal = self.broker.journal
-            if self._committer is not None and journal is not None and journal.pending:
-                self._committer.wake()
+            try:
+                conn.connection_lost()  # may requeue to other connections' consumers
+            except Exception:
+                log.exception("releasing connection from %s failed", peer_name)
+            del self._peers[conn]
+            self._after_core()
             with suppress(Exception):
                 await peer.stream.aclose()
             peer.done.set()
@@ -354,43 +392,20 @@ class Server:
         conn = peer.conn
         stream = peer.stream
         try:
-            journal = self.broker.journal
-            committer = self._committer
-            clock = self.broker.clock
             while not conn.should_close:
-                if conn.paused:  # blocked by a resource alarm: leave its data in the kernel
+                delay = conn.read_delay(time.time())
+                if delay == math.inf:  # blocked by a resource alarm: data stays in the kernel
                     await peer.resume.wait()
                     peer.resume = anyio.Event()
                     continue
+                if delay is not None:  # a flooding publisher: its queues catch up first
+                    await anyio.sleep(delay)
+                    continue
                 data = await stream.receive(READ_SIZE)
-                clock.now = time.time()
-                conn.receive_data(data)
-                if committer is not None and journal is not None and journal.pending:
-                    committer.wake()
-                if conn.should_close:
-                    peer.kick()
-                if conn.flow_queues:
-                    await self._flow_pause(conn)
+                conn.receive_data(data, time.time())
+                self._after_core()
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             conn.connection_lost()
-
-    async def _flow_pause(self, conn: Connection) -> None:
-        """Stop reading from a publisher while queues it feeds are far behind their
-        consumers (at most FLOW_MAX_PAUSE per chunk, so a stuck consumer cannot freeze it)."""
-        deadline = anyio.current_time() + FLOW_MAX_PAUSE
-        queues = conn.flow_queues
-        while queues and anyio.current_time() < deadline:
-            for queue in list(queues):
-                if (
-                    queue.deleted
-                    or len(queue.ready) <= FLOW_BACKLOG // 2
-                    or not queue.consumers_active()
-                ):
-                    queues.discard(queue)
-            if queues:
-                await anyio.sleep(FLOW_POLL)
-                self.broker.clock.now = time.time()
-        queues.clear()
 
     async def _write_loop(self, peer: _Peer) -> None:
         conn = peer.conn
@@ -404,9 +419,7 @@ class Server:
                     conn.write_started(len(data))
                     await stream.send(data)
                     conn.write_finished()  # may dispatch again (write-ahead limit)
-                    journal = self.broker.journal
-                    if self._committer is not None and journal is not None and journal.pending:
-                        self._committer.wake()
+                    self._after_core()
                 if conn.should_close and not conn.output_pending:
                     break
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
@@ -437,7 +450,7 @@ async def run(broker_config: BrokerConfig, server_config: ServerConfig) -> None:
 
 def _make_broker(broker_config: BrokerConfig | None, server_config: ServerConfig) -> Broker:
     journal = Journal() if server_config.data_dir is not None else None
-    return Broker(broker_config, journal)
+    return Broker(broker_config, journal, time.time())
 
 
 @contextmanager
