@@ -1,4 +1,9 @@
-"""Drive the sans-IO engine with frames built by pamqp (no sockets)."""
+"""Drive the sans-IO engine with frames built by pamqp (no sockets, no clock).
+
+Time is the client's ``now`` (unix seconds): every chunk it hands the engine carries it, and
+`advance` moves it on and runs the broker's and the connection's timers, as the shell's
+ticker does.
+"""
 
 from __future__ import annotations
 
@@ -17,21 +22,31 @@ class Client:
     def __init__(
         self, broker: Broker, now: float = 0.0, capabilities: dict[str, Any] | None = None
     ) -> None:
+        self.broker = broker
+        self.now = now
         self.conn = Connection(broker, now, "127.0.0.1:5672")  # loopback: guest may log in
         self.capabilities = capabilities or {
             "consumer_cancel_notify": True,
             "authentication_failure_close": True,
         }
 
+    def feed(self, data: bytes) -> None:
+        """Hand the engine raw bytes, received at ``now``."""
+        self.conn.receive_data(data, self.now)
+
+    def advance(self, seconds: float) -> None:
+        """Let ``seconds`` pass and run the timers (queue TTL / x-expires, heartbeats)."""
+        self.now += seconds
+        self.broker.tick(self.now)
+        self.conn.tick(self.now)
+
     def send(self, channel: int, *frames: Any) -> None:
-        self.conn.receive_data(b"".join(frame.marshal(f, channel) for f in frames))
+        self.feed(b"".join(frame.marshal(f, channel) for f in frames))
 
     def publish(
         self, channel: int, routing_key: str, payload: bytes, exchange: str = "", **props: Any
     ) -> None:
-        self.conn.receive_data(
-            self.encode_publish(channel, routing_key, payload, exchange, **props)
-        )
+        self.feed(self.encode_publish(channel, routing_key, payload, exchange, **props))
 
     @staticmethod
     def encode_publish(
@@ -73,7 +88,7 @@ class Client:
     def handshake(
         self, vhost: str = "/", user: str = "guest", password: str = "guest"
     ) -> list[Any]:
-        self.conn.receive_data(b"AMQP\x00\x00\x09\x01")
+        self.feed(b"AMQP\x00\x00\x09\x01")
         self.send(
             0,
             commands.Connection.StartOk(

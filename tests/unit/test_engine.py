@@ -69,7 +69,7 @@ def test_confirms_for_a_batch_coalesce_into_one_ack() -> None:
     client.send(1, commands.Queue.Declare(queue="q"), commands.Confirm.Select())
     client.received()
     chunk = b"".join(Client.encode_publish(1, "q", b"x") for _ in range(1000))
-    client.conn.receive_data(chunk)
+    client.feed(chunk)
     acks = client.methods()
     assert len(acks) == 1
     assert isinstance(acks[0], commands.Basic.Ack)
@@ -139,7 +139,7 @@ def test_channel_error_closes_only_that_channel_and_ignores_until_close_ok() -> 
 def test_heartbeat_timeout_drops_silent_peer() -> None:
     broker = Broker(BrokerConfig(heartbeat=5))
     client = Client(broker)
-    client.conn.receive_data(b"AMQP\x00\x00\x09\x01")
+    client.feed(b"AMQP\x00\x00\x09\x01")
     client.send(
         0,
         commands.Connection.StartOk(
@@ -158,7 +158,7 @@ def test_heartbeat_timeout_drops_silent_peer() -> None:
 
 def test_handshake_timeout() -> None:
     client = Client(Broker(), now=100.0)
-    client.conn.receive_data(b"AMQP\x00\x00\x09\x01")
+    client.feed(b"AMQP\x00\x00\x09\x01")
     client.conn.tick(105.0)
     assert not client.conn.should_close
     client.conn.tick(110.0)
@@ -181,7 +181,7 @@ def test_amqplain_login() -> None:
     from pamqp import encode
 
     client = Client(Broker())
-    client.conn.receive_data(b"AMQP\x00\x00\x09\x01")
+    client.feed(b"AMQP\x00\x00\x09\x01")
     table = encode.field_table({"LOGIN": "guest", "PASSWORD": "guest"})[4:]
     client.send(
         0,
@@ -195,7 +195,7 @@ def test_amqplain_login() -> None:
 
 def test_unsupported_mechanism_is_refused() -> None:
     client = Client(Broker())
-    client.conn.receive_data(b"AMQP\x00\x00\x09\x01")
+    client.feed(b"AMQP\x00\x00\x09\x01")
     client.send(
         0,
         commands.Connection.StartOk(
@@ -299,11 +299,11 @@ def test_auto_delete_exchange_goes_with_its_last_binding() -> None:
 def test_nothing_is_buffered_after_a_framing_error() -> None:
     client = Client(Broker())
     client.handshake()
-    client.conn.receive_data(b"\x01\x00\x01\x00\x00\x00\x04abcdX")  # bad frame-end octet
+    client.feed(b"\x01\x00\x01\x00\x00\x00\x04abcdX")  # bad frame-end octet
     close = client.methods()[-1]
     assert isinstance(close, commands.Connection.Close) and close.reply_code == 501
     for _ in range(100):
-        client.conn.receive_data(b"\x00" * 65536)
+        client.feed(b"\x00" * 65536)
     assert client.conn._reader.buffered == 0
 
 
@@ -311,8 +311,7 @@ def test_publisher_flooding_a_consumed_queue_is_flagged_for_flow_control() -> No
     from amqpd.engine.channel import FLOW_BACKLOG
 
     broker = Broker()
-    broker.clock.now = 1000.0
-    client = Client(broker)
+    client = Client(broker, now=1000.0)
     client.handshake()
     client.open_channel()
     client.send(
@@ -324,12 +323,12 @@ def test_publisher_flooding_a_consumed_queue_is_flagged_for_flow_control() -> No
     client.publish(1, "q", b"first")
     client.send(1, commands.Basic.Ack(delivery_tag=1))  # the consumer makes progress
     chunk = b"".join(Client.encode_publish(1, "q", b"x") for _ in range(FLOW_BACKLOG + 1))
-    client.conn.receive_data(chunk)
+    client.feed(chunk)
     assert not client.conn.flow_queues  # a backlog of FLOW_BACKLOG: not yet
-    client.conn.receive_data(Client.encode_publish(1, "q", b"x"))
+    client.feed(Client.encode_publish(1, "q", b"x"))
     assert [q.name for q in client.conn.flow_queues] == ["q"]
     # a consumer that settled nothing for a while is stuck: publishers are not paused for it
     client.conn.flow_queues.clear()
-    broker.clock.now += 1.0
-    client.conn.receive_data(Client.encode_publish(1, "q", b"x"))
+    client.now += 1.0
+    client.feed(Client.encode_publish(1, "q", b"x"))
     assert not client.conn.flow_queues

@@ -42,7 +42,7 @@ def test_random_frames_after_handshake_never_crash(chunks: list[bytes], split: i
     client.open_channel()
     data = b"".join(chunks)
     for start in range(0, len(data), split):
-        client.conn.receive_data(data[start : start + split])
+        client.feed(data[start : start + split])
     replies = client.methods()
     closes = [m for m in replies if isinstance(m, commands.Connection.Close)]
     assert all(close.reply_code != 541 for close in closes), closes  # 541 = a broker bug
@@ -59,7 +59,7 @@ def test_random_frames_after_handshake_never_crash(chunks: list[bytes], split: i
 @given(st.binary(max_size=300))
 def test_random_bytes_from_the_first_byte_never_crash(data: bytes) -> None:
     client = Client(Broker())
-    client.conn.receive_data(data)
+    client.feed(data)
     client.conn.data_to_send()
 
 

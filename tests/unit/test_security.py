@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -126,7 +127,7 @@ def test_external_is_offered_and_accepted_only_with_a_certificate_identity() -> 
     broker = broker_with({"CN=app": ""})
     client = Client(broker)
     client.conn.peer_cert_user = "CN=app"
-    client.conn.receive_data(b"AMQP\x00\x00\x09\x01")
+    client.feed(b"AMQP\x00\x00\x09\x01")
     start = client.methods()[0]
     assert start.mechanisms == "PLAIN AMQPLAIN EXTERNAL"
     client.send(
@@ -236,8 +237,6 @@ def test_a_publisher_is_blocked_only_when_it_publishes_and_resumed_after() -> No
     for client in (publisher, consumer):
         client.handshake()
         client.open_channel(1)
-    resumed: list[bool] = []
-    publisher.conn.on_resume = lambda: resumed.append(True)
     broker.memory_used(2000)
     assert broker.alarms.active and not publisher.received()
     consumer.send(1, commands.Queue.Declare(queue="q"))
@@ -250,11 +249,15 @@ def test_a_publisher_is_blocked_only_when_it_publishes_and_resumed_after() -> No
     broker.disk_free(10)
     broker.memory_used(10)
     assert publisher.conn.paused  # the disk alarm is still on
+    assert publisher.conn.read_delay(0.0) == math.inf
+    assert not publisher.conn.outbox.take_resume()
     publisher.publish(1, "q", b"y")  # still in its buffer: no second Blocked
     assert not [m for m in publisher.methods() if isinstance(m, commands.Connection.Blocked)]
     broker.disk_free(1000)
     assert isinstance(publisher.methods()[-1], commands.Connection.Unblocked)
-    assert not publisher.conn.paused and resumed == [True]
+    assert not publisher.conn.paused
+    assert publisher.conn.outbox.take_resume() == [publisher.conn]  # the shell reads again
+    assert publisher.conn.read_delay(0.0) is None
 
 
 def test_a_blocked_connection_is_not_dropped_for_missed_heartbeats() -> None:
