@@ -20,6 +20,12 @@ behind the first ``HOT_WINDOW`` entries becomes a page-out candidate, tagged wit
 batch of its insert. Once that batch has committed (`page_out`), its body is dropped from
 memory (only if no other queue shares the message). Whenever dispatch or basic.get reaches
 an entry without a body, `page_in` reads the next page of bodies back in seq order.
+
+The store is reached only through ports (amqpd/model/ports.py: `JournalPort`,
+`BodyLoader`). A body read that fails (disk error, any backend's exception) must not take
+the broker down: it is logged once per outage, the entries stay where they are (delivery
+and expiry stop at the first body that cannot be read, basic.get answers get-empty), and
+the queue asks for ticks, which retry until the store can be read again.
 """
 
 from __future__ import annotations
