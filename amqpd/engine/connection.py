@@ -30,13 +30,11 @@ from __future__ import annotations
 import enum
 import logging
 import math
-import platform
 from typing import TYPE_CHECKING, Any, Final
 
 from pamqp import commands as spec
-from pamqp import decode
 
-import amqpd
+from amqpd.engine import handshake
 from amqpd.engine.channel import FLOW_BACKLOG, Channel, ChannelState
 from amqpd.engine.outbox import Outbox
 from amqpd.model.auth import Authz, Permission, is_loopback_peer
@@ -64,16 +62,6 @@ FRAME_MIN_SIZE: Final = 4096
 CLOSE_TIMEOUT: Final = 3.0
 FLOW_MAX_PAUSE: Final = 0.05  # seconds a flooding publisher may be left unread per chunk
 FLOW_POLL: Final = 0.001  # seconds between checks whether its queues caught up
-SERVER_CAPABILITIES: Final = {
-    "publisher_confirms": True,
-    "exchange_exchange_bindings": True,
-    "basic.nack": True,
-    "consumer_cancel_notify": True,
-    "connection.blocked": True,
-    "authentication_failure_close": True,
-    "per_consumer_qos": True,
-    "direct_reply_to": True,
-}
 
 
 class State(enum.Enum):
@@ -262,30 +250,13 @@ class Connection:
             self._refuse_protocol()
             return b""
         self.state = State.AWAIT_START_OK
-        self.send(codec.encode_method(0, self._start_method()))
+        self.send(codec.encode_method(0, handshake.start_method(self.peer_cert_user)))
         return rest
 
     def _refuse_protocol(self) -> None:
         self.send(codec.PROTOCOL_HEADER)
         self._set_should_close()
         self.state = State.CLOSED
-
-    def _start_method(self) -> spec.Connection.Start:
-        return spec.Connection.Start(
-            version_major=0,
-            version_minor=9,
-            server_properties={
-                "product": "amqpd",
-                "version": amqpd.__version__,
-                "platform": f"Python {platform.python_version()}",
-                "copyright": "amqpd contributors",
-                "information": "An AMQP 0-9-1 broker in Python",
-                "capabilities": dict(SERVER_CAPABILITIES),
-                "cluster_name": "amqpd",
-            },
-            mechanisms="PLAIN AMQPLAIN EXTERNAL" if self.peer_cert_user else "PLAIN AMQPLAIN",
-            locales="en_US",
-        )
 
     def _handle_frame(self, frame_type: int, number: int, payload: bytes) -> None:
         if frame_type == codec.FRAME_METHOD:
@@ -403,28 +374,7 @@ class Connection:
     def _on_start_ok(self, method: spec.Connection.StartOk) -> None:
         self.client_properties = dict(method.client_properties or {})
         mechanism = method.mechanism
-        response = method.response
-        raw = response.encode() if isinstance(response, str) else bytes(response or b"")
-        if mechanism == "PLAIN":
-            parts = raw.split(b"\x00")
-            if len(parts) != 3:
-                raise AMQPError(ACCESS_REFUSED, "malformed PLAIN response", 10, 11)
-            user, password = parts[1].decode(errors="replace"), parts[2].decode(errors="replace")
-        elif mechanism == "AMQPLAIN":
-            try:
-                _, table = decode.field_table(len(raw).to_bytes(4, "big") + raw)
-            except Exception as exc:
-                raise AMQPError(ACCESS_REFUSED, "malformed AMQPLAIN response", 10, 11) from exc
-            user, password = str(table.get("LOGIN", "")), str(table.get("PASSWORD", ""))
-        elif mechanism == "EXTERNAL" and self.peer_cert_user is not None:
-            user, password = self.peer_cert_user, None  # rabbitmq_auth_mechanism_ssl
-        else:
-            raise AMQPError(
-                ACCESS_REFUSED,
-                f"unsupported authentication mechanism '{mechanism}' (PLAIN, AMQPLAIN)",
-                10,
-                11,
-            )
+        user, password = handshake.credentials(mechanism, method.response, self.peer_cert_user)
         refusal = self._login_refusal(user, password)
         if refusal is not None:
             log.info("%s login refused from %s: %s", mechanism, self.peer, refusal)
