@@ -60,10 +60,8 @@ class ClientHandle(ExclusiveOwner, Protocol):
         """Send connection.blocked (reason) or connection.unblocked (None) if wanted."""
         ...
 
-    def close(
-        self, reply_code: int, reply_text: str, class_id: int = 0, method_id: int = 0
-    ) -> None:
-        """Close the connection from the broker's side."""
+    def close(self, reply_code: int, reply_text: str) -> None:
+        """Close the connection from the broker's side (Connection.Close)."""
         ...
 
     def resources_available(self) -> None:
