@@ -593,11 +593,6 @@ class Session:
                 self._ensure_dispatcher()
             self._cond.notify_all()
 
-    @property
-    def in_listener(self) -> bool:
-        """True while a listener of this session runs."""
-        return self._in_listener
-
     def _wait_listener_idle(self) -> None:
         """Connection.stop(): wait for a running listener to return."""
         dispatcher = self._dispatcher
