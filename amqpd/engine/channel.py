@@ -32,15 +32,15 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands as spec
 from pamqp.base import Frame as Method
 
+from amqpd.engine.content import PendingPublish
 from amqpd.engine.permissions import check_method
-from amqpd.engine.topology import REPLY_TO_QUEUE, Topology
+from amqpd.engine.reply_to import REPLY_TO_PREFIX, REPLY_TO_QUEUE, DirectReplyTo
+from amqpd.engine.topology import Topology
 from amqpd.engine.transaction import BufferedPublish, Transaction
 from amqpd.engine.unacked import Settlement, Unacked, UnackedStore
 from amqpd.model.message import Message, QueueEntry
 from amqpd.model.queue import Consumer, Queue
-from amqpd.model.queue_args import parse_expiration
 from amqpd.model.vhost import (
-    Exchange,
     generated_name,
     has_sender_selected_headers,
     sender_selected_error,
@@ -54,12 +54,11 @@ from amqpd.wire.errors import (
     NO_ROUTE,
     NOT_ALLOWED,
     NOT_IMPLEMENTED,
-    PRECONDITION_FAILED,
     UNEXPECTED_FRAME,
     AMQPError,
     precondition_failed,
 )
-from amqpd.wire.properties import REPLY_TO, RawProperties, with_delivery_count
+from amqpd.wire.properties import with_delivery_count
 from confirms.tracker import ConfirmTracker
 
 if TYPE_CHECKING:
@@ -73,7 +72,6 @@ log = logging.getLogger(__name__)
 # served and end-to-end throughput goes up instead of the backlog. A stuck consumer does not
 # slow publishers down.
 FLOW_BACKLOG = 2000
-REPLY_TO_PREFIX = REPLY_TO_QUEUE + "."
 
 
 class ChannelState(enum.Enum):
@@ -95,19 +93,6 @@ class Mode(enum.Enum):
     TX = "tx"
 
 
-class _PendingPublish:
-    __slots__ = ("args", "body", "exchange", "expiration_ms", "header", "peek", "received")
-
-    def __init__(self, args: codec.PublishArgs, exchange: Exchange) -> None:
-        self.args = args
-        self.exchange = exchange
-        self.header: bytes | None = None
-        self.peek: codec.HeaderPeek | None = None
-        self.body: list[bytes] = []
-        self.received = 0
-        self.expiration_ms: int | None = None
-
-
 class Channel:
     """Channel state machine. Frames come in from the `Connection`; output goes back to it."""
 
@@ -120,13 +105,13 @@ class Channel:
         self.consumers: dict[str, Consumer] = {}
         self.unacked = UnackedStore()
         self.flow_active = True
-        self._pending: _PendingPublish | None = None
+        self._pending: PendingPublish | None = None
         self.confirm: ConfirmTracker | None = None
         self.publish_seq = 0
         self._tx: Transaction | None = None
-        self._reply_queue: Queue | None = None  # direct reply-to pseudo-queue
-        broker = connection.broker
-        self.topology = Topology(self.vhost, connection, broker.reply_queues, self._send_method)
+        reply_queues = connection.broker.reply_queues
+        self.reply_to = DirectReplyTo(self.vhost, reply_queues)
+        self.topology = Topology(self.vhost, connection, reply_queues, self._send_method)
         self._handlers: dict[int, Callable[[Any], None]] = {
             spec.Basic.Ack.index: self._on_basic_ack,
             spec.Basic.Nack.index: self._on_basic_nack,
@@ -193,43 +178,14 @@ class Channel:
         pending = self._pending
         if pending is None or pending.header is not None:
             raise AMQPError(UNEXPECTED_FRAME, "unexpected content header frame", 60, 40)
-        peek = codec.peek_header(payload)
-        if peek.class_id != codec.BASIC_CLASS:
-            raise AMQPError(
-                UNEXPECTED_FRAME,
-                f"expected content header for class 60, got one for class {peek.class_id} instead",
-                60,
-                40,
-            )
-        limit = self.conn.broker.config.max_message_size
-        if peek.body_size > limit:
+        max_size = self.conn.broker.config.max_message_size
+        error = pending.add_header(payload, max_size, self.conn.authz)
+        if error is not None:
             self._pending = None
-            self.close_with_error(
-                AMQPError(
-                    PRECONDITION_FAILED,
-                    f"message size {peek.body_size} is larger than configured max size {limit}",
-                    60,
-                    40,
-                )
-            )
-            return
-        user_id_error = self.conn.authz.check_user_id(payload)
-        if user_id_error is not None:
+            self.close_with_error(error)
+        elif pending.complete:
             self._pending = None
-            self.close_with_error(user_id_error)
-            return
-        if peek.expiration is not None:
-            try:
-                pending.expiration_ms = parse_expiration(peek.expiration)
-            except ValueError as exc:
-                self._pending = None
-                self.close_with_error(AMQPError(PRECONDITION_FAILED, str(exc), 60, 40))
-                return
-        pending.header = payload
-        pending.peek = peek
-        if peek.body_size == 0:
-            self._pending = None
-            self._publish_complete(pending, b"")
+            self._publish_complete(pending)
 
     def handle_body(self, payload: bytes) -> None:
         """A content body frame."""
@@ -238,20 +194,10 @@ class Channel:
         pending = self._pending
         if pending is None or pending.peek is None:
             raise AMQPError(UNEXPECTED_FRAME, "unexpected content body frame", 60, 40)
-        pending.body.append(payload)
-        pending.received += len(payload)
-        expected = pending.peek.body_size
-        if pending.received >= expected:
-            if pending.received > expected:
-                raise AMQPError(
-                    UNEXPECTED_FRAME,
-                    f"content body of {pending.received} bytes exceeds the declared {expected}",
-                    60,
-                    40,
-                )
+        pending.add_body(payload)
+        if pending.complete:
             self._pending = None
-            body = pending.body[0] if len(pending.body) == 1 else b"".join(pending.body)
-            self._publish_complete(pending, body)
+            self._publish_complete(pending)
 
     def _handle_while_closing(self, index: int) -> None:
         if index == spec.Channel.CloseOk.index:
@@ -336,37 +282,25 @@ class Channel:
                 f"cannot publish to internal exchange '{exchange.name}' in vhost "
                 f"'{self.vhost.name}'",
             )
-        self._pending = _PendingPublish(args, exchange)
+        self._pending = PendingPublish(args, exchange)
 
-    def _publish_complete(self, pending: _PendingPublish, body: bytes) -> None:
-        peek = pending.peek
-        assert peek is not None and pending.header is not None
-        args = pending.args
-        message = Message(
-            args.exchange,
-            args.routing_key,
-            args.exchange_raw,
-            args.routing_key_raw,
-            pending.header,
-            body,
-            peek.delivery_mode == 2,
-            peek.priority,
-            peek.expiration,
-            peek.headers_raw,
-        )
-        if has_sender_selected_headers(peek.headers_raw):
+    def _publish_complete(self, pending: PendingPublish) -> None:
+        message = pending.message()
+        if has_sender_selected_headers(message.headers_raw):
             header_error = sender_selected_error(message)
             if header_error is not None:
                 self.close_with_error(header_error)
                 return
-        if peek.flags & codec.FLAG_REPLY_TO:
+        assert pending.peek is not None
+        if pending.peek.flags & codec.FLAG_REPLY_TO:
             try:
-                self._direct_reply_to(message)
+                self.reply_to.rewrite(message)
             except AMQPError as exc:  # a channel error in RabbitMQ, not a connection one
                 exc.class_id, exc.method_id = 60, 40
                 self.close_with_error(exc)
                 return
-        publish = BufferedPublish(pending.exchange, message, args.mandatory, pending.expiration_ms)
+        mandatory = pending.args.mandatory
+        publish = BufferedPublish(pending.exchange, message, mandatory, pending.expiration_ms)
         if self.mode is Mode.TX:
             assert self._tx is not None
             self._tx.publishes.append(publish)
@@ -407,17 +341,6 @@ class Channel:
             if len(queue.ready) > FLOW_BACKLOG and queue.consumers_active():
                 self.conn.flow_queues.add(queue)  # the shell pauses this publisher briefly
         return queues
-
-    def _direct_reply_to(self, message: Message) -> None:
-        """RabbitMQ's direct reply-to: a request carrying reply_to=amq.rabbitmq.reply-to gets
-        this channel's private reply address instead (the channel must consume it first)."""
-        props = RawProperties(message.header)
-        if props.get_shortstr(REPLY_TO) != REPLY_TO_QUEUE:
-            return
-        if self._reply_queue is None:
-            raise precondition_failed("fast reply consumer does not exist")
-        props.set_shortstr(REPLY_TO, self._reply_queue.name)
-        message.header = props.encode()
 
     def _storage_batch(self, message: Message, queues: list[Queue]) -> int | None:
         """The storage batch a confirm waits for: the one holding a persistent message routed
@@ -535,7 +458,7 @@ class Channel:
     # ------------------------------------------------------------------------------------
     def _on_basic_consume(self, method: spec.Basic.Consume) -> None:
         if method.queue == REPLY_TO_QUEUE:
-            queue = self._reply_to_queue(method)
+            queue = self.reply_to.consume(method.no_ack)
         else:
             queue = self.topology.usable_queue(method.queue)
         tag = method.consumer_tag or generated_name("amq.ctag-")
@@ -561,19 +484,6 @@ class Channel:
             self._send_method(spec.Basic.ConsumeOk(consumer_tag=tag))
         queue.add_consumer(consumer)
 
-    def _reply_to_queue(self, method: spec.Basic.Consume) -> Queue:
-        """The channel's private direct reply-to pseudo-queue (RabbitMQ's rules: consume in
-        no-ack mode, once per channel)."""
-        if not method.no_ack:
-            raise precondition_failed("reply consumer cannot acknowledge")
-        if self._reply_queue is not None:
-            raise precondition_failed("reply consumer already set")
-        name = generated_name(REPLY_TO_PREFIX)
-        queue = self.vhost.new_queue(name, False, None, False, {})
-        self._reply_queue = queue
-        self.conn.broker.reply_queues[name] = queue
-        return queue
-
     def _on_basic_cancel(self, method: spec.Basic.Cancel) -> None:
         consumer = self.consumers.pop(method.consumer_tag or "", None)
         if not method.nowait:
@@ -584,10 +494,7 @@ class Channel:
     def _remove_consumer(self, consumer: Consumer) -> None:
         queue = consumer.queue
         queue.remove_consumer(consumer)
-        if queue is self._reply_queue:
-            self._reply_queue = None
-            queue.deleted = True
-            self.conn.broker.reply_queues.pop(queue.name, None)
+        if self.reply_to.retire(queue):
             return
         if queue.auto_delete and queue.had_consumer and not queue.consumers:
             self.vhost.delete_queue(queue)

@@ -30,7 +30,8 @@ from typing import Any, Final
 
 from pamqp import commands as spec
 
-from amqpd.engine.topology import REPLY_TO_QUEUE, Topology
+from amqpd.engine.reply_to import REPLY_TO_QUEUE
+from amqpd.engine.topology import Topology
 from amqpd.model.auth import Authz
 from amqpd.model.vhost import generated_name
 

@@ -8,19 +8,18 @@ an empty queue name means in later queue methods (``queue_name``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from pamqp import commands as spec
 from pamqp.base import Frame as Method
 
+from amqpd.engine.reply_to import REPLY_TO_QUEUE
 from amqpd.model.queue import Queue
 from amqpd.model.vhost import VirtualHost
 from amqpd.wire.errors import ACCESS_REFUSED, NOT_FOUND, AMQPError, not_found, precondition_failed
 
 if TYPE_CHECKING:
     from amqpd.engine.connection import Connection
-
-REPLY_TO_QUEUE: Final = "amq.rabbitmq.reply-to"
 
 
 class Topology:
