@@ -32,9 +32,10 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands as spec
 from pamqp.base import Frame as Method
 
-from amqpd.engine.content import PendingPublish
+from amqpd.engine.content import FLOW_BACKLOG as FLOW_BACKLOG  # the shell's, re-exported
+from amqpd.engine.content import PendingPublish, route_and_enqueue, storage_batch
 from amqpd.engine.permissions import check_method
-from amqpd.engine.reply_to import REPLY_TO_PREFIX, REPLY_TO_QUEUE, DirectReplyTo
+from amqpd.engine.reply_to import REPLY_TO_QUEUE, DirectReplyTo
 from amqpd.engine.topology import Topology
 from amqpd.engine.transaction import BufferedPublish, Transaction
 from amqpd.engine.unacked import Settlement, Unacked, UnackedStore
@@ -65,13 +66,6 @@ if TYPE_CHECKING:
     from amqpd.engine.connection import Connection
 
 log = logging.getLogger(__name__)
-
-# Flow control (RabbitMQ's credit flow, simplified): a publisher feeding a queue whose
-# consumers are this far behind, while they are still making progress (settled something in
-# the last FLOW_ACTIVE seconds), is not read from for a moment, so the consumers' acks get
-# served and end-to-end throughput goes up instead of the backlog. A stuck consumer does not
-# slow publishers down.
-FLOW_BACKLOG = 2000
 
 
 class ChannelState(enum.Enum):
@@ -310,7 +304,8 @@ class Channel:
             confirm = self.confirm
             assert confirm is not None
             self.publish_seq = seq = self.publish_seq + 1
-            batch = None if queues is None else self._storage_batch(message, queues)
+            journal = self.conn.broker.journal
+            batch = None if queues is None else storage_batch(journal, message, queues)
             confirm.track(seq, waiting=batch is not None or queues is None)
             if queues is None:
                 confirm.reject(seq)
@@ -319,39 +314,12 @@ class Channel:
             self.conn.confirms_pending(self)
 
     def _route_and_enqueue(self, publish: BufferedPublish) -> list[Queue] | None:
-        """Route and enqueue; None if a target queue refused it (x-overflow=reject-publish):
-        then the message is in no queue at all, so a nack is truthful. reject-publish-dlx
-        also dead-letters it (reason maxlen) from the refusing queue."""
-        exchange, message = publish.exchange, publish.message
-        if exchange.is_default and message.routing_key.startswith(REPLY_TO_PREFIX):
-            queues = self.conn.broker.reply_queue(message.routing_key)
-        else:
-            queues = self.vhost.route(exchange, message)
-        if not queues:
-            if publish.mandatory:
-                self._send_return(message, NO_ROUTE, "NO_ROUTE")
-            return queues
-        for queue in queues:
-            if queue.rejects_overflow and queue.would_overflow(message):
-                if queue.settings.overflow == "reject-publish-dlx" and queue.dead_letter:
-                    queue.dead_letter(queue, message, "maxlen")
-                return None
-        for queue in queues:
-            queue.enqueue(message, publish.expiration_ms)
-            if len(queue.ready) > FLOW_BACKLOG and queue.consumers_active():
-                self.conn.flow_queues.add(queue)  # the shell pauses this publisher briefly
+        """Route and enqueue (see `route_and_enqueue`); return an unroutable mandatory one."""
+        conn = self.conn
+        queues = route_and_enqueue(publish, self.vhost, conn.broker.reply_queue, conn.flow_queues)
+        if queues == [] and publish.mandatory:
+            self._send_return(publish.message, NO_ROUTE, "NO_ROUTE")
         return queues
-
-    def _storage_batch(self, message: Message, queues: list[Queue]) -> int | None:
-        """The storage batch a confirm waits for: the one holding a persistent message routed
-        to a durable queue (ARCHITECTURE principle 4); None if final at enqueue."""
-        journal = self.conn.broker.journal
-        if journal is None or not message.persistent:
-            return None
-        for queue in queues:
-            if queue.journal is not None:
-                return journal.open_batch_id
-        return None
 
     def _send_return(self, message: Message, code: int, text: str) -> None:
         method = spec.Basic.Return(

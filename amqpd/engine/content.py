@@ -1,4 +1,5 @@
-"""Assembling one published message: basic.publish, then a content header, then bodies.
+"""One published message: assembled from basic.publish, a content header and bodies, then
+routed and enqueued.
 
 Theory of operation
 -------------------
@@ -7,17 +8,34 @@ the one content header (kept raw) and checks what RabbitMQ checks there: a frame
 class is 505 UNEXPECTED_FRAME (a connection error, raised), a message over the size limit, a
 user_id that is not the publisher's or a bad expiration are 406 (channel errors, returned).
 `PendingPublish.add_body` collects body frames until ``body_size`` bytes arrived; more is 505.
-When complete, `PendingPublish.message` builds the `Message`.
+When complete, `PendingPublish.message` builds the `Message`, which `route_and_enqueue`
+puts into the queues it routes to (all of them or, when one refuses it, none).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from amqpd.engine.reply_to import REPLY_TO_PREFIX
+from amqpd.engine.transaction import BufferedPublish
 from amqpd.model.auth import Authz
 from amqpd.model.message import Message
+from amqpd.model.queue import Queue
 from amqpd.model.queue_args import parse_expiration
-from amqpd.model.vhost import Exchange
+from amqpd.model.vhost import Exchange, VirtualHost
 from amqpd.wire import codec
 from amqpd.wire.errors import PRECONDITION_FAILED, UNEXPECTED_FRAME, AMQPError
+
+if TYPE_CHECKING:
+    from persistence.journal import Journal
+
+# Flow control (RabbitMQ's credit flow, simplified): a publisher feeding a queue whose
+# consumers are this far behind, while they are still making progress (settled something in
+# the last FLOW_ACTIVE seconds), is not read from for a moment, so the consumers' acks get
+# served and end-to-end throughput goes up instead of the backlog. A stuck consumer does not
+# slow publishers down.
+FLOW_BACKLOG = 2000
 
 
 class PendingPublish:
@@ -108,3 +126,44 @@ class PendingPublish:
             peek.expiration,
             peek.headers_raw,
         )
+
+
+def route_and_enqueue(
+    publish: BufferedPublish,
+    vhost: VirtualHost,
+    reply_queue: Callable[[str], list[Queue]],
+    flow_queues: set[Queue],
+) -> list[Queue] | None:
+    """Route and enqueue; the queues (empty: unroutable), or None if a target queue refused
+    it (x-overflow=reject-publish): then the message is in no queue at all, so a nack is
+    truthful. reject-publish-dlx also dead-letters it (reason maxlen) from the refusing
+    queue. A queue whose consumers fall far behind goes into ``flow_queues``: the shell
+    pauses this publisher briefly."""
+    exchange, message = publish.exchange, publish.message
+    if exchange.is_default and message.routing_key.startswith(REPLY_TO_PREFIX):
+        queues = reply_queue(message.routing_key)  # a direct reply-to address
+    else:
+        queues = vhost.route(exchange, message)
+    if not queues:
+        return queues
+    for queue in queues:
+        if queue.rejects_overflow and queue.would_overflow(message):
+            if queue.settings.overflow == "reject-publish-dlx" and queue.dead_letter:
+                queue.dead_letter(queue, message, "maxlen")
+            return None
+    for queue in queues:
+        queue.enqueue(message, publish.expiration_ms)
+        if len(queue.ready) > FLOW_BACKLOG and queue.consumers_active():
+            flow_queues.add(queue)
+    return queues
+
+
+def storage_batch(journal: Journal | None, message: Message, queues: list[Queue]) -> int | None:
+    """The storage batch a confirm waits for: the one holding a persistent message routed
+    to a durable queue (ARCHITECTURE principle 4); None if final at enqueue."""
+    if journal is None or not message.persistent:
+        return None
+    for queue in queues:
+        if queue.journal is not None:
+            return journal.open_batch_id
+    return None
