@@ -189,7 +189,7 @@ class Connection:
         if self.output_full and self._out_size <= self._write_ahead_limit:
             self.output_full = False
             for channel in list(self.channels.values()):
-                channel._dispatch_consumer_queues()
+                channel.resume_deliveries()
 
     @property
     def output_pending(self) -> bool:

@@ -249,7 +249,7 @@ def test_multiple_ack_and_nack_settle_ranges() -> None:
     client.send(1, commands.Basic.Nack(delivery_tag=5, multiple=True, requeue=False))
     assert list(channel.unacked) == [6]
     client.send(1, commands.Basic.Ack(delivery_tag=0, multiple=True))
-    assert channel.unacked == {}
+    assert list(channel.unacked) == []
     assert broker.vhosts["/"].queues["q"].message_count == 0
     client.send(1, commands.Basic.Ack(delivery_tag=2))
     close = client.methods()[-1]
