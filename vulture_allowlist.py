@@ -47,3 +47,6 @@ _.blocked_connection_timeout  # pika.ConnectionParameters, read by pika (same)
 
 # -- parameters a protocol fixes ---------------------------------------------------------------
 tb  # the traceback argument of __exit__ / __aexit__ (interop/jms/messages.py, persistence/store.py)
+
+# -- amqpd: used only where vulture does not look ---------------------------------------------
+buffered  # FrameReader.buffered: tests assert a reader keeps no bytes (test_codec, test_engine)
