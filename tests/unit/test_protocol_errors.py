@@ -26,6 +26,7 @@ from tests.unit.protocol_support import (
     advance,
     assert_serves,
     channel_error,
+    close_args,
     connect,
     connection_error,
     counts,
@@ -837,9 +838,8 @@ def test_after_a_fatal_frame_error_nothing_more_is_parsed_and_the_close_times_ou
     client = connect(broker)
     advance(broker, 0.0, client)
     client.conn.receive_data(b"\x01\x00\x01\x00\x00\x00\x00\xff")
-    close = client.methods()
-    assert [(m.reply_code, m.reply_text) for m in close] == [
-        (501, "FRAME_ERROR - invalid frame end octet 0xff")
+    assert [close_args(m) for m in client.methods()] == [
+        (501, "FRAME_ERROR - invalid frame end octet 0xff", 0, 0)
     ]
     client.send(1, commands.Queue.Declare(queue="ignored"))
     client.send(0, commands.Connection.CloseOk())  # not parsed either
@@ -941,8 +941,7 @@ def test_broker_shutdown_sends_320_connection_forced_and_waits_for_close_ok() ->
     broker = Broker()
     client = connect(broker)
     client.conn.close_forced("shutdown")
-    close = client.methods()
-    assert [(m.reply_code, m.reply_text, m.class_id, m.method_id) for m in close] == [
+    assert [close_args(m) for m in client.methods()] == [
         (320, "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'", 0, 0)
     ]
     assert not client.conn.should_close
