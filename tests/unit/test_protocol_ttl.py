@@ -139,7 +139,8 @@ def test_the_lower_of_message_expiration_and_queue_ttl_wins(
     advance(broker, T0 + deadline)
     message = get(client, "dlq")
     assert message is not None and message.properties.expiration is None
-    [death] = message.properties.headers["x-death"]
+    headers: Any = message.properties.headers
+    [death] = headers["x-death"]
     assert (death["reason"], death["original-expiration"]) == ("expired", expiration)
 
 
