@@ -294,3 +294,29 @@ def test_x_expires_lease_is_renewed_by_each_use(use: str) -> None:
     assert exists(client, "leased")
     advance(broker, T0 + 1.25)
     assert not exists(client, "leased")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: a message with TTL 0 is dropped even when a consumer can take it at once "
+    "(RabbitMQ delivers it: 'expired upon reaching a queue unless it can be delivered to a "
+    "consumer immediately'); Queue.dispatch discards heads with expires_at <= now",
+)
+@pytest.mark.parametrize("where", ["expiration-property", "x-message-ttl"])
+def test_a_message_with_ttl_zero_goes_to_a_waiting_consumer(where: str) -> None:
+    _broker, client = started(1, 2)
+    declare(client, 1, "q", arguments={"x-message-ttl": 0} if where == "x-message-ttl" else None)
+    consume = commands.Basic.Consume(queue="q", consumer_tag="c", no_ack=True)
+    rpc(client, 2, consume, commands.Basic.ConsumeOk)
+    if where == "x-message-ttl":
+        client.send(1, *publish_frames("q", b"now or never"))
+    else:
+        client.send(1, *publish_frames("q", b"now or never", expiration="0"))
+    assert [m.body for m in deliveries(client.received())] == [b"now or never"]
+
+
+def test_a_message_with_ttl_zero_and_no_consumer_is_dropped_at_once() -> None:
+    _broker, client = started()
+    declare(client, 1, "q")
+    client.send(1, *publish_frames("q", b"never", expiration="0"))
+    assert counts(client, 1, "q") == (0, 0)
