@@ -127,7 +127,7 @@ def test_a_new_per_consumer_prefetch_applies_to_consumers_created_afterwards() -
     client = loaded(10, 1)
     qos(client, 1, 1)
     assert len(consume(client, 1, "a")) == 1
-    qos(client, 1, 3)  # "a" keeps its limit of 1 ...
+    qos(client, 1, 3)  # "a" keeps its limit of 1, "b" gets 3
     assert [m.body for m in consume(client, 1, "b")] == [b"1", b"2", b"3"]
     assert summary(settle(client, 1, commands.Basic.Ack(delivery_tag=1))) == [("a", 5, b"4", False)]
     assert counts(client, 1, "q") == (5, 2)
