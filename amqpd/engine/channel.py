@@ -136,12 +136,15 @@ class Channel:
             return
         try:
             if self._pending is not None:
+                # rabbit_command_assembler's texts for a method inside a content sequence
+                expected = (
+                    "content body, got non content body frame instead"
+                    if self._pending.header is not None
+                    else f"content header for class 60, got method frame "
+                    f"{index >> 16}.{index & 0xFFFF} instead"
+                )
                 raise AMQPError(
-                    UNEXPECTED_FRAME,
-                    f"expected content header for class 60, got method frame "
-                    f"{index >> 16}.{index & 0xFFFF} instead",
-                    index >> 16,
-                    index & 0xFFFF,
+                    UNEXPECTED_FRAME, f"expected {expected}", index >> 16, index & 0xFFFF
                 )
             if index == codec.BASIC_PUBLISH:
                 self._on_basic_publish(payload)
