@@ -3,24 +3,21 @@
 Theory of operation
 -------------------
 The channel numbers publishes 1, 2, 3, ... and calls :meth:`ConfirmTracker.track`
-with the tokens (usually queues) that must each take responsibility before the
-publish may be acked. ``_pending`` maps each unsettled number to what it still
-waits for: one bare token in the common one-queue case (no set is allocated), or a
-``set`` of tokens. A ``set`` can never be a token because it is not hashable, so
-the two are told apart by type.
+for each. A publish the broker is responsible for at once is acked at once; one that
+still waits (for a storage batch: which one is recorded by the waiter, not here) is
+kept in ``_pending``, the set of unconfirmed numbers, until :meth:`~ConfirmTracker.ack`
+or :meth:`~ConfirmTracker.reject`.
 
-Settling the last token moves the number out of ``_pending`` into ``_acked``;
-:meth:`~ConfirmTracker.reject` moves it into ``_nacked`` at once. Both lists only
-collect numbers until :meth:`~ConfirmTracker.take_frames` hands them to
-:func:`~confirms.coalesce.coalesce` and starts new lists. A number leaves
-``_pending`` exactly once, so it is reported exactly once, as ack or nack.
+Acking moves a number out of ``_pending`` into ``_acked``; rejecting moves it into
+``_nacked``. Both lists only collect numbers until :meth:`~ConfirmTracker.take_frames`
+hands them to :func:`~confirms.coalesce.coalesce` and starts new lists. A number
+leaves ``_pending`` exactly once, so it is reported exactly once, as ack or nack.
 
 Two watermarks keep everything amortized O(1) per publish:
 
 * ``_low``: every number below it is settled. ``smallest_unconfirmed`` moves it
   up while the number under it is settled. It never moves down, so a number is
-  stepped over once in total. ``next(iter(dict))`` is not used because it degrades
-  after many deletions at the front of a dict.
+  stepped over once in total.
 * ``_floor``: every number below it has been reported to the client. After a
   flush it equals the cutoff used for that flush.
 
@@ -38,13 +35,11 @@ past the range. Flushes with only acks below the cutoff, the hot path, skip the 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Iterable
+from collections.abc import Iterable
 
 from confirms.coalesce import ConfirmFrame, coalesce
 
 __all__ = ["ConfirmTracker"]
-
-_MISSING = object()
 
 
 class ConfirmTracker:
@@ -58,7 +53,7 @@ class ConfirmTracker:
 
     def __init__(self) -> None:
         """Create an empty tracker; the first tracked number must be 1."""
-        self._pending: dict[int, object] = {}
+        self._pending: set[int] = set()
         self._acked: list[int] = []
         self._nacked: list[int] = []
         self._next = 1
@@ -66,15 +61,15 @@ class ConfirmTracker:
         self._floor = 1
         self._loose_nacks: list[int] = []
 
-    def track(self, seq: int, waiting_for: Iterable[Hashable]) -> None:
-        """Register a publish that is unconfirmed until every token has settled.
+    def track(self, seq: int, waiting: bool = False) -> None:
+        """Register a publish.
 
         Args:
             seq: The publish sequence number; must be one more than the previous
                 one (1 for the first).
-            waiting_for: Tokens (e.g. queues) that must each settle. Duplicates count
-                once. Empty means settled at once (ack), e.g. unroutable, or only
-                delivered to transient queues.
+            waiting: The publish is unconfirmed until :meth:`ack` or :meth:`reject`
+                (e.g. it waits for a storage batch). Otherwise it is acked at once,
+                e.g. unroutable, or only delivered to transient queues.
 
         Raises:
             ValueError: If ``seq`` is not the next sequence number.
@@ -82,105 +77,39 @@ class ConfirmTracker:
         if seq != self._next:
             raise ValueError(f"expected sequence number {self._next}, got {seq}")
         self._next = seq + 1
-        tokens = set(waiting_for)
-        if not tokens:
-            self._acked.append(seq)
-        elif len(tokens) == 1:
-            self._pending[seq] = tokens.pop()
+        if waiting:
+            self._pending.add(seq)
         else:
-            self._pending[seq] = tokens
+            self._acked.append(seq)
 
-    def settle(self, seq: int, token: Hashable) -> None:
-        """Record that ``token`` took responsibility for ``seq``.
+    def ack(self, seqs: Iterable[int]) -> None:
+        """Ack each of ``seqs`` that is still unconfirmed.
 
-        When the last token settles, ``seq`` becomes acked. An unknown, already
-        settled or rejected ``seq``, or a token it is not waiting for, is ignored.
-
-        Args:
-            seq: The publish sequence number.
-            token: The token that settled.
-        """
-        pending = self._pending
-        waiting = pending.get(seq, _MISSING)
-        if waiting is _MISSING:
-            return
-        if type(waiting) is set:
-            waiting.discard(token)
-            if waiting:
-                return
-        elif waiting != token:
-            return
-        del pending[seq]
-        self._acked.append(seq)
-
-    def settle_token(self, token: Hashable, seqs: Iterable[int]) -> None:
-        """Settle ``token`` for each of ``seqs`` (bulk form of :meth:`settle`).
+        An unknown, already acked or rejected number is ignored.
 
         Args:
-            token: The token that settled, e.g. a queue after a group commit.
-            seqs: The sequence numbers it took responsibility for.
+            seqs: The sequence numbers the broker took responsibility for, e.g. after
+                a group commit.
         """
         pending = self._pending
         acked = self._acked
         for seq in seqs:
-            waiting = pending.get(seq, _MISSING)
-            if waiting is _MISSING:
-                continue
-            if type(waiting) is set:
-                waiting.discard(token)
-                if waiting:
-                    continue
-            elif waiting != token:
-                continue
-            del pending[seq]
-            acked.append(seq)
-
-    def remove_token(self, token: Hashable) -> None:
-        """Settle ``token`` for every publish still waiting on it.
-
-        This is RabbitMQ's ``remove_queue``: a queue that is deleted confirms (acks,
-        not nacks) what it still held. Costs O(unconfirmed).
-
-        Args:
-            token: The token that went away.
-        """
-        pending = self._pending
-        done: list[int] = []
-        for seq, waiting in pending.items():
-            if type(waiting) is set:
-                waiting.discard(token)
-                if not waiting:
-                    done.append(seq)
-            elif waiting == token:
-                done.append(seq)
-        for seq in done:
-            del pending[seq]
-        self._acked.extend(done)
+            if seq in pending:
+                pending.remove(seq)
+                acked.append(seq)
 
     def reject(self, seq: int) -> None:
         """Nack ``seq``: the broker cannot take responsibility for it.
 
-        Its remaining tokens are dropped and a later :meth:`settle` is ignored. An
-        unknown or already settled ``seq`` is ignored, so a publish is never both
+        An unknown or already settled ``seq`` is ignored, so a publish is never both
         acked and nacked.
 
         Args:
             seq: The publish sequence number.
         """
-        if self._pending.pop(seq, _MISSING) is not _MISSING:
+        if seq in self._pending:
+            self._pending.remove(seq)
             self._nacked.append(seq)
-
-    def nack_all(self) -> None:
-        """Reject every unconfirmed publish (e.g. on a storage failure)."""
-        pending = self._pending
-        if pending:
-            self._nacked.extend(pending)
-            pending.clear()
-
-    @property
-    def unconfirmed(self) -> int:
-        """Number of tracked publishes not yet settled."""
-        return len(self._pending)
 
     def smallest_unconfirmed(self) -> int | None:
         """Return the lowest unsettled sequence number, or ``None`` if there is none."""

@@ -98,19 +98,6 @@ class Router(Protocol):
         """
         ...
 
-    def has_binding(self, destination: Destination, routing_key: str, arguments: Arguments) -> bool:
-        """Tell whether the identical binding exists.
-
-        Args:
-            destination: The binding's destination.
-            routing_key: The binding key.
-            arguments: The binding arguments.
-
-        Returns:
-            True if the binding exists.
-        """
-        ...
-
     def bindings(self) -> Iterator[tuple[Destination, str, dict[str, object]]]:
         """Iterate over all bindings in creation order.
 

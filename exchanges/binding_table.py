@@ -116,21 +116,6 @@ class BindingTable:
             return []
         return [self._bindings.pop(identity) for identity in owned]
 
-    def contains(
-        self, destination: Destination, routing_key: str, arguments: Mapping[str, object]
-    ) -> bool:
-        """Tell whether the identical binding exists.
-
-        Args:
-            destination: The binding's destination.
-            routing_key: The binding key.
-            arguments: The binding arguments.
-
-        Returns:
-            True if the binding exists.
-        """
-        return self.identity(destination, routing_key, arguments) in self._bindings
-
     def __iter__(self) -> Iterator[Binding]:
         """Iterate over the bindings in creation order."""
         return iter(self._bindings.values())

@@ -86,19 +86,6 @@ class BindingRouter(ABC):
             self._removed(binding)
         return len(removed)
 
-    def has_binding(self, destination: Destination, routing_key: str, arguments: Arguments) -> bool:
-        """Tell whether the identical binding exists.
-
-        Args:
-            destination: The binding's destination.
-            routing_key: The binding key.
-            arguments: The binding arguments.
-
-        Returns:
-            True if it exists.
-        """
-        return self._table.contains(destination, routing_key, arguments)
-
     def bindings(self) -> Iterator[tuple[Destination, str, dict[str, object]]]:
         """Iterate over all bindings in creation order.
 

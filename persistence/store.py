@@ -4,7 +4,7 @@
 startup. It owns two aiosqlite connections (each runs its statements on its own thread):
 
 * the *writer*, which only runs :meth:`Store.apply` transactions, one at a time;
-* the *reader* (``query_only``), for :meth:`Store.load` and :meth:`Store.read_messages`.
+* the *reader* (``query_only``), for :meth:`Store.load` and :meth:`Store.load_access`.
   WAL gives it a snapshot of committed data only, so a read never sees half of a batch
   that the writer is in the middle of, and never waits for it.
 
@@ -110,10 +110,6 @@ _LOAD_MESSAGES_WINDOWED = (
 )
 _READ_BODIES = (
     f"SELECT seq, body FROM messages WHERE queue_id = {_QID} AND seq > ?3 ORDER BY seq LIMIT ?4"
-)
-_READ_MESSAGES = (
-    f"SELECT {_MESSAGE_COLUMNS} FROM messages"
-    f" WHERE queue_id = {_QID} AND seq > ?3 ORDER BY seq LIMIT ?4"
 )
 _FETCH_ROWS = 8192  # rows per fetchmany while loading
 _DEDUP_LIMIT = 65536  # entries in the load-time string/header dedup cache before it resets
@@ -326,36 +322,12 @@ class Store:
                     out = messages.get(key)
                     if out is None:
                         out = messages[key] = []
-                    out += _records(group, dedup, 1)
+                    out += _records(group, dedup)
             await cursor.close()
         finally:
             if gc_was_enabled:
                 gc.enable()
         return RecoveredState(exchanges, queues, bindings, messages)
-
-    async def read_messages(
-        self, queue: QueueKey, after_seq: int, limit: int
-    ) -> list[tuple[int, MessageRecord]]:
-        """Read a page of a queue's committed messages, in ``seq`` order.
-
-        Args:
-            queue: The queue.
-            after_seq: Return messages with ``seq > after_seq`` (use -1 to start from the
-                beginning).
-            limit: At most this many messages.
-
-        Returns:
-            ``(seq, record)`` pairs; fewer than ``limit`` (possibly none) at the end.
-
-        Raises:
-            StoreError: SQLite failed or the store is closed.
-        """
-        db = self._reader_or_raise()
-        try:
-            rows = await db.execute_fetchall(_READ_MESSAGES, (queue[0], queue[1], after_seq, limit))
-        except (sqlite3.Error, OSError, ValueError) as exc:
-            raise StoreError(f"cannot read messages of {queue} from {self._path}: {exc}") from exc
-        return _records(rows, {}, 0)
 
     async def load_access(self) -> access.AccessState:
         """Read the users, vhosts and permissions (one snapshot).
@@ -453,31 +425,22 @@ def _write_statements(
         raise
 
 
-def _records(
-    rows: Iterable[Any], dedup: dict[Any, Any], skip: int
-) -> list[tuple[int, MessageRecord]]:
+def _records(rows: Iterable[Any], dedup: dict[Any, Any]) -> list[tuple[int, MessageRecord]]:
     """Turn message rows into ``(seq, record)`` pairs.
 
-    ``rows`` hold the ``_MESSAGE_COLUMNS`` after ``skip`` leading columns. Equal exchange
-    names, routing keys and headers are shared through ``dedup`` (a million messages
-    usually carry a handful of distinct ones).
+    ``rows`` hold the queue id, then the ``_MESSAGE_COLUMNS`` (a paged-out body: its size).
+    Equal exchange names, routing keys and headers are shared through ``dedup`` (a million
+    messages usually carry a handful of distinct ones).
     """
     d = dedup.setdefault
-    if skip:
-        return [
-            (
-                seq,
-                MessageRecord(d(ex, ex), d(rk, rk), d(hd, hd), body, red == 1, count, exp)
-                if type(body) is bytes
-                else MessageRecord(
-                    d(ex, ex), d(rk, rk), d(hd, hd), b"", red == 1, count, exp, body
-                ),
-            )
-            for _, seq, ex, rk, hd, body, red, count, exp in rows
-        ]
     return [
-        (seq, MessageRecord(d(ex, ex), d(rk, rk), d(hd, hd), body, red == 1, count, exp))
-        for seq, ex, rk, hd, body, red, count, exp in rows
+        (
+            seq,
+            MessageRecord(d(ex, ex), d(rk, rk), d(hd, hd), body, red == 1, count, exp)
+            if type(body) is bytes
+            else MessageRecord(d(ex, ex), d(rk, rk), d(hd, hd), b"", red == 1, count, exp, body),
+        )
+        for _, seq, ex, rk, hd, body, red, count, exp in rows
     ]
 
 

@@ -12,6 +12,7 @@ from typing import TypeVar
 
 import anyio
 
+from amqpd.cli import admin
 from amqpd.cli.logs import configure_logging
 from amqpd.cli.security import add_options, apply_options
 from amqpd.model.broker import BrokerConfig
@@ -88,10 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from interop.perf.cli import main as perf_main
 
         return perf_main(argv[1:])
-    if argv and argv[0] in ("users", "vhosts", "definitions"):
-        from amqpd.cli.admin import main as admin_main
-
-        return admin_main(argv)
+    if argv and argv[0] in admin.COMMANDS:
+        return admin.main(argv)
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level)
     try:

@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any, Final
 from pamqp import commands as spec
 
 from amqpd.engine import handshake
-from amqpd.engine.channel import FLOW_BACKLOG, Channel, ChannelState
+from amqpd.engine.channel import Channel, ChannelState
+from amqpd.engine.content import FLOW_BACKLOG
 from amqpd.engine.outbox import Outbox
 from amqpd.model.auth import Authz, Permission, is_loopback_peer
 from amqpd.wire import codec
@@ -193,7 +194,7 @@ class Connection:
         if self.output_full and self._out_size <= self._write_ahead_limit:
             self.output_full = False
             for channel in list(self.channels.values()):
-                channel._dispatch_consumer_queues()
+                channel.resume_deliveries()
 
     @property
     def output_pending(self) -> bool:
@@ -203,11 +204,13 @@ class Connection:
     # ------------------------------------------------------------------------------------
     # Input
     # ------------------------------------------------------------------------------------
-    def receive_data(self, data: bytes, now: float) -> None:
-        """Process a chunk of bytes from the peer, received at ``now`` (unix seconds)."""
+    def receive_data(self, data: bytes, now: float | None = None) -> None:
+        """Process a chunk of bytes from the peer, received at ``now`` (unix seconds; the
+        shell always passes it; None keeps the core's time of the last input or tick)."""
         if self.state is State.CLOSED or self.should_close:
             return
-        self._clock.now = now
+        if now is not None:
+            self._clock.now = now
         self._received = True
         if self._desynchronised:
             return  # after a framing error nothing more can be parsed; wait for the close

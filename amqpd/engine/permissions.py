@@ -26,84 +26,82 @@ anyway are left to the vhost, so the refusal text is the one RabbitMQ gives.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from pamqp import commands as spec
 
+from amqpd.engine.reply_to import REPLY_TO_QUEUE
+from amqpd.engine.topology import Topology
+from amqpd.model.auth import Authz
 from amqpd.model.vhost import generated_name
 
-if TYPE_CHECKING:
-    from amqpd.engine.channel import Channel
-    from amqpd.model.auth import Authz
 
-DIRECT_REPLY_TO: Final = "amq.rabbitmq.reply-to"
-
-
-def check_method(channel: Channel, index: int, method: Any) -> None:
-    """Raise 403 ACCESS_REFUSED if the channel's user may not run ``method``."""
+def check_method(topology: Topology, authz: Authz, index: int, method: Any) -> None:
+    """Raise 403 ACCESS_REFUSED if ``authz`` does not allow ``method`` on the channel whose
+    exchange and queue methods ``topology`` handles (it resolves empty queue names)."""
     check = _CHECKS.get(index)
     if check is not None:
-        check(channel, channel.conn.authz, method)
+        check(topology, authz, method)
 
 
-def _exchange_declare(channel: Channel, authz: Authz, method: spec.Exchange.Declare) -> None:
+def _exchange_declare(topology: Topology, authz: Authz, method: spec.Exchange.Declare) -> None:
     name = method.exchange
     if method.passive or not name:
         return
     authz.configure("exchange", name)
     alternate = (method.arguments or {}).get("alternate-exchange")
-    if isinstance(alternate, str) and name not in channel.vhost.exchanges:
+    if isinstance(alternate, str) and name not in topology.vhost.exchanges:
         authz.read("exchange", name)
         authz.write("exchange", alternate)
 
 
-def _exchange_delete(_channel: Channel, authz: Authz, method: spec.Exchange.Delete) -> None:
+def _exchange_delete(_topology: Topology, authz: Authz, method: spec.Exchange.Delete) -> None:
     name = method.exchange
     if name and not name.startswith("amq."):
         authz.configure("exchange", name)
 
 
 def _exchange_bind(
-    _channel: Channel, authz: Authz, method: spec.Exchange.Bind | spec.Exchange.Unbind
+    _topology: Topology, authz: Authz, method: spec.Exchange.Bind | spec.Exchange.Unbind
 ) -> None:
     authz.write("exchange", method.destination)
     if method.source and method.destination:
         authz.read("exchange", method.source)
 
 
-def _queue_declare(channel: Channel, authz: Authz, method: spec.Queue.Declare) -> None:
+def _queue_declare(topology: Topology, authz: Authz, method: spec.Queue.Declare) -> None:
     if method.passive:
         return
     # A server-named queue is checked under a name of the form it will get (amq.gen-…).
     name = method.queue or generated_name("amq.gen-")
     authz.configure("queue", name)
     dlx = (method.arguments or {}).get("x-dead-letter-exchange")
-    if isinstance(dlx, str) and name not in channel.vhost.queues:
+    if isinstance(dlx, str) and name not in topology.vhost.queues:
         authz.read("queue", name)
         authz.write("exchange", dlx)
 
 
-def _queue_configure(channel: Channel, authz: Authz, method: spec.Queue.Delete) -> None:
-    authz.configure("queue", channel._queue_name(method.queue))
+def _queue_configure(topology: Topology, authz: Authz, method: spec.Queue.Delete) -> None:
+    authz.configure("queue", topology.queue_name(method.queue))
 
 
 def _queue_read(
-    channel: Channel, authz: Authz, method: spec.Queue.Purge | spec.Basic.Get | spec.Basic.Consume
+    topology: Topology, authz: Authz, method: spec.Queue.Purge | spec.Basic.Get | spec.Basic.Consume
 ) -> None:
-    name = channel._queue_name(method.queue)
-    if name != DIRECT_REPLY_TO:
+    name = topology.queue_name(method.queue)
+    if name != REPLY_TO_QUEUE:
         authz.read("queue", name)
 
 
 def _queue_bind(
-    channel: Channel, authz: Authz, method: spec.Queue.Bind | spec.Queue.Unbind
+    topology: Topology, authz: Authz, method: spec.Queue.Bind | spec.Queue.Unbind
 ) -> None:
-    authz.write("queue", channel._queue_name(method.queue))
+    authz.write("queue", topology.queue_name(method.queue))
     if method.exchange:
         authz.read("exchange", method.exchange)
 
 
-_CHECKS: Final[dict[int, Callable[[Channel, Authz, Any], None]]] = {
+_CHECKS: Final[dict[int, Callable[[Topology, Authz, Any], None]]] = {
     spec.Exchange.Declare.index: _exchange_declare,
     spec.Exchange.Delete.index: _exchange_delete,
     spec.Exchange.Bind.index: _exchange_bind,

@@ -1,9 +1,9 @@
 """The root object of the broker core: configuration, users, virtual hosts, connections.
 
 With a store, the broker owns the journal (`JournalPort`) every durable change goes into,
-and the map of storage batches to the channels waiting for them (confirms, tx.commit-ok).
-The shell's group committer reports each batch back through `batch_committed` /
-`batch_failed`. Connections are `ClientHandle`s and waiting channels `BatchWaiter`s (see
+and the record of which storage batch each confirm and tx.commit-ok waits for
+(`BatchWaits`). The shell's group committer reports each batch back through
+`batch_committed` / `batch_failed`. Connections are `ClientHandle`s (see
 amqpd/model/ports.py): the model never imports the engine.
 
 Time is passed in: ``now`` (unix seconds) at construction, then through `tick` and the
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from amqpd.model.alarms import ResourceAlarms
 from amqpd.model.auth import AccessControl, AccessState, Authz, Permission, default_access
+from amqpd.model.batches import BatchWaits
 from amqpd.model.message import Clock, Message, QueueEntry
 from amqpd.model.queue import Queue
 from amqpd.model.vhost import Exchange, VirtualHost
@@ -26,7 +27,7 @@ from amqpd.wire.errors import CONNECTION_FORCED
 from persistence.records import RecoveredState
 
 if TYPE_CHECKING:
-    from amqpd.model.ports import BatchWaiter, BodyLoader, ClientHandle, JournalPort
+    from amqpd.model.ports import BodyLoader, ClientHandle, JournalPort
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ class Broker:
         self.alarms = ResourceAlarms(self.config.memory_high_watermark, self.config.disk_free_limit)
         self.vhost_connections: dict[str, int] = {}
         self.connections: set[ClientHandle] = set()
-        self._batch_waiters: dict[int, dict[BatchWaiter, None]] = {}
+        self.batch_waits = BatchWaits()  # what confirms and tx.commit-oks wait for
         self.blocked_reason: str | None = None  # set while the store is failing
         self.reply_queues: dict[str, Queue] = {}  # direct reply-to addresses -> pseudo-queue
         self._no_vhost = VirtualHost("")  # never registered: there may be no vhost at all
@@ -218,19 +219,11 @@ class Broker:
                 if queue.journal is not None:
                     queue.pager = loader
 
-    def wait_for_batch(self, batch: int, channel: BatchWaiter) -> None:
-        """``channel`` has confirms or a commit-ok waiting for storage batch ``batch``."""
-        waiters = self._batch_waiters.get(batch)
-        if waiters is None:
-            self._batch_waiters[batch] = waiters = {}
-        waiters[channel] = None
-
     def batch_committed(self, batch: int) -> None:
         """The group committer wrote ``batch``: release confirms and commit-oks."""
         if self.blocked_reason is not None:
             self.set_blocked(None)
-        for channel in self._batch_waiters.pop(batch, ()):
-            channel.batch_committed(batch)
+        self.batch_waits.committed(batch)
         if self.paging_queues:
             for queue in list(self.paging_queues):
                 if not queue.page_out(batch):
@@ -243,8 +236,7 @@ class Broker:
             "storage batch %d failed: %s; publishers are blocked until it recovers", batch, error
         )
         self.set_blocked(f"storage failure: {error}"[:255])
-        for channel in self._batch_waiters.pop(batch, ()):
-            channel.batch_failed(batch, error)
+        self.batch_waits.failed(batch, error)
 
     def set_blocked(self, reason: str | None) -> None:
         """Send connection.blocked (reason) or connection.unblocked (None) to every client

@@ -7,10 +7,12 @@ object in:
 * `ConsumerSink` - where a queue hands a message for a consumer (the engine's Channel);
 * `ExclusiveOwner` - the opaque owner of exclusive queues (the engine's Connection);
 * `ClientHandle` - what the broker needs of a client connection (the engine's Connection);
-* `BatchWaiter` - a channel holding confirms / commit-oks for a storage batch;
 * `JournalPort` / `BodyLoader` - the store: durable changes go into a journal the shell's
   group committer writes out; bodies paged out of memory are read back through a loader
   (persistence.journal.Journal and persistence.store.BodyReader for SQLite).
+
+What waits for a storage batch (a channel's confirms and commit-oks) is
+amqpd/model/batches.py's `BatchWaiter`.
 """
 
 from __future__ import annotations
@@ -66,18 +68,6 @@ class ClientHandle(ExclusiveOwner, Protocol):
 
     def resources_available(self) -> None:
         """Every resource alarm cleared: the connection may be read again."""
-        ...
-
-
-class BatchWaiter(Protocol):
-    """Something waiting for a storage batch (a channel's confirms or commit-ok)."""
-
-    def batch_committed(self, batch: int) -> None:
-        """``batch`` is durable."""
-        ...
-
-    def batch_failed(self, batch: int, error: Exception) -> None:
-        """``batch`` could not be written."""
         ...
 
 

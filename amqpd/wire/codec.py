@@ -44,7 +44,6 @@ _CONTENT_HEADER = struct.Struct(">HHQH")  # class, weight, body size, first flag
 
 BASIC_PUBLISH: Final = 0x003C0028
 BASIC_DELIVER: Final = 0x003C003C
-BASIC_GET_OK: Final = 0x003C0047
 BASIC_ACK: Final = 0x003C0050
 BASIC_NACK: Final = 0x003C0078
 BASIC_CLASS: Final = 60

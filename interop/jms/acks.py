@@ -155,11 +155,6 @@ class WindowTracker:
         self.rotating = False
         self._held: set[int] = set()
 
-    @property
-    def held(self) -> int:
-        """Consumed-unacked messages delivered under the current tag."""
-        return len(self._held)
-
     def consumed(self, delivery_tag: int, consumer_tag: str) -> bool:
         """Record a message the application consumed without acking; True = re-subscribe."""
         if consumer_tag != self.current_tag:

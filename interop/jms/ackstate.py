@@ -48,7 +48,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from interop.jms import codec
 from interop.jms.acks import plan_acks
@@ -56,10 +56,8 @@ from interop.jms.constants import AckMode
 from interop.jms.delivery import Delivery
 from interop.jms.messages import AckHandle
 from interop.jms.options import ConnectionOptions
+from interop.jms.ports import AckConsumer
 from interop.jms.transport import ChannelLink
-
-if TYPE_CHECKING:
-    from interop.jms.consumer import MessageConsumer
 
 __all__ = ["AckState"]
 
@@ -74,7 +72,8 @@ HOLDING_MODES = (
 
 
 class AckState:
-    """Deliveries of one session's channel and the acknowledgement rules of its mode."""
+    """Deliveries of one session's channel and the acknowledgement rules of its mode
+    (implements `interop.jms.ports.AckPolicy`)."""
 
     def __init__(
         self,
@@ -108,7 +107,7 @@ class AckState:
 
     # -- arrival and dispatch ----------------------------------------------------------------
     def register(
-        self, consumer: MessageConsumer, method: Any, properties: Any, body: bytes
+        self, consumer: AckConsumer, method: Any, properties: Any, body: bytes
     ) -> Delivery:
         """A delivery arrived (I/O thread): decode it, count it outstanding, buffer it."""
         message = codec.decode(
@@ -135,7 +134,7 @@ class AckState:
             self._cond.notify_all()
         return delivery
 
-    def screen(self, consumer: MessageConsumer, delivery: Delivery) -> bool:
+    def screen(self, consumer: AckConsumer, delivery: Delivery) -> bool:
         """True when the delivery must not reach the application (it is settled here)."""
         message = delivery.message
         if consumer.no_local and delivery.publisher == self._connection_id:
@@ -157,7 +156,7 @@ class AckState:
             return True
         return False
 
-    def before_app(self, consumer: MessageConsumer, delivery: Delivery) -> None:
+    def before_app(self, consumer: AckConsumer, delivery: Delivery) -> None:
         """The application is about to see ``delivery``."""
         if self.ack_mode in HOLDING_MODES:
             self.consumed.append(delivery)
@@ -166,7 +165,7 @@ class AckState:
                 consumer._rotate()
 
     def after_app(
-        self, consumer: MessageConsumer, delivery: Delivery, failed: bool, now: float
+        self, consumer: AckConsumer, delivery: Delivery, failed: bool, now: float
     ) -> None:
         """The application has seen ``delivery`` (receive returned, listener finished)."""
         mode = self.ack_mode
@@ -303,7 +302,7 @@ class AckState:
         settled = self.redeliver(consumed, time.monotonic(), record=False)
         return bool(internal) or settled
 
-    def recover(self, consumers: Iterable[MessageConsumer]) -> None:
+    def recover(self, consumers: Iterable[AckConsumer]) -> None:
         """Redeliver everything delivered and not acknowledged (batched acks included)."""
         pending = list(self.consumed)
         self.consumed.clear()

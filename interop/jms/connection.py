@@ -230,10 +230,9 @@ class Connection:
             self._sessions.append(session)
         return session
 
-    def _session_closed(self, session: Session) -> None:
+    def _session_closed(self, session: object) -> None:
         with self._lock:
-            if session in self._sessions:
-                self._sessions.remove(session)
+            self._sessions = [known for known in self._sessions if known is not session]
 
     def _durable_in_use(self, name: str) -> bool:
         with self._lock:

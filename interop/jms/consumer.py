@@ -33,22 +33,19 @@ from __future__ import annotations
 import bisect
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import Any
 
 from interop.jms.acks import AckBatcher, WindowTracker
 from interop.jms.delivery import Delivery
 from interop.jms.destinations import Destination
 from interop.jms.errors import JMSException
 from interop.jms.messages import Message
+from interop.jms.ports import ConsumerSession, MessageListener
 from interop.jms.selector import Predicate
-
-if TYPE_CHECKING:
-    from interop.jms.session import Session
 
 __all__ = ["MessageConsumer", "MessageListener"]
 
-MessageListener = Callable[[Message], None]
 _PULL_FIRST_WAIT = 0.005
 _PULL_MAX_WAIT = 0.1
 
@@ -71,7 +68,7 @@ class MessageConsumer:
 
     def __init__(
         self,
-        session: Session,
+        session: ConsumerSession[MessageConsumer],
         destination: Destination,
         queue: str,
         prefetch: int,
@@ -169,16 +166,13 @@ class MessageConsumer:
         """
         session = self._session
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
-        with session._cond:
-            session._check_receive()
-            session._receivers += 1
+        session._begin_receive()
         try:
             if self.prefetch == 0:
                 return self._pull(deadline)
             return self._push(deadline)
         finally:
-            with session._cond:
-                session._receivers -= 1
+            session._end_receive()
 
     def receive_no_wait(self) -> Message | None:
         """The next message if one is here already, else None (``receive(0)``)."""
@@ -205,7 +199,7 @@ class MessageConsumer:
                     return None
                 now = time.monotonic()
                 wake = None
-                if session._connection.started:
+                if session._started:
                     delivery, wake = self._take(now)
                     if delivery is not None:
                         return self._deliver(delivery)
@@ -223,7 +217,7 @@ class MessageConsumer:
                 if self.closed or session.closed:
                     return None
                 now = time.monotonic()
-                if not session._connection.started:
+                if not session._started:
                     if deadline is not None and now >= deadline:
                         return None
                     session._wait(deadline)

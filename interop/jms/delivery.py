@@ -3,14 +3,31 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from interop.jms.acks import WindowTracker
 from interop.jms.messages import Message
 
-if TYPE_CHECKING:
-    from interop.jms.consumer import MessageConsumer
+__all__ = ["Delivery", "DeliveryOwner"]
 
-__all__ = ["Delivery"]
+
+class DeliveryOwner(Protocol):
+    """What the session's acknowledgement state needs of the consumer a delivery belongs to
+    (`interop.jms.consumer.MessageConsumer`)."""
+
+    @property
+    def closed(self) -> bool:
+        """The consumer is closed: a local redelivery goes back to the queue instead."""
+        ...
+
+    @property
+    def window(self) -> WindowTracker | None:
+        """Its window tracker (CLIENT, INDIVIDUAL, transacted), told of every settlement."""
+        ...
+
+    def _push_redelivery(self, delivery: Delivery) -> None:
+        """Queue a local redelivery (ready at ``delivery.ready_at``)."""
+        ...
 
 
 @dataclass(slots=True, eq=False)
@@ -33,7 +50,7 @@ class Delivery:
 
     tag: int
     consumer_tag: str
-    owner: MessageConsumer
+    owner: DeliveryOwner
     message: Message
     counter: int
     broker_redelivered: bool

@@ -11,20 +11,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Generic, TypeVar
 
-if TYPE_CHECKING:
-    from interop.jms.session import Session
+from interop.jms.ports import ListenerConsumer, ListenerSession
 
 __all__ = ["Dispatcher"]
 
 log = logging.getLogger(__name__)
 
+ConsumerT = TypeVar("ConsumerT", bound=ListenerConsumer)
 
-class Dispatcher:
+
+class Dispatcher(Generic[ConsumerT]):
     """Runs the message listeners of one session on a daemon thread."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: ListenerSession[ConsumerT]) -> None:
         self._session = session
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="jms-session", daemon=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from interop.jms.constants import DEFAULT_PRIORITY, DeliveryMode
 from interop.jms.destinations import Destination
@@ -22,9 +22,7 @@ from interop.jms.errors import (
     MessageFormatException,
 )
 from interop.jms.messages import BytesMessage, MapMessage, Message, TextMessage
-
-if TYPE_CHECKING:
-    from interop.jms.session import Session
+from interop.jms.ports import ProducerSession
 
 __all__ = ["MessageProducer"]
 
@@ -55,7 +53,7 @@ class MessageProducer:
         disable_message_timestamp: Do not set ``timestamp``.
     """
 
-    def __init__(self, session: Session, destination: Destination | None) -> None:
+    def __init__(self, session: ProducerSession, destination: Destination | None) -> None:
         self._session = session
         self.destination = destination
         self.delivery_mode = DeliveryMode.PERSISTENT

@@ -15,8 +15,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
 
 from interop.jms import codec
 from interop.jms.acks import consumer_helpers
@@ -41,12 +40,10 @@ from interop.jms.errors import (
     TransactionRolledBackException,
 )
 from interop.jms.messages import Message
+from interop.jms.ports import MessageListener, SessionConnection
 from interop.jms.producer import MessageProducer
 from interop.jms.selector import compile_selector
 from interop.jms.transport import ChannelLink
-
-if TYPE_CHECKING:
-    from interop.jms.connection import Connection
 
 __all__ = ["Session"]
 
@@ -73,9 +70,11 @@ class Session:
     """A single-threaded context for producing and consuming (JMS ``Session``).
 
     Create it with `Connection.create_session`. It is a context manager (closed on exit).
+    Its consumers, producers and listener thread reach it through the Protocols of
+    `interop.jms.ports` (``ConsumerSession``, ``ProducerSession``, ``ListenerSession``).
     """
 
-    def __init__(self, connection: Connection, link: ChannelLink, ack_mode: AckMode) -> None:
+    def __init__(self, connection: SessionConnection, link: ChannelLink, ack_mode: AckMode) -> None:
         self._connection = connection
         self._options = connection.options
         self._link = link
@@ -95,7 +94,7 @@ class Session:
         self._rr = 0
         self._closed = False
         self._error: JMSException | None = None
-        self._dispatcher: Dispatcher | None = None
+        self._dispatcher: Dispatcher[MessageConsumer] | None = None
         self._in_listener = False
         link.on_close = self._channel_failed
         link.on_consumer_cancelled = self._consumer_cancelled
@@ -437,7 +436,7 @@ class Session:
     def _next_for_listener(self, now: float) -> tuple[MessageConsumer, Delivery] | float | None:
         """Dispatcher: the next (consumer, delivery) for a listener, or when to look again
         (a monotonic time), or None (nothing to wait for)."""
-        if self._closed or self._error is not None or not self._connection.started:
+        if self._closed or self._error is not None or not self._started:
             return None
         consumers = self._consumers
         count = len(consumers)
@@ -556,12 +555,24 @@ class Session:
             raise IllegalStateException("The Session is closed")
         self._raise_if_failed()
 
-    def _check_receive(self) -> None:
-        """The exclusivity rule, receive side."""
-        if any(consumer._listener is not None for consumer in self._consumers):
-            raise IllegalStateException(
-                "Cannot synchronously receive a message when a MessageListener is set"
-            )
+    @property
+    def _started(self) -> bool:
+        """The connection is started: messages may reach the application."""
+        return self._connection.started
+
+    def _begin_receive(self) -> None:
+        """A receive starts: the exclusivity rule, receive side."""
+        with self._cond:
+            if any(consumer._listener is not None for consumer in self._consumers):
+                raise IllegalStateException(
+                    "Cannot synchronously receive a message when a MessageListener is set"
+                )
+            self._receivers += 1
+
+    def _end_receive(self) -> None:
+        """A receive ended."""
+        with self._cond:
+            self._receivers -= 1
 
     def _wait(self, until: float | None) -> None:
         """Wait on the condition until notified or the monotonic deadline."""
@@ -570,9 +581,7 @@ class Session:
         else:
             self._cond.wait(max(0.0, until - time.monotonic()))
 
-    def _set_listener(
-        self, consumer: MessageConsumer, listener: Callable[[Message], None] | None
-    ) -> None:
+    def _set_listener(self, consumer: MessageConsumer, listener: MessageListener | None) -> None:
         with self._cond:
             self._check_open()
             if listener is not None and self._receivers > 0:
@@ -583,11 +592,6 @@ class Session:
             if listener is not None:
                 self._ensure_dispatcher()
             self._cond.notify_all()
-
-    @property
-    def in_listener(self) -> bool:
-        """True while a listener of this session runs."""
-        return self._in_listener
 
     def _wait_listener_idle(self) -> None:
         """Connection.stop(): wait for a running listener to return."""

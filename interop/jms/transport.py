@@ -274,11 +274,6 @@ class ChannelLink:
         """True until the channel closed."""
         return self.error is None and not self._closing
 
-    def raise_if_closed(self) -> None:
-        """Raise the error that closed the channel, if any."""
-        if self.error is not None:
-            raise self.error
-
     # -- requests with a reply ---------------------------------------------------------------------
     def request(self, start: Callable[[Callable[[Any], None]], None], what: str) -> Any:
         """Run ``start(done)`` on the I/O thread and wait until it calls ``done(value)``."""

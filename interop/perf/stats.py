@@ -110,14 +110,3 @@ class LatencySummary:
             out[f"p{pct:g}"] = value
         out["max"] = self.high
         return out
-
-
-def median(values: list[float]) -> float:
-    """The median of a non-empty list (mean of the two middle values for an even count)."""
-    if not values:
-        raise ValueError("median of no values")
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    if len(ordered) % 2:
-        return ordered[mid]
-    return (ordered[mid - 1] + ordered[mid]) / 2

@@ -21,6 +21,8 @@ from typing import Any
 
 import pika
 import pytest
+
+pytest.importorskip("pyspark", reason="the Spark connector needs pyspark (the spark extra)")
 from pyspark import TaskContext, cloudpickle
 from pyspark.errors import AnalysisException, PythonException
 from pyspark.sql import DataFrame, SparkSession

@@ -185,22 +185,24 @@ def test_x_expires_deletes_an_unused_queue(conn: pika.BlockingConnection) -> Non
 def test_x_expires_lease_is_renewed_by_consumers_gets_and_declares(
     conn: pika.BlockingConnection,
 ) -> None:
+    """The lease is long enough that a loaded machine cannot miss a renewal by accident (the
+    exact boundaries are tested without sockets in tests/unit/test_protocol_ttl.py)."""
+    lease = 1.0
     ch = conn.channel()
-    ch.queue_declare("leased", arguments={"x-expires": 300})
+    ch.queue_declare("leased", arguments={"x-expires": int(lease * 1000)})
     tag = ch.basic_consume("leased", lambda *_: None)
-    conn.sleep(0.6)  # twice the lease with a consumer attached
+    conn.sleep(1.5 * lease)  # longer than the lease with a consumer attached
     ch.basic_cancel(tag)
-    deadline = time.monotonic() + 0.6
+    deadline = time.monotonic() + 1.5 * lease
     while time.monotonic() < deadline:  # each use renews the lease (RabbitMQ 3.10 behaviour)
         ch.queue_declare("leased", passive=True)
-        conn.sleep(0.05)
+        conn.sleep(0.1)
         assert ch.basic_get("leased")[0] is None
-        conn.sleep(0.05)
+        conn.sleep(0.1)
     assert ch.queue_declare("leased", passive=True).method.consumer_count == 0
-    assert wait_until_unroutable(conn, "leased", deadline_s=5.0) < 5.0
+    assert wait_until_unroutable(conn, "leased", deadline_s=10.0) < 10.0
 
 
-# -- dead-lettering -------------------------------------------------------------------------
 def test_rejected_message_is_dead_lettered_with_rabbitmq_headers(
     conn: pika.BlockingConnection,
 ) -> None:

@@ -1,8 +1,8 @@
 """Drive the sans-IO engine with frames built by pamqp (no sockets, no clock).
 
-Time is the client's ``now`` (unix seconds): every chunk it hands the engine carries it, and
-`advance` moves it on and runs the broker's and the connection's timers, as the shell's
-ticker does.
+Time is the core's: `advance` moves the client's ``now`` on and hands it to the broker's and
+the connection's timers (``tick(now)``), as the shell's ticker does; chunks handed to the
+engine after that happen at that time (``receive_data`` without ``now``).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ class Client:
         }
 
     def feed(self, data: bytes) -> None:
-        """Hand the engine raw bytes, received at ``now``."""
-        self.conn.receive_data(data, self.now)
+        """Hand the engine raw bytes (at the core's current time)."""
+        self.conn.receive_data(data)
 
     def advance(self, seconds: float) -> None:
         """Let ``seconds`` pass and run the timers (queue TTL / x-expires, heartbeats)."""

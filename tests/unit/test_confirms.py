@@ -309,10 +309,9 @@ def test_coalesce_is_minimal_among_go_safe_sequences() -> None:
 # --------------------------------------------------------------------------- tracker: examples
 
 
-def test_track_without_tokens_acks_at_once() -> None:
+def test_track_not_waiting_acks_at_once() -> None:
     t = ConfirmTracker()
-    t.track(1, [])
-    assert t.unconfirmed == 0
+    t.track(1)
     assert t.smallest_unconfirmed() is None
     assert t.take_frames() == [ack(1)]
     assert t.take_frames() == []
@@ -321,59 +320,46 @@ def test_track_without_tokens_acks_at_once() -> None:
 def test_track_requires_consecutive_numbers() -> None:
     t = ConfirmTracker()
     with pytest.raises(ValueError, match="expected sequence number 1"):
-        t.track(2, ["q"])
-    t.track(1, ["q"])
+        t.track(2, waiting=True)
+    t.track(1, waiting=True)
     with pytest.raises(ValueError):
-        t.track(1, ["q"])
+        t.track(1, waiting=True)
     with pytest.raises(ValueError):
-        t.track(3, ["q"])
+        t.track(3, waiting=True)
 
 
-def test_waits_for_every_token() -> None:
+def test_waits_until_acked() -> None:
     t = ConfirmTracker()
-    t.track(1, ["q1", "q2", "q2"])
-    t.settle(1, "q1")
+    t.track(1, waiting=True)
     assert t.take_frames() == []
-    assert t.unconfirmed == 1
-    t.settle(1, "q1")  # repeated: ignored
-    t.settle(1, "other")  # not waited for: ignored
-    assert t.take_frames() == []
-    t.settle(1, "q2")
-    assert t.unconfirmed == 0
+    assert t.smallest_unconfirmed() == 1
+    t.ack([1])
+    assert t.smallest_unconfirmed() is None
     assert t.take_frames() == [ack(1)]
+    t.ack([1])  # repeated: ignored
+    assert t.take_frames() == []
 
 
-def test_unknown_seq_and_token_are_ignored() -> None:
+def test_unknown_seq_is_ignored() -> None:
     t = ConfirmTracker()
-    t.track(1, ["q"])
-    t.settle(99, "q")
-    t.settle(1, "x")
+    t.track(1, waiting=True)
+    t.ack([99])
     t.reject(99)
-    t.settle_token("q", [5, 6])
-    assert t.unconfirmed == 1
+    t.ack([5, 6])
+    assert t.smallest_unconfirmed() == 1
     assert t.take_frames() == []
-
-
-def test_none_is_a_valid_token() -> None:
-    t = ConfirmTracker()
-    t.track(1, [None])
-    t.settle(1, "q")
-    assert t.unconfirmed == 1
-    t.settle(1, None)
-    assert t.take_frames() == [ack(1)]
 
 
 def test_reject_wins_and_is_exclusive() -> None:
     t = ConfirmTracker()
-    t.track(1, ["q1", "q2"])
-    t.track(2, ["q1"])
-    t.settle(1, "q1")
+    t.track(1, waiting=True)
+    t.track(2, waiting=True)
     t.reject(1)
-    t.settle(1, "q2")  # after reject: ignored
+    t.ack([1])  # after reject: ignored
     t.reject(1)  # twice: ignored
-    t.settle(2, "q1")
+    t.ack([2])
     t.reject(2)  # already acked: ignored
-    assert t.unconfirmed == 0
+    assert t.smallest_unconfirmed() is None
     assert t.take_frames() == [nack(1), ack(2)]
     assert t.take_frames() == []
 
@@ -382,80 +368,43 @@ def test_smallest_unconfirmed_moves_up() -> None:
     t = ConfirmTracker()
     assert t.smallest_unconfirmed() is None
     for seq in range(1, 6):
-        t.track(seq, ["q"])
+        t.track(seq, waiting=True)
     assert t.smallest_unconfirmed() == 1
-    t.settle(2, "q")
-    t.settle(1, "q")
+    t.ack([2])
+    t.ack([1])
     assert t.smallest_unconfirmed() == 3
     t.reject(3)
-    t.settle(5, "q")
+    t.ack([5])
     assert t.smallest_unconfirmed() == 4
-    assert t.unconfirmed == 1
-    t.settle(4, "q")
+    t.ack([4])
     assert t.smallest_unconfirmed() is None
-    t.track(6, ["q"])
+    t.track(6, waiting=True)
     assert t.smallest_unconfirmed() == 6
 
 
 def test_flush_with_gap() -> None:
     t = ConfirmTracker()
     for seq in range(1, 6):
-        t.track(seq, ["q"])
-    t.settle_token("q", [1, 2, 3, 5])
+        t.track(seq, waiting=True)
+    t.ack([1, 2, 3, 5])
     assert t.take_frames() == [ack(3, True), ack(5)]
-    t.settle(4, "q")
+    t.ack([4])
     assert t.take_frames() == [ack(4)]
 
 
-def test_settle_token_bulk() -> None:
+def test_ack_bulk() -> None:
     t = ConfirmTracker()
     for seq in range(1, 1001):
-        t.track(seq, ["disk"])
-    t.settle_token("disk", range(1, 1001))
+        t.track(seq, waiting=True)
+    t.ack(range(1, 1001))
     assert t.take_frames() == [ack(1000, True)]
-
-
-def test_remove_token_confirms_like_queue_deletion() -> None:
-    t = ConfirmTracker()
-    t.track(1, ["q1", "q2"])
-    t.track(2, ["q2"])
-    t.track(3, ["q1"])
-    t.remove_token("q2")
-    assert t.unconfirmed == 2
-    assert t.take_frames() == [ack(2)]
-    t.remove_token("q1")
-    # 2 was reported before as an ack, so one multiple ack may cover it.
-    assert t.take_frames() == [ack(3, True)]
-
-
-def test_remove_token_in_order() -> None:
-    t = ConfirmTracker()
-    for seq in range(1, 4):
-        t.track(seq, ["q"])
-    t.remove_token("q")
-    assert t.take_frames() == [ack(3, True)]
-
-
-def test_nack_all() -> None:
-    t = ConfirmTracker()
-    t.track(1, ["q"])
-    t.track(2, [])
-    t.track(3, ["q", "r"])
-    t.track(4, ["q"])
-    t.nack_all()
-    assert t.unconfirmed == 0
-    assert t.smallest_unconfirmed() is None
-    t.settle(3, "q")
-    assert t.take_frames() == [nack(1), ack(2), nack(4, True)]
-    t.nack_all()
-    assert t.take_frames() == []
 
 
 def test_mixed_flush() -> None:
     t = ConfirmTracker()
     for seq in range(1, 7):
-        t.track(seq, ["q"])
-    t.settle_token("q", [1, 2, 5, 6])
+        t.track(seq, waiting=True)
+    t.ack([1, 2, 5, 6])
     t.reject(3)
     t.reject(4)
     assert t.take_frames() == [ack(2, True), nack(4, True), ack(6, True)]
@@ -465,13 +414,13 @@ def test_loose_nack_is_not_relabelled_by_a_later_multiple_ack() -> None:
     # RabbitMQ would send nack(2) and later ack(3, multiple): amqp091-go would then
     # report 2 as acked.
     t = ConfirmTracker()
-    t.track(1, ["slow"])
-    t.track(2, ["full"])
+    t.track(1, waiting=True)
+    t.track(2, waiting=True)
     t.reject(2)
     assert t.take_frames() == [nack(2)]
-    t.track(3, ["fast"])
-    t.settle(3, "fast")
-    t.settle(1, "slow")
+    t.track(3, waiting=True)
+    t.ack([3])
+    t.ack([1])
     frames = t.take_frames()
     assert frames == [ack(1), ack(3)]
     _, gc, _ = apply_to_clients([nack(2), *frames], 3)
@@ -480,24 +429,25 @@ def test_loose_nack_is_not_relabelled_by_a_later_multiple_ack() -> None:
 
 def test_loose_ack_is_not_relabelled_by_a_later_multiple_nack() -> None:
     t = ConfirmTracker()
-    t.track(1, ["slow"])
-    t.track(2, ["fast"])
-    t.settle(2, "fast")
+    t.track(1, waiting=True)
+    t.track(2, waiting=True)
+    t.ack([2])
     assert t.take_frames() == [ack(2)]
-    t.track(3, ["slow"])
-    t.nack_all()
+    t.track(3, waiting=True)
+    t.reject(1)
+    t.reject(3)
     assert t.take_frames() == [nack(1), nack(3)]
 
 
 def test_loose_tag_of_same_kind_does_not_split() -> None:
     t = ConfirmTracker()
     for seq in range(1, 6):
-        t.track(seq, ["q"])
-    t.settle_token("q", [2, 3])
+        t.track(seq, waiting=True)
+    t.ack([2, 3])
     t.reject(4)
     assert t.take_frames() == [ack(2), ack(3), nack(4)]
-    t.settle(1, "q")
-    t.settle(5, "q")
+    t.ack([1])
+    t.ack([5])
     # 2 and 3 are loose acks of the same kind as 1, but the loose nack 4 sits
     # between 1 and 5, so they cannot share one ack(5, multiple).
     assert t.take_frames() == [ack(1), ack(5)]
@@ -506,20 +456,19 @@ def test_loose_tag_of_same_kind_does_not_split() -> None:
 def test_thousand_in_flight_settled_in_five_batches_is_five_frames() -> None:
     t = ConfirmTracker()
     for seq in range(1, 1001):
-        t.track(seq, ["q1", "q2"])
-    t.settle_token("q1", range(1, 1001))
+        t.track(seq, waiting=True)
     rng = random.Random(7)
     frames: list[ConfirmFrame] = []
     for start in range(1, 1001, 200):
         batch = list(range(start, start + 200))
         rng.shuffle(batch)
         for seq in batch:
-            t.settle(seq, "q2")
+            t.ack([seq])
         got = t.take_frames()
         assert got == [ack(start + 199, True)]
         frames.extend(got)
     assert len(frames) == 5
-    assert t.unconfirmed == 0
+    assert t.smallest_unconfirmed() is None
 
 
 def test_many_messages_front_settlement_is_linear() -> None:
@@ -530,45 +479,36 @@ def test_many_messages_front_settlement_is_linear() -> None:
     total = 200_000
     frames = 0
     for seq in range(1, total + 1):
-        t.track(seq, ("q",))
+        t.track(seq, waiting=True)
         if seq > in_flight:
-            t.settle(seq - in_flight, "q")
+            t.ack([seq - in_flight])
             if seq % 100 == 0:
                 frames += len(t.take_frames())
                 assert t.smallest_unconfirmed() == seq - in_flight + 1
-    t.settle_token("q", range(total - in_flight + 1, total + 1))
+    t.ack(range(total - in_flight + 1, total + 1))
     frames += len(t.take_frames())
-    assert t.unconfirmed == 0
+    assert t.smallest_unconfirmed() is None
     assert frames == (total - in_flight) // 100 + 1
 
 
 # --------------------------------------------------------------------------- tracker: properties
 
 
-@given(
-    n=st.integers(1, 300),
-    tokens=st.integers(1, 3),
-    seed=st.integers(0, 2**32 - 1),
-    nack=st.booleans(),
-)
+@given(n=st.integers(1, 300), seed=st.integers(0, 2**32 - 1), nack=st.booleans())
 def test_consecutive_batch_with_nothing_outstanding_is_one_frame(
-    n: int, tokens: int, seed: int, nack: bool
+    n: int, seed: int, nack: bool
 ) -> None:
     t = ConfirmTracker()
-    names = [f"q{i}" for i in range(tokens)]
     for seq in range(1, n + 1):
-        t.track(seq, names)
-    order = [(seq, q) for seq in range(1, n + 1) for q in names]
+        t.track(seq, waiting=True)
+    order = list(range(1, n + 1))
     random.Random(seed).shuffle(order)
-    if nack:
-        for seq in random.Random(seed).sample(range(1, n + 1), n):
+    for seq in order:
+        if nack:
             t.reject(seq)
-    for seq, q in order:
-        t.settle(seq, q)
+        else:
+            t.ack([seq])
     assert t.take_frames() == [ConfirmFrame(not nack, n, n > 1)]
-
-
-TOKENS = ("a", "b", "c")
 
 
 class TrackerMachine(RuleBasedStateMachine):
@@ -578,7 +518,7 @@ class TrackerMachine(RuleBasedStateMachine):
         super().__init__()
         self.tracker = ConfirmTracker()
         self.next_seq = 1
-        self.waiting: dict[int, set[str]] = {}  # model: unsettled seq -> tokens left
+        self.waiting: set[int] = set()  # model: unsettled seqs
         self.outcome: dict[int, bool] = {}  # model: settled seq -> ack?
         self.set_client = SetClient()
         self.go_client = GoClient()
@@ -587,65 +527,40 @@ class TrackerMachine(RuleBasedStateMachine):
     def start(self) -> None:
         pass
 
-    def _settle(self, seq: int, token: str) -> None:
-        left = self.waiting.get(seq)
-        if left is None:
-            return
-        left.discard(token)
-        if not left:
-            del self.waiting[seq]
-            self.outcome[seq] = True
+    def _settle(self, seq: int, kind: bool) -> None:
+        if seq in self.waiting:
+            self.waiting.discard(seq)
+            self.outcome[seq] = kind
 
-    @rule(tokens=st.sets(st.sampled_from(TOKENS), max_size=3), repeat=st.integers(1, 4))
-    def track(self, tokens: set[str], repeat: int) -> None:
+    @rule(waiting=st.booleans(), repeat=st.integers(1, 4))
+    def track(self, waiting: bool, repeat: int) -> None:
         for _ in range(repeat):
             seq = self.next_seq
             self.next_seq += 1
-            self.tracker.track(seq, list(tokens) * 2)
+            self.tracker.track(seq, waiting)
             self.set_client.publish(seq)
             self.go_client.publish()
-            if tokens:
-                self.waiting[seq] = set(tokens)
+            if waiting:
+                self.waiting.add(seq)
             else:
                 self.outcome[seq] = True
 
     @precondition(lambda self: self.next_seq > 1)
-    @rule(data=st.data(), token=st.sampled_from(TOKENS))
-    def settle(self, data: st.DataObject, token: str) -> None:
-        seq = data.draw(st.integers(1, self.next_seq))  # may be unknown
-        self.tracker.settle(seq, token)
-        self._settle(seq, token)
-
-    @precondition(lambda self: self.next_seq > 1)
-    @rule(data=st.data(), token=st.sampled_from(TOKENS))
-    def settle_token(self, data: st.DataObject, token: str) -> None:
-        seqs = data.draw(st.lists(st.integers(1, self.next_seq), max_size=8))
-        self.tracker.settle_token(token, seqs)
-        for seq in seqs:
-            self._settle(seq, token)
-
-    @precondition(lambda self: self.next_seq > 1)
     @rule(data=st.data())
-    def reject(self, data: st.DataObject) -> None:
+    def ack(self, data: st.DataObject) -> None:
+        seqs = data.draw(st.lists(st.integers(1, self.next_seq), max_size=8))  # may be unknown
+        self.tracker.ack(seqs)
+        for seq in seqs:
+            self._settle(seq, True)
+
+    @precondition(lambda self: self.next_seq > 1)
+    @rule(data=st.data(), dice=st.integers(0, 2))
+    def reject(self, data: st.DataObject, dice: int) -> None:
+        if dice:  # keep it rarer so that long runs of acks also happen
+            return
         seq = data.draw(st.integers(1, self.next_seq))
         self.tracker.reject(seq)
-        if self.waiting.pop(seq, None) is not None:
-            self.outcome[seq] = False
-
-    @rule(token=st.sampled_from(TOKENS))
-    def remove_token(self, token: str) -> None:
-        self.tracker.remove_token(token)
-        for seq in list(self.waiting):
-            self._settle(seq, token)
-
-    @rule(dice=st.integers(0, 9))
-    def nack_all(self, dice: int) -> None:
-        if dice:  # keep it rare so that long runs of acks also happen
-            return
-        self.tracker.nack_all()
-        for seq in self.waiting:
-            self.outcome[seq] = False
-        self.waiting.clear()
+        self._settle(seq, False)
 
     @rule()
     def take_frames(self) -> None:
@@ -661,9 +576,9 @@ class TrackerMachine(RuleBasedStateMachine):
             settled.update(self.set_client.apply(frame))
             self.go_client.apply(frame)
         # Exactly what was settled since the last flush, with the right kind: never
-        # something still waiting for a token, never anything twice.
+        # something still waiting, never anything twice.
         assert settled == new
-        assert self.set_client.outstanding == set(self.waiting)
+        assert self.set_client.outstanding == self.waiting
         for seq, kind in self.go_client.view().items():
             assert self.outcome[seq] is kind, f"go client got {seq} wrong"
         if new:
@@ -676,15 +591,13 @@ class TrackerMachine(RuleBasedStateMachine):
         assert len(frames) <= len(new)
 
     @invariant()
-    def counts_match(self) -> None:
-        assert self.tracker.unconfirmed == len(self.waiting)
+    def smallest_matches(self) -> None:
         assert self.tracker.smallest_unconfirmed() == min(self.waiting, default=None)
 
     def teardown(self) -> None:
-        for seq in list(self.waiting):
-            for token in list(self.waiting[seq]):
-                self.tracker.settle(seq, token)
-                self._settle(seq, token)
+        for seq in sorted(self.waiting):
+            self.tracker.ack([seq])
+            self._settle(seq, True)
         self.flush()
         published = set(range(1, self.next_seq))
         assert self.set_client.result == self.outcome

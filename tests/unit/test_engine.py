@@ -249,7 +249,7 @@ def test_multiple_ack_and_nack_settle_ranges() -> None:
     client.send(1, commands.Basic.Nack(delivery_tag=5, multiple=True, requeue=False))
     assert list(channel.unacked) == [6]
     client.send(1, commands.Basic.Ack(delivery_tag=0, multiple=True))
-    assert channel.unacked == {}
+    assert list(channel.unacked) == []
     assert broker.vhosts["/"].queues["q"].message_count == 0
     client.send(1, commands.Basic.Ack(delivery_tag=2))
     close = client.methods()[-1]
@@ -310,7 +310,7 @@ def test_nothing_is_buffered_after_a_framing_error() -> None:
 def test_publisher_flooding_a_consumed_queue_is_flagged_for_flow_control() -> None:
     from amqpd.engine.channel import FLOW_BACKLOG
 
-    broker = Broker()
+    broker = Broker(now=1000.0)
     client = Client(broker, now=1000.0)
     client.handshake()
     client.open_channel()
@@ -329,6 +329,6 @@ def test_publisher_flooding_a_consumed_queue_is_flagged_for_flow_control() -> No
     assert [q.name for q in client.conn.flow_queues] == ["q"]
     # a consumer that settled nothing for a while is stuck: publishers are not paused for it
     client.conn.flow_queues.clear()
-    client.now += 1.0
+    client.advance(1.0)
     client.feed(Client.encode_publish(1, "q", b"x"))
     assert not client.conn.flow_queues

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pamqp import commands
+from pamqp import commands, frame
 
 from amqpd.engine.connection import State
 from amqpd.model.broker import Broker
+from amqpd.wire import codec
+from amqpd.wire.errors import ReplyCode
 from tests.unit.engine_driver import Client
 
 FRAME_TYPES = st.sampled_from([1, 2, 3, 8, 0, 4, 255])
@@ -55,12 +57,57 @@ def test_random_frames_after_handshake_never_crash(chunks: list[bytes], split: i
     assert isinstance(other.methods()[-1], commands.Queue.DeclareOk)
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.binary(max_size=300))
-def test_random_bytes_from_the_first_byte_never_crash(data: bytes) -> None:
+HEADER_PREFIXES = st.sampled_from([b"", codec.PROTOCOL_HEADER[:4], codec.PROTOCOL_HEADER])
+
+
+def decode_frames(data: bytes) -> list[tuple[int, object]]:
+    """Every byte the broker wrote, as frames (pamqp raises on anything else)."""
+    out = []
+    while data:
+        consumed, channel, value = frame.unmarshal(data)
+        assert consumed > 0
+        out.append((channel, value))
+        data = data[consumed:]
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    HEADER_PREFIXES,
+    st.one_of(st.binary(max_size=300), st.lists(frames(), max_size=4).map(b"".join)),
+)
+def test_random_bytes_from_the_first_byte_never_crash(prefix: bytes, garbage: bytes) -> None:
+    """Whatever arrives first, the broker answers in one of three well-formed ways: it waits
+    for the rest of a protocol header, refuses a wrong header with its own header (and closes),
+    or greets with Connection.Start; after that, at most one Connection.Close with a hard
+    RabbitMQ reply code (never 541, which means a broker bug), and then nothing more."""
+    data = prefix + garbage
     client = Client(Broker())
-    client.feed(data)
-    client.conn.data_to_send()
+    conn = client.conn
+    conn.receive_data(data)
+    out = conn.data_to_send()
+    if len(data) < 8 and codec.PROTOCOL_HEADER.startswith(data):  # incomplete: keep waiting
+        assert (out, conn.state, conn.should_close) == (b"", State.AWAIT_HEADER, False)
+        return
+    if not data.startswith(codec.PROTOCOL_HEADER):  # refused: our header, then hang up
+        assert out == codec.PROTOCOL_HEADER
+        assert conn.state is State.CLOSED and conn.should_close
+        return
+    frames = decode_frames(out)
+    assert isinstance(frames[0][1], commands.Connection.Start), frames
+    rest = frames[1:]
+    assert all(channel == 0 for channel, _value in rest), rest
+    closes = [value for _channel, value in rest if isinstance(value, commands.Connection.Close)]
+    assert [value for _channel, value in rest] == closes[:1], rest  # nothing but one Close
+    if closes:
+        code = ReplyCode(closes[0].reply_code)  # a known code, not just any number
+        assert code is not ReplyCode.INTERNAL_ERROR and code.closes_connection, closes[0]
+        assert closes[0].reply_text.startswith(code.name), closes[0]
+        assert conn.state in (State.CLOSING, State.CLOSED)
+        conn.receive_data(garbage)  # a closing connection says nothing more
+        assert conn.data_to_send() == b""
+    else:
+        assert conn.state is State.AWAIT_START_OK and not conn.should_close
 
 
 def test_internal_errors_become_541_for_that_connection_only() -> None:

@@ -29,6 +29,7 @@ from exchanges import (
     create_router,
 )
 from exchanges.headers_match import validate_x_match
+from exchanges.identity import arguments_key
 from exchanges.topic_trie import split_key
 
 
@@ -38,6 +39,15 @@ def q(name: str) -> tuple[str, str]:
 
 
 ALL_TYPES = sorted(EXCHANGE_TYPES)
+
+
+def has_binding(
+    router: Router, destination: Hashable, routing_key: str, arguments: Mapping[str, object]
+) -> bool:
+    """The identical binding is listed (arguments compared as binding identity does: by
+    value, AMQP types kept apart)."""
+    wanted = (destination, routing_key, arguments_key(arguments))
+    return any((d, k, arguments_key(a)) == wanted for d, k, a in router.bindings())
 
 
 # --------------------------------------------------------------------------- package
@@ -101,9 +111,9 @@ def test_bind_is_idempotent(type_name: str) -> None:
     assert router.bind(q("a"), "k", {}) is True
     assert router.bind(q("a"), "k", {}) is False
     assert len(router) == 1
-    assert router.has_binding(q("a"), "k", {})
-    assert not router.has_binding(q("a"), "other", {})
-    assert not router.has_binding(q("b"), "k", {})
+    assert has_binding(router, q("a"), "k", {})
+    assert not has_binding(router, q("a"), "other", {})
+    assert not has_binding(router, q("b"), "k", {})
 
 
 @pytest.mark.parametrize("type_name", ALL_TYPES)
@@ -141,7 +151,7 @@ def test_arguments_are_part_of_binding_identity(type_name: str) -> None:
     assert len(router) == len(variants)
     for args in variants:
         assert router.bind(q("a"), "k", args) is False, args
-        assert router.has_binding(q("a"), "k", args), args
+        assert has_binding(router, q("a"), "k", args), args
 
 
 @pytest.mark.parametrize("type_name", ALL_TYPES)
@@ -151,7 +161,7 @@ def test_unhashable_arguments_compare_by_value(type_name: str) -> None:
     same: dict[str, object] = {"x-b": [[1], []], "x-a": {"o": 2, "n": [1, {"m": b"z"}]}}
     assert router.bind(q("a"), "k", args) is True
     assert router.bind(q("a"), "k", same) is False
-    assert router.has_binding(q("a"), "k", same)
+    assert has_binding(router, q("a"), "k", same)
     assert router.unbind(q("a"), "k", same) is True
     assert len(router) == 0
 
@@ -164,7 +174,7 @@ def test_arguments_are_copied(type_name: str) -> None:
     router.bind(q("a"), "k", args)
     nested.append(2)
     args["x-b"] = 3
-    assert router.has_binding(q("a"), "k", {"x-a": [1]})
+    assert has_binding(router, q("a"), "k", {"x-a": [1]})
     (binding,) = router.bindings()
     binding[2]["x-a"] = "changed"
     assert list(router.bindings()) == [(q("a"), "k", {"x-a": [1]})]

@@ -51,7 +51,7 @@ def test_a_connection_to_close_is_reported_even_without_output() -> None:
 
 
 def test_a_flooding_publisher_waits_until_its_queue_catches_up_or_at_most_a_while() -> None:
-    broker = Broker()
+    broker = Broker(now=1000.0)
     client = Client(broker, now=1000.0)
     client.handshake()
     client.open_channel()

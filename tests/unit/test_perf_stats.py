@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from interop.perf.confirms import ConfirmTracker
 from interop.perf.profiles import format_table, top_functions
-from interop.perf.stats import Histogram, bucket_bounds, bucket_of, median
+from interop.perf.stats import Histogram, bucket_bounds, bucket_of
 
 
 @given(st.integers(0, 2**40))
@@ -70,11 +70,6 @@ def test_negative_latency_counts_as_zero() -> None:
     h = Histogram()
     h.record(-5)
     assert (h.low, h.high, h.count) == (0, 0, 1)
-
-
-def test_median() -> None:
-    assert median([3.0, 1.0, 2.0]) == 2.0
-    assert median([4.0, 1.0]) == 2.5
 
 
 def test_confirm_multiple_settles_across_batches() -> None:

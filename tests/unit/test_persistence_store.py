@@ -185,30 +185,6 @@ def test_mark_delivered_and_delete_after_commit(tmp_path: Path) -> None:
     run(main)
 
 
-def test_read_messages_pages_in_order(tmp_path: Path) -> None:
-    async def main() -> None:
-        async with await Store.open(tmp_path) as store:
-            j = with_queue("q", "other")
-            for seq in reversed(range(25)):
-                j.insert_message(Q, seq * 2, rec(seq))
-                j.insert_message(("/", "other"), seq, rec(seq))
-            await commit(store, j)
-            pages: list[list[int]] = []
-            after = -1
-            while page := await store.read_messages(Q, after, 10):
-                pages.append([seq for seq, _ in page])
-                after = page[-1][0]
-            assert pages == [
-                list(range(0, 20, 2)),
-                list(range(20, 40, 2)),
-                list(range(40, 50, 2)),
-            ]
-            assert await store.read_messages(Q, 10, 1) == [(12, rec(6))]
-            assert await store.read_messages(("/", "missing"), -1, 10) == []
-
-    run(main)
-
-
 def test_reads_see_only_committed_data(tmp_path: Path) -> None:
     async def main() -> None:
         async with await Store.open(tmp_path) as store:
@@ -218,11 +194,10 @@ def test_reads_see_only_committed_data(tmp_path: Path) -> None:
             writer = store._writer  # a transaction left open half-way through
             await writer.execute("BEGIN IMMEDIATE")
             await writer.execute("DELETE FROM messages")
-            assert len(await store.read_messages(Q, -1, 10)) == 1
             assert len((await store.load()).messages[Q]) == 1
             j.insert_message(Q, 2, rec(2))
             await commit(store, j)  # rolls back the stray transaction first
-            assert [s for s, _ in await store.read_messages(Q, -1, 10)] == [1, 2]
+            assert [s for s, _ in (await store.load()).messages[Q]] == [1, 2]
 
     run(main)
 
@@ -484,7 +459,7 @@ def test_closed_store_raises_store_error(tmp_path: Path) -> None:
         with pytest.raises(StoreError, match="closed"):
             await store.load()
         with pytest.raises(StoreError, match="closed"):
-            await store.read_messages(Q, -1, 1)
+            await store.load_access()
 
     run(main)
 
@@ -585,9 +560,10 @@ def test_store_matches_reference_model(commands: list[tuple[Any, ...]]) -> None:
                     getattr(journal, method)(*args)
                 while (batch := journal.take_batch()) is not None:
                     await store.apply(batch)
-                assert State.from_recovered(await store.load()) == reference
+                recovered = await store.load()
+                assert State.from_recovered(recovered) == reference
                 for key in reference.queues:
-                    paged = await store.read_messages(key, -1, 1000)
+                    paged = recovered.messages.get(key, [])
                     expected = sorted(
                         (s, m) for (k, s), m in reference.messages.items() if k == key
                     )

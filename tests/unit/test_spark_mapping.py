@@ -8,6 +8,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+
+pytest.importorskip("pyspark", reason="the Spark connector needs pyspark (the spark extra)")
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pickle
 
 import pytest
+
+pytest.importorskip("pyspark", reason="the Spark connector needs pyspark (the spark extra)")
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,

@@ -17,6 +17,9 @@ import pika.exceptions
 import pytest
 from pika.spec import Basic
 
+pytest.importorskip("pyspark", reason="the Spark connector needs pyspark (the spark extra)")
+
+
 from interop.spark.errors import (
     BrokerNacked,
     ChannelClosed,

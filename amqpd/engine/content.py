@@ -1,0 +1,169 @@
+"""One published message: assembled from basic.publish, a content header and bodies, then
+routed and enqueued.
+
+Theory of operation
+-------------------
+A `PendingPublish` starts with the decoded basic.publish. `PendingPublish.add_header` takes
+the one content header (kept raw) and checks what RabbitMQ checks there: a frame for another
+class is 505 UNEXPECTED_FRAME (a connection error, raised), a message over the size limit, a
+user_id that is not the publisher's or a bad expiration are 406 (channel errors, returned).
+`PendingPublish.add_body` collects body frames until ``body_size`` bytes arrived; more is 505.
+When complete, `PendingPublish.message` builds the `Message`, which `route_and_enqueue`
+puts into the queues it routes to (all of them or, when one refuses it, none).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from amqpd.engine.reply_to import REPLY_TO_PREFIX
+from amqpd.engine.transaction import BufferedPublish
+from amqpd.model.auth import Authz
+from amqpd.model.message import Message
+from amqpd.model.queue import Queue
+from amqpd.model.queue_args import parse_expiration
+from amqpd.model.vhost import Exchange, VirtualHost
+from amqpd.wire import codec
+from amqpd.wire.errors import PRECONDITION_FAILED, UNEXPECTED_FRAME, AMQPError
+
+if TYPE_CHECKING:
+    from amqpd.model.ports import JournalPort
+
+# Flow control (RabbitMQ's credit flow, simplified): a publisher feeding a queue whose
+# consumers are this far behind, while they are still making progress (settled something in
+# the last FLOW_ACTIVE seconds), is not read from for a moment, so the consumers' acks get
+# served and end-to-end throughput goes up instead of the backlog. A stuck consumer does not
+# slow publishers down.
+FLOW_BACKLOG = 2000
+
+
+class PendingPublish:
+    """A basic.publish waiting for its content."""
+
+    __slots__ = ("args", "body", "exchange", "expiration_ms", "header", "peek", "received")
+
+    def __init__(self, args: codec.PublishArgs, exchange: Exchange) -> None:
+        self.args = args
+        self.exchange = exchange
+        self.header: bytes | None = None
+        self.peek: codec.HeaderPeek | None = None
+        self.body: list[bytes] = []
+        self.received = 0
+        self.expiration_ms: int | None = None
+
+    def add_header(self, payload: bytes, max_size: int, authz: Authz) -> AMQPError | None:
+        """Take the content header; return the channel error that refuses the message.
+
+        Raises:
+            AMQPError: 505 UNEXPECTED_FRAME for a header of another class.
+        """
+        peek = codec.peek_header(payload)
+        if peek.class_id != codec.BASIC_CLASS:
+            raise AMQPError(
+                UNEXPECTED_FRAME,
+                f"expected content header for class 60, got one for class {peek.class_id} instead",
+                60,
+                40,
+            )
+        if peek.body_size > max_size:
+            return AMQPError(
+                PRECONDITION_FAILED,
+                f"message size {peek.body_size} is larger than configured max size {max_size}",
+                60,
+                40,
+            )
+        user_id_error = authz.check_user_id(payload)
+        if user_id_error is not None:
+            return user_id_error
+        if peek.expiration is not None:
+            try:
+                self.expiration_ms = parse_expiration(peek.expiration)
+            except ValueError as exc:
+                return AMQPError(PRECONDITION_FAILED, str(exc), 60, 40)
+        self.header = payload
+        self.peek = peek
+        return None
+
+    @property
+    def complete(self) -> bool:
+        """Whether the header and every body byte arrived."""
+        return self.peek is not None and self.received == self.peek.body_size
+
+    def add_body(self, payload: bytes) -> None:
+        """Take one body frame.
+
+        Raises:
+            AMQPError: 505 UNEXPECTED_FRAME if the body grows past the declared size.
+        """
+        assert self.peek is not None
+        self.body.append(payload)
+        self.received += len(payload)
+        expected = self.peek.body_size
+        if self.received > expected:
+            raise AMQPError(
+                UNEXPECTED_FRAME,
+                f"content body of {self.received} bytes exceeds the declared {expected}",
+                60,
+                40,
+            )
+
+    def message(self) -> Message:
+        """The published message (call once `complete`)."""
+        peek = self.peek
+        assert peek is not None and self.header is not None
+        args = self.args
+        body = self.body
+        return Message(
+            args.exchange,
+            args.routing_key,
+            args.exchange_raw,
+            args.routing_key_raw,
+            self.header,
+            body[0] if len(body) == 1 else b"".join(body),
+            peek.delivery_mode == 2,
+            peek.priority,
+            peek.expiration,
+            peek.headers_raw,
+        )
+
+
+def route_and_enqueue(
+    publish: BufferedPublish,
+    vhost: VirtualHost,
+    reply_queue: Callable[[str], list[Queue]],
+    flow_queues: set[Queue],
+) -> list[Queue] | None:
+    """Route and enqueue; the queues (empty: unroutable), or None if a target queue refused
+    it (x-overflow=reject-publish): then the message is in no queue at all, so a nack is
+    truthful. reject-publish-dlx also dead-letters it (reason maxlen) from the refusing
+    queue. A queue whose consumers fall far behind goes into ``flow_queues``: the shell
+    pauses this publisher briefly."""
+    exchange, message = publish.exchange, publish.message
+    if exchange.is_default and message.routing_key.startswith(REPLY_TO_PREFIX):
+        queues = reply_queue(message.routing_key)  # a direct reply-to address
+    else:
+        queues = vhost.route(exchange, message)
+    if not queues:
+        return queues
+    for queue in queues:
+        if queue.rejects_overflow and queue.would_overflow(message):
+            if queue.settings.overflow == "reject-publish-dlx" and queue.dead_letter:
+                queue.dead_letter(queue, message, "maxlen")
+            return None
+    for queue in queues:
+        queue.enqueue(message, publish.expiration_ms)
+        if len(queue.ready) > FLOW_BACKLOG and queue.consumers_active():
+            flow_queues.add(queue)
+    return queues
+
+
+def storage_batch(journal: JournalPort | None, message: Message, queues: list[Queue]) -> int | None:
+    """The storage batch a confirm waits for: the one holding a persistent message routed
+    to a durable queue (ARCHITECTURE principle 4); None if final at enqueue."""
+    if journal is None or not message.persistent:
+        return None
+    for queue in queues:
+        if queue.journal is not None:
+            return journal.open_batch_id
+    return None

@@ -1,0 +1,187 @@
+"""exchange.* and queue.* methods of one channel: declare, delete, bind, unbind, purge.
+
+The handlers check nothing about access (`amqpd.engine.permissions` ran before) and leave the
+rules and reply codes to the vhost; what is per channel is the last declared queue, which
+an empty queue name means in later queue methods (``queue_name``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands as spec
+from pamqp.base import Frame as Method
+
+from amqpd.engine.reply_to import REPLY_TO_QUEUE
+from amqpd.model.queue import Queue
+from amqpd.model.vhost import VirtualHost
+from amqpd.wire.errors import ACCESS_REFUSED, NOT_FOUND, AMQPError, not_found, precondition_failed
+
+if TYPE_CHECKING:
+    from amqpd.engine.connection import Connection
+
+
+class Topology:
+    """The exchange and queue method handlers of one channel."""
+
+    __slots__ = ("_owner", "_reply", "_reply_queues", "last_queue", "vhost")
+
+    def __init__(
+        self,
+        vhost: VirtualHost,
+        owner: Connection,
+        reply_queues: dict[str, Queue],
+        reply: Callable[[Method], None],
+    ) -> None:
+        """``owner`` owns the exclusive queues declared here; ``reply_queues`` are the live
+        direct reply-to addresses; ``reply`` sends a method on the channel."""
+        self.vhost = vhost
+        self._owner = owner
+        self._reply_queues = reply_queues
+        self._reply = reply
+        self.last_queue: str | None = None
+
+    def handlers(self) -> dict[int, Callable[[Any], None]]:
+        """Method index -> handler, for the channel's dispatch table."""
+        return {
+            spec.Exchange.Declare.index: self._exchange_declare,
+            spec.Exchange.Delete.index: self._exchange_delete,
+            spec.Exchange.Bind.index: self._exchange_bind,
+            spec.Exchange.Unbind.index: self._exchange_unbind,
+            spec.Queue.Declare.index: self._queue_declare,
+            spec.Queue.Bind.index: self._queue_bind,
+            spec.Queue.Unbind.index: self._queue_unbind,
+            spec.Queue.Purge.index: self._queue_purge,
+            spec.Queue.Delete.index: self._queue_delete,
+        }
+
+    def queue_name(self, name: str) -> str:
+        """``name``, or the channel's last declared queue for an empty one (404 if none)."""
+        if name:
+            return name
+        if self.last_queue is None:
+            raise AMQPError(NOT_FOUND, "no previously declared queue")
+        return self.last_queue
+
+    def usable_queue(self, name: str) -> Queue:
+        """The queue ``name`` means (404 if it does not exist, 405 if another connection
+        holds it exclusively)."""
+        queue = self.vhost.get_queue(self.queue_name(name))
+        self.vhost.check_exclusive_access(queue, self._owner)
+        return queue
+
+    # -- exchanges -----------------------------------------------------------------------
+    def _exchange_declare(self, method: spec.Exchange.Declare) -> None:
+        self.vhost.declare_exchange(
+            method.exchange,
+            method.exchange_type,
+            method.passive,
+            method.durable,
+            method.auto_delete,
+            method.internal,
+            dict(method.arguments or {}),
+        )
+        if not method.nowait:
+            self._reply(spec.Exchange.DeclareOk())
+
+    def _exchange_delete(self, method: spec.Exchange.Delete) -> None:
+        self.vhost.delete_exchange(method.exchange, method.if_unused)
+        if not method.nowait:
+            self._reply(spec.Exchange.DeleteOk())
+
+    def _exchange_bind(self, method: spec.Exchange.Bind) -> None:
+        destination = self.vhost.get_exchange(method.destination)
+        source = self.vhost.get_exchange(method.source)
+        self.vhost.bind(source, destination, method.routing_key, dict(method.arguments or {}))
+        if not method.nowait:
+            self._reply(spec.Exchange.BindOk())
+
+    def _exchange_unbind(self, method: spec.Exchange.Unbind) -> None:
+        # RabbitMQ 3.x (rabbit_binding:remove, absent_errs_only): unbind is idempotent, a
+        # missing source or destination is not an error; the default exchange still is
+        destination = self.vhost.exchanges.get(method.destination)
+        source = self.vhost.exchanges.get(method.source)
+        if destination is not None and source is not None:
+            args = dict(method.arguments or {})
+            self.vhost.unbind(source, destination, method.routing_key, args)
+        elif not method.source or not method.destination:
+            raise AMQPError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        if not method.nowait:
+            self._reply(spec.Exchange.UnbindOk())
+
+    # -- queues --------------------------------------------------------------------------
+    def _queue_declare(self, method: spec.Queue.Declare) -> None:
+        if method.queue.startswith(REPLY_TO_QUEUE):
+            self._declare_reply_to(method)
+            return
+        queue = self.vhost.declare_queue(
+            method.queue,
+            method.passive,
+            method.durable,
+            method.exclusive,
+            method.auto_delete,
+            dict(method.arguments or {}),
+            self._owner,
+        )
+        self.last_queue = queue.name
+        if not method.nowait:
+            self._reply(
+                spec.Queue.DeclareOk(
+                    queue=queue.name,
+                    message_count=queue.message_count,
+                    consumer_count=len(queue.consumers),
+                )
+            )
+
+    def _declare_reply_to(self, method: spec.Queue.Declare) -> None:
+        """RabbitMQ answers a declare (passive or not) of the direct reply-to pseudo-queue or
+        of a live reply address with 0 messages and 1 consumer, so an RPC server can check
+        that its client is still there; a gone address is 404."""
+        name = method.queue
+        if name != REPLY_TO_QUEUE and name not in self._reply_queues:
+            raise not_found("queue", name, self.vhost.name)
+        if not method.nowait:
+            self._reply(spec.Queue.DeclareOk(queue=name, message_count=0, consumer_count=1))
+
+    def _queue_bind(self, method: spec.Queue.Bind) -> None:
+        queue = self.usable_queue(method.queue)
+        exchange = self.vhost.get_exchange(method.exchange)
+        key = method.routing_key if (method.routing_key or method.queue) else queue.name
+        self.vhost.bind(exchange, queue, key, dict(method.arguments or {}))
+        if not method.nowait:
+            self._reply(spec.Queue.BindOk())
+
+    def _queue_unbind(self, method: spec.Queue.Unbind) -> None:
+        # idempotent like exchange.unbind: a missing queue or exchange is not an error
+        queue = self.vhost.queues.get(self.queue_name(method.queue))
+        exchange = self.vhost.exchanges.get(method.exchange)
+        if queue is not None and exchange is not None:
+            self.vhost.check_exclusive_access(queue, self._owner)
+            key = method.routing_key if (method.routing_key or method.queue) else queue.name
+            self.vhost.unbind(exchange, queue, key, dict(method.arguments or {}))
+        elif not method.exchange:
+            raise AMQPError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        self._reply(spec.Queue.UnbindOk())
+
+    def _queue_purge(self, method: spec.Queue.Purge) -> None:
+        queue = self.usable_queue(method.queue)
+        count = queue.purge()
+        if not method.nowait:
+            self._reply(spec.Queue.PurgeOk(message_count=count))
+
+    def _queue_delete(self, method: spec.Queue.Delete) -> None:
+        name = self.queue_name(method.queue)
+        queue = self.vhost.queues.get(name)
+        count = 0
+        if queue is not None:
+            self.vhost.check_exclusive_access(queue, self._owner)
+            if method.if_unused and queue.consumers:
+                raise precondition_failed(f"queue '{name}' in vhost '{self.vhost.name}' in use")
+            if method.if_empty and queue.message_count:
+                raise precondition_failed(
+                    f"queue '{name}' in vhost '{self.vhost.name}' is not empty"
+                )
+            count = self.vhost.delete_queue(queue)
+        if not method.nowait:
+            self._reply(spec.Queue.DeleteOk(message_count=count))
