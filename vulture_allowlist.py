@@ -13,6 +13,8 @@ only tests call is dead code: delete it instead. Regenerate the candidates with
 # -- amqpd -----------------------------------------------------------------------------------
 _.format  # KeyValueFormatter.format overrides logging.Formatter.format (amqpd/cli/logs.py)
 OK  # ReplyCode.OK (200): found by value, reply_name(200) / ReplyCode(code) (amqpd/wire/errors.py)
+# embedding API, a broker in a background thread; tests/conftest.py runs every test server
+background_server  # through it (amqpd/shell/server.py)
 
 # -- interop.jms: public API documented in docs/jms.md, called by applications ----------------
 _.from_url  # ConnectionFactory.from_url (interop/jms/connection.py)

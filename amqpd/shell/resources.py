@@ -20,7 +20,6 @@ from typing import Final
 log = logging.getLogger(__name__)
 
 DEFAULT_MEMORY_FRACTION: Final = 0.4  # RabbitMQ's vm_memory_high_watermark.relative
-DEFAULT_DISK_FREE_LIMIT: Final = 50_000_000  # RabbitMQ's disk_free_limit.absolute (50MB)
 _PAGE_SIZE: Final = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _UNITS: Final = {
     "": 1,
