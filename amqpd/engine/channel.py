@@ -27,22 +27,23 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pamqp import commands as spec
 from pamqp.base import Frame as Method
 
-from amqpd.engine.content import FLOW_BACKLOG as FLOW_BACKLOG  # the shell's, re-exported
 from amqpd.engine.content import PendingPublish, route_and_enqueue, storage_batch
 from amqpd.engine.permissions import check_method
 from amqpd.engine.reply_to import REPLY_TO_QUEUE, DirectReplyTo
 from amqpd.engine.topology import Topology
 from amqpd.engine.transaction import BufferedPublish, Transaction
 from amqpd.engine.unacked import Settlement, Unacked, UnackedStore
-from amqpd.model.consumer import Consumer
+from amqpd.model.auth import Authz
+from amqpd.model.broker import Broker
 from amqpd.model.message import Message, QueueEntry
-from amqpd.model.queue import Queue
+from amqpd.model.queue import Consumer, ExclusiveOwner, Queue
 from amqpd.model.vhost import (
+    VirtualHost,
     generated_name,
     has_sender_selected_headers,
     sender_selected_error,
@@ -62,9 +63,6 @@ from amqpd.wire.errors import (
 )
 from amqpd.wire.properties import with_delivery_count
 from confirms.tracker import ConfirmTracker
-
-if TYPE_CHECKING:
-    from amqpd.engine.connection import Connection
 
 log = logging.getLogger(__name__)
 
@@ -88,10 +86,30 @@ class Mode(enum.Enum):
     TX = "tx"
 
 
+class ChannelHost(ExclusiveOwner, Protocol):
+    """What a channel needs of its connection (the engine's `Connection`): the broker, the
+    login's access, the frame size, the output buffer, and the per-chunk confirm flush."""
+
+    broker: Broker
+    vhost: VirtualHost
+    authz: Authz
+    frame_max: int
+    output_full: bool
+    flow_queues: set[Queue]
+
+    def send(self, data: bytes) -> None: ...
+    def send_parts(self, parts: list[bytes]) -> None: ...
+    def client_capability(self, name: str) -> bool: ...
+    def channel_closed(self, channel: Channel) -> None: ...
+    def confirms_pending(self, channel: Channel) -> None: ...
+    def confirms_released(self, channel: Channel) -> None: ...
+    def flush_confirms(self) -> None: ...
+
+
 class Channel:
     """Channel state machine. Frames come in from the `Connection`; output goes back to it."""
 
-    def __init__(self, connection: Connection, number: int) -> None:
+    def __init__(self, connection: ChannelHost, number: int) -> None:
         self.conn = connection
         self.number = number
         self.vhost = connection.vhost

@@ -8,18 +8,15 @@ an empty queue name means in later queue methods (``queue_name``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pamqp import commands as spec
 from pamqp.base import Frame as Method
 
 from amqpd.engine.reply_to import REPLY_TO_QUEUE
-from amqpd.model.queue import Queue
+from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.vhost import VirtualHost
 from amqpd.wire.errors import ACCESS_REFUSED, NOT_FOUND, AMQPError, not_found, precondition_failed
-
-if TYPE_CHECKING:
-    from amqpd.engine.connection import Connection
 
 
 class Topology:
@@ -30,7 +27,7 @@ class Topology:
     def __init__(
         self,
         vhost: VirtualHost,
-        owner: Connection,
+        owner: ExclusiveOwner,
         reply_queues: dict[str, Queue],
         reply: Callable[[Method], None],
     ) -> None:

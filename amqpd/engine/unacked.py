@@ -20,9 +20,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Iterator
 
-from amqpd.model.consumer import Consumer
 from amqpd.model.message import QueueEntry
-from amqpd.model.queue import Queue
+from amqpd.model.queue import Consumer, Queue
 from amqpd.wire.errors import precondition_failed
 
 

@@ -3,8 +3,8 @@
 With a store, the broker owns the journal (`JournalPort`) every durable change goes into,
 and the record of which storage batch each confirm and tx.commit-ok waits for
 (`BatchWaits`). The shell's group committer reports each batch back through
-`batch_committed` / `batch_failed`. Connections are `ClientHandle`s (see
-amqpd/model/ports.py): the model never imports the engine.
+`batch_committed` / `batch_failed`. Connections are `ClientHandle`s (below): the model
+never imports the engine.
 
 Time is passed in: ``now`` (unix seconds) at construction, then through `tick` and the
 engine's entry points, which set the one `Clock` queues and vhosts read.
@@ -14,22 +14,42 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from amqpd.model.alarms import ResourceAlarms
 from amqpd.model.auth import AccessControl, AccessState, Authz, Permission, default_access
 from amqpd.model.batches import BatchWaits
 from amqpd.model.message import Clock, Message, QueueEntry
-from amqpd.model.queue import Queue
+from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.vhost import Exchange, VirtualHost
 from amqpd.wire.codec import HeaderPeek, encode_shortstr, peek_header
 from amqpd.wire.errors import CONNECTION_FORCED
 from persistence.records import RecoveredState
 
 if TYPE_CHECKING:
-    from amqpd.model.ports import BodyLoader, ClientHandle, JournalPort
+    from amqpd.model.ports import BodyLoader, JournalPort
 
 log = logging.getLogger(__name__)
+
+
+class ClientHandle(ExclusiveOwner, Protocol):
+    """What the broker needs of an open client connection (the engine's Connection)."""
+
+    user: str
+    vhost: VirtualHost
+    authz: Authz
+
+    def notify_blocked(self, reason: str | None) -> None:
+        """Send connection.blocked (reason) or connection.unblocked (None) if wanted."""
+        ...
+
+    def close(self, reply_code: int, reply_text: str) -> None:
+        """Close the connection from the broker's side (Connection.Close)."""
+        ...
+
+    def resources_available(self) -> None:
+        """Every resource alarm cleared: the connection may be read again."""
+        ...
 
 
 @dataclass(slots=True)

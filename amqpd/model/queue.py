@@ -35,7 +35,7 @@ from bisect import insort
 from collections import deque
 from collections.abc import Callable, Iterable
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from amqpd.model.message import Clock, Message, QueueEntry
 from amqpd.model.priority import PriorityReady
@@ -43,14 +43,75 @@ from amqpd.model.queue_args import QueueSettings, parse_queue_arguments
 from persistence.records import MessageRecord
 
 if TYPE_CHECKING:
-    from amqpd.model.consumer import Consumer
-    from amqpd.model.ports import BodyLoader, ExclusiveOwner, JournalPort
+    from amqpd.model.ports import BodyLoader, JournalPort
 
 log = logging.getLogger(__name__)
 
 FLOW_ACTIVE: Final = 0.25  # seconds since a consumer's last settle that count as "active"
 HOT_WINDOW: Final = 1024  # entries at the head of a durable queue that keep their bodies
 PAGE_SIZE: Final = 1024  # bodies read back per page-in
+
+
+class ConsumerSink(Protocol):
+    """The owner of consumers (a channel): decides credit and takes deliveries."""
+
+    def has_credit(self, consumer: Consumer) -> bool:
+        """Whether ``consumer`` may be handed one more message now."""
+        ...
+
+    def deliver(self, consumer: Consumer, queue: Queue, entry: QueueEntry) -> None:
+        """Hand ``entry`` (already popped from ``queue``) to ``consumer``."""
+        ...
+
+    def cancel_by_broker(self, consumer: Consumer) -> None:
+        """The queue went away under ``consumer`` (basic.cancel from the broker)."""
+        ...
+
+
+class ExclusiveOwner(Protocol):
+    """The owner of exclusive queues (a connection). Queues only compare it by identity;
+    the vhost records each exclusive queue it declares in ``exclusive_queues``."""
+
+    exclusive_queues: list[Queue]
+
+
+class Consumer:
+    """A basic.consume subscription. ``channel`` decides its credit and takes its
+    deliveries (the engine's unacked store counts them against ``prefetch``)."""
+
+    __slots__ = (
+        "arguments",
+        "channel",
+        "exclusive",
+        "no_ack",
+        "prefetch",
+        "priority",
+        "queue",
+        "tag",
+        "tag_raw",
+    )
+
+    def __init__(
+        self,
+        channel: ConsumerSink,
+        tag: str,
+        tag_raw: bytes,
+        queue: Queue,
+        no_ack: bool,
+        exclusive: bool,
+        prefetch: int,
+        arguments: dict[str, Any],
+    ) -> None:
+        self.channel = channel
+        self.tag = tag
+        self.tag_raw = tag_raw
+        self.queue = queue
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.prefetch = prefetch
+        self.arguments = arguments
+        priority = arguments.get("x-priority", 0)
+        self.priority = priority if isinstance(priority, int) else 0  # x-priority argument
 
 
 DeadLetter = Callable[["Queue", Message, str], None]

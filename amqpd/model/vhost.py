@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from amqpd.model.deadletter import dead_letter_header, is_cycle
 from amqpd.model.message import Clock, Message
-from amqpd.model.queue import Queue
+from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.queue_args import InvalidQueueArgument, amqp_type_name
 from amqpd.wire.codec import encode_shortstr, peek_header
 from amqpd.wire.errors import (
@@ -26,7 +26,7 @@ from exchanges.registry import EXCHANGE_TYPES, create_router
 from persistence.records import BindingDef, ExchangeDef, QueueDef
 
 if TYPE_CHECKING:
-    from amqpd.model.ports import BodyLoader, ExclusiveOwner, JournalPort
+    from amqpd.model.ports import BodyLoader, JournalPort
 
 STANDARD_EXCHANGES: Final = (
     ("amq.direct", "direct"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pika
 
-from amqpd.engine.channel import FLOW_BACKLOG
+from amqpd.engine.content import FLOW_BACKLOG
 from amqpd.shell.server import Server
 
 

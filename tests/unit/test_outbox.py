@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pamqp import commands
 
-from amqpd.engine.channel import FLOW_BACKLOG
 from amqpd.engine.connection import FLOW_MAX_PAUSE, FLOW_POLL, Connection
+from amqpd.engine.content import FLOW_BACKLOG
 from amqpd.engine.outbox import Outbox
 from amqpd.model.broker import Broker
 from tests.unit.engine_driver import Client

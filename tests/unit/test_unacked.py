@@ -10,9 +10,8 @@ from pamqp import commands
 from pamqp.header import ContentHeader
 
 from amqpd.engine.unacked import Settlement, Unacked, UnackedStore
-from amqpd.model.consumer import Consumer
 from amqpd.model.message import Message, QueueEntry
-from amqpd.model.queue import Queue
+from amqpd.model.queue import Consumer, Queue
 from amqpd.model.vhost import VirtualHost
 from amqpd.wire.codec import encode_shortstr
 from amqpd.wire.errors import AMQPError
