@@ -275,7 +275,7 @@ class Queue:
         self.ready.append(entry)
         self.ready_bytes += message.body_size
         if self.consumers:
-            self.dispatch()
+            self.dispatch(entry)
         if self.max_length is not None or self.max_length_bytes is not None:
             self._drop_head_over_limit()
         if ttl is not None:
@@ -550,12 +550,21 @@ class Queue:
                     return consumer
         return None
 
-    def dispatch(self) -> None:
-        """Deliver ready messages to consumers that have credit."""
+    def dispatch(self, arriving: QueueEntry | None = None) -> None:
+        """Deliver ready messages to consumers that have credit.
+
+        ``arriving`` is the entry being enqueued now: with a TTL of 0 it has expired the moment
+        it arrives, but like RabbitMQ it still goes to a consumer that can take it at once."""
         ready = self.ready
+        now = self.clock.now
         while ready and self.consumers:
             head = ready[0]
-            if head.expires_at is not None and head.expires_at <= self.clock.now:
+            expires_at = head.expires_at
+            if (
+                expires_at is not None
+                and expires_at <= now
+                and not (head is arriving and expires_at == now)
+            ):
                 if not self._discard_head("expired"):
                     return
                 continue

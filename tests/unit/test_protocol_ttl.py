@@ -296,12 +296,6 @@ def test_x_expires_lease_is_renewed_by_each_use(use: str) -> None:
     assert not exists(client, "leased")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a message with TTL 0 is dropped even when a consumer can take it at once "
-    "(RabbitMQ delivers it: 'expired upon reaching a queue unless it can be delivered to a "
-    "consumer immediately'); Queue.dispatch discards heads with expires_at <= now",
-)
 @pytest.mark.parametrize("where", ["expiration-property", "x-message-ttl"])
 def test_a_message_with_ttl_zero_goes_to_a_waiting_consumer(where: str) -> None:
     _broker, client = started(1, 2)
