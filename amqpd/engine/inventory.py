@@ -28,6 +28,7 @@ from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import Any, Final
 
+from amqpd import __version__
 from amqpd.engine.channel import Channel, ChannelState, Mode
 from amqpd.engine.connection import Connection, State
 from amqpd.model.broker import Broker
@@ -57,15 +58,6 @@ _CHANNEL_STATS: Final = (
     "drop_unroutable",
 )
 _EXCHANGE_STATS: Final = ("publish_in", "publish_out")
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("amqpd")
-    except PackageNotFoundError:
-        return "0.0.0"
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -534,7 +526,6 @@ def _queue_totals(broker: Broker) -> dict[str, Any]:
 
 def overview(broker: Broker, node: NodeSample) -> dict[str, Any]:
     """``/api/overview``."""
-    version = _version()
     conns = list(open_connections(broker))
     channel_count = sum(len(c.channels) for c in conns)
     consumer_count = sum(len(ch.consumers) for c in conns for ch in c.channels.values())
@@ -551,7 +542,7 @@ def overview(broker: Broker, node: NodeSample) -> dict[str, Any]:
             {"name": name, "description": "", "enabled": True}
             for name in ("direct", "fanout", "headers", "topic")
         ],
-        "product_version": version,
+        "product_version": __version__,
         "product_name": PRODUCT_NAME,
         "rabbitmq_version": MANAGEMENT_VERSION,
         "cluster_name": node.name,
@@ -618,7 +609,7 @@ def nodes(broker: Broker, node: NodeSample) -> list[dict[str, Any]]:
                 {"name": name, "description": "", "enabled": True}
                 for name in ("PLAIN", "AMQPLAIN", "EXTERNAL")
             ],
-            "applications": [{"name": PRODUCT_NAME, "description": "", "version": _version()}],
+            "applications": [{"name": PRODUCT_NAME, "description": "", "version": __version__}],
             "contexts": [],
             "listeners": list(node.listeners),
             "cluster_links": [],
