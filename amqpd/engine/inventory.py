@@ -22,7 +22,10 @@ state change; with the default sampling it shows the same steady-state figure.
 
 from __future__ import annotations
 
+import base64
 import datetime
+import hashlib
+import json
 import math
 from collections.abc import Iterator, Mapping
 from decimal import Decimal
@@ -288,14 +291,19 @@ def _exchange(host: VirtualHost, exchange: Exchange) -> dict[str, Any]:
     }
 
 
+def _quote_binding(text: str) -> str:
+    return text.replace("%", "%25").replace("/", "%2F").replace("~", "%7E")
+
+
 def _properties_key(routing_key: str, arguments: Mapping[str, Any]) -> str:
-    """RabbitMQ's binding ``properties_key``: the routing key (``~`` for an empty one),
-    plus ``~`` and a hash of the arguments when there are any."""
-    key = routing_key.replace("%", "%25").replace("/", "%2F") if routing_key else "~"
-    if arguments:
-        digest = abs(hash(repr(sorted(arguments.items(), key=lambda kv: kv[0])))) % (1 << 64)
-        key = f"{key}~{digest:x}"
-    return key
+    """RabbitMQ's binding ``properties_key`` (rabbit_mgmt_format:pack_binding_props): the
+    quoted routing key (``~`` for an empty one without arguments), plus ``~`` and a digest
+    of the arguments when there are any (stable across restarts)."""
+    if not arguments:
+        return _quote_binding(routing_key) if routing_key else "~"
+    canonical = json.dumps(_json_value(arguments), sort_keys=True, separators=(",", ":"))
+    digest = base64.urlsafe_b64encode(hashlib.sha1(canonical.encode()).digest()[:12]).decode()
+    return f"{_quote_binding(routing_key)}~{_quote_binding(digest)}"
 
 
 def bindings(broker: Broker, vhost: str | None = None) -> list[dict[str, Any]]:
