@@ -15,6 +15,14 @@ _.format  # KeyValueFormatter.format overrides logging.Formatter.format (amqpd/c
 OK  # ReplyCode.OK (200): found by value, reply_name(200) / ReplyCode(code) (amqpd/wire/errors.py)
 # embedding API, a broker in a background thread; tests/conftest.py runs every test server
 background_server  # through it (amqpd/shell/server.py)
+# statistics counters: read by name through Counters.FIELDS (amqpd/model/statistics.py) when
+# the inventory renders message_stats and the sampler computes rates (amqpd/engine/)
+_.drop_unroutable
+_.get_empty
+_.publish_in
+_.publish_out
+_.return_unroutable
+_.deliver_get
 
 # -- interop.jms: public API documented in docs/jms.md, called by applications ----------------
 _.from_url  # ConnectionFactory.from_url (interop/jms/connection.py)

@@ -111,6 +111,10 @@ class ConfirmTracker:
             self._pending.remove(seq)
             self._nacked.append(seq)
 
+    def unconfirmed(self) -> int:
+        """How many tracked publishes wait to be acked or nacked."""
+        return len(self._pending)
+
     def smallest_unconfirmed(self) -> int | None:
         """Return the lowest unsettled sequence number, or ``None`` if there is none."""
         pending = self._pending

@@ -12,7 +12,8 @@ from typing import TypeVar
 
 import anyio
 
-from amqpd.cli import admin
+from amqpd import __version__
+from amqpd.cli import admin, ctl
 from amqpd.cli.logs import configure_logging
 from amqpd.cli.security import add_options, apply_options
 from amqpd.model.broker import BrokerConfig
@@ -28,13 +29,32 @@ def _env(name: str, default: str) -> str:
     return os.environ.get(f"AMQPD_{name}", default)
 
 
+SUBCOMMANDS = """\
+subcommands (each has its own --help):
+  amqpd ctl COMMAND ...        inspect a running broker: list-queues, list-exchanges,
+                               list-bindings, list-connections, list-channels,
+                               list-consumers, close-connection, status, ping
+  amqpd users COMMAND ...      users and permissions: add, delete, change-password,
+                               set-tags, list, set-permissions, clear-permissions,
+                               list-permissions
+  amqpd vhosts COMMAND ...     virtual hosts: add, set-max-connections, delete, list
+  amqpd definitions COMMAND    RabbitMQ definitions JSON: export, import
+  amqpd perf ...               the load generator (workloads W1-W6 against any broker)
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``amqpd`` argument parser; every option also reads an AMQPD_* variable."""
     parser = argparse.ArgumentParser(
         prog="amqpd",
-        description="An AMQP 0-9-1 message broker that RabbitMQ clients use unchanged. "
-        "Every option can also be set with the environment variable shown.",
+        usage="amqpd [options]  |  amqpd {ctl,users,vhosts,definitions,perf} ...",
+        description="An AMQP 0-9-1 message broker that RabbitMQ clients use unchanged.\n"
+        "Without a subcommand it runs the broker. Every option can also be set with the\n"
+        "environment variable shown.",
+        epilog=SUBCOMMANDS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"amqpd {__version__}")
     parser.add_argument(
         "--host",
         default=_env("HOST", "127.0.0.1"),
@@ -91,6 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return perf_main(argv[1:])
     if argv and argv[0] in admin.COMMANDS:
         return admin.main(argv)
+    if argv and argv[0] == "ctl":
+        return ctl.main(argv[1:])
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level)
     try:

@@ -42,6 +42,7 @@ from amqpd.model.auth import Authz
 from amqpd.model.broker import Broker
 from amqpd.model.message import Message, QueueEntry
 from amqpd.model.queue import Consumer, ExclusiveOwner, Queue
+from amqpd.model.statistics import MessageStats
 from amqpd.model.vhost import (
     VirtualHost,
     generated_name,
@@ -122,6 +123,7 @@ class Channel:
         self.confirm: ConfirmTracker | None = None
         self.publish_seq = 0
         self._tx: Transaction | None = None
+        self.stats = MessageStats()  # counters for the management API
         reply_queues = connection.broker.reply_queues
         self.reply_to = DirectReplyTo(self.vhost, reply_queues)
         self.topology = Topology(self.vhost, connection, reply_queues, self._send_method)
@@ -280,6 +282,8 @@ class Channel:
             self.unacked.restore(self._tx.rollback())
             self._tx = None
         self.unacked.requeue_all()
+        self.conn.broker.statistics.closed.add(self.stats)  # node totals outlive the channel
+        self.stats = MessageStats()  # (release may run twice: closing, then connection close)
         if self.confirm is not None:
             self.conn.confirms_released(self)
 
@@ -326,6 +330,7 @@ class Channel:
             confirm = self.confirm
             assert confirm is not None
             self.publish_seq = seq = self.publish_seq + 1
+            self.stats.confirm += 1
             journal = self.conn.broker.journal
             batch = None if queues is None else storage_batch(journal, message, queues)
             confirm.track(seq, waiting=batch is not None or queues is None)
@@ -339,8 +344,16 @@ class Channel:
         """Route and enqueue (see `route_and_enqueue`); return an unroutable mandatory one."""
         conn = self.conn
         queues = route_and_enqueue(publish, self.vhost, conn.broker.reply_queue, conn.flow_queues)
-        if queues == [] and publish.mandatory:
+        stats, exchange_stats = self.stats, publish.exchange.stats
+        stats.publish += 1
+        exchange_stats.publish_in += 1
+        if queues:
+            exchange_stats.publish_out += len(queues)
+        elif queues == [] and publish.mandatory:
+            stats.return_unroutable += 1
             self._send_return(publish.message, NO_ROUTE, "NO_ROUTE")
+        elif queues == []:
+            stats.drop_unroutable += 1
         return queues
 
     def _send_return(self, message: Message, code: int, text: str) -> None:
@@ -416,6 +429,23 @@ class Channel:
         the delivery unacked or (no-ack) settled. Returns the tag and the content header."""
         tag = self.unacked.issue(queue, entry, consumer, not no_ack)
         header = entry.message.header
+        queue_stats, stats = queue.stats, self.stats
+        if consumer is None:
+            if no_ack:
+                queue_stats.get_no_ack += 1
+                stats.get_no_ack += 1
+            else:
+                queue_stats.get += 1
+                stats.get += 1
+        elif no_ack:
+            queue_stats.deliver_no_ack += 1
+            stats.deliver_no_ack += 1
+        else:
+            queue_stats.deliver += 1
+            stats.deliver += 1
+        if entry.redelivered:
+            queue_stats.redeliver += 1
+            stats.redeliver += 1
         if entry.delivery_count:  # a redelivery says how many deliveries came before
             header = with_delivery_count(header, entry.delivery_count)
         queue.delivered(entry)
@@ -493,6 +523,8 @@ class Channel:
         queue = self.topology.usable_queue(method.queue)
         entry = queue.take()
         if entry is None:
+            queue.stats.get_empty += 1
+            self.stats.get_empty += 1
             self._send_method(spec.Basic.GetEmpty())
             return
         tag, header = self._hand_out(queue, entry, None, method.no_ack)
@@ -540,6 +572,8 @@ class Channel:
     def _settle(self, records: list[Unacked], kind: Settlement) -> None:
         if not records:
             return
+        if kind is Settlement.ACK:
+            self.stats.ack += len(records)
         if self._tx is not None:
             self._tx.settlements.append((records, kind))
             return

@@ -39,6 +39,7 @@ from amqpd.engine.channel import Channel, ChannelState
 from amqpd.engine.content import FLOW_BACKLOG
 from amqpd.engine.outbox import Outbox
 from amqpd.model.auth import Authz, Permission, is_loopback_peer
+from amqpd.model.statistics import IOStats
 from amqpd.wire import codec
 from amqpd.wire.errors import (
     ACCESS_REFUSED,
@@ -117,6 +118,8 @@ class Connection:
         self.user = ""
         self.vhost: VirtualHost = broker.default_vhost
         self.client_properties: dict[str, Any] = {}
+        self.auth_mechanism = ""
+        self.stats = IOStats()  # octets and reads/writes for the management API
         self.should_close = False  # the shell closes the socket once output is flushed
         self._reader = codec.FrameReader(config.frame_max)
         self._header = b""
@@ -178,6 +181,9 @@ class Connection:
             return b""
         self._sent = True
         data = b"".join(out)
+        stats = self.stats
+        stats.send_oct += len(data)
+        stats.send_cnt += 1
         out.clear()
         self._out_size = 0
         return data
@@ -212,6 +218,9 @@ class Connection:
         if now is not None:
             self._clock.now = now
         self._received = True
+        stats = self.stats
+        stats.recv_oct += len(data)
+        stats.recv_cnt += 1
         if self._desynchronised:
             return  # after a framing error nothing more can be parsed; wait for the close
         if self.state is State.AWAIT_HEADER:
@@ -376,7 +385,7 @@ class Connection:
 
     def _on_start_ok(self, method: spec.Connection.StartOk) -> None:
         self.client_properties = dict(method.client_properties or {})
-        mechanism = method.mechanism
+        mechanism = self.auth_mechanism = method.mechanism
         user, password = handshake.credentials(mechanism, method.response, self.peer_cert_user)
         refusal = self._login_refusal(user, password)
         if refusal is not None:

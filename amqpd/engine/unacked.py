@@ -74,6 +74,10 @@ class UnackedStore:
     def __len__(self) -> int:
         return len(self._records)
 
+    def records(self) -> Iterable[Unacked]:
+        """The unacked deliveries, in tag order (for statistics)."""
+        return self._records.values()
+
     def issue(
         self, queue: Queue, entry: QueueEntry, consumer: Consumer | None, ack_required: bool
     ) -> int:
@@ -155,6 +159,7 @@ class UnackedStore:
                 record.queue.discard(record.entry, "rejected")
         else:
             for record in records:
+                record.queue.stats.ack += 1
                 record.queue.settled(record.entry)
 
     def requeue_all(self) -> None:

@@ -21,6 +21,7 @@ from amqpd.model.auth import AccessControl, AccessState, Authz, Permission, defa
 from amqpd.model.batches import BatchWaits
 from amqpd.model.message import Clock, Message, QueueEntry
 from amqpd.model.queue import ExclusiveOwner, Queue
+from amqpd.model.statistics import NodeStatistics
 from amqpd.model.vhost import Exchange, VirtualHost
 from amqpd.wire.codec import HeaderPeek, encode_shortstr, peek_header
 from amqpd.wire.errors import CONNECTION_FORCED
@@ -93,6 +94,7 @@ class Broker:
         self.batch_waits = BatchWaits()  # what confirms and tx.commit-oks wait for
         self.blocked_reason: str | None = None  # set while the store is failing
         self.reply_queues: dict[str, Queue] = {}  # direct reply-to addresses -> pseudo-queue
+        self.statistics = NodeStatistics()  # node-wide message totals and rates
         self._no_vhost = VirtualHost("")  # never registered: there may be no vhost at all
 
     @property

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from amqpd.model.message import Clock, Message, QueueEntry
 from amqpd.model.priority import PriorityReady
 from amqpd.model.queue_args import QueueSettings, parse_queue_arguments
+from amqpd.model.statistics import QueueStats
 from persistence.records import MessageRecord
 
 if TYPE_CHECKING:
@@ -149,6 +150,7 @@ class Queue:
         "ready_bytes",
         "rejects_overflow",
         "settings",
+        "stats",
         "store_key",
         "vhost_name",
         "watch_set",
@@ -202,6 +204,7 @@ class Queue:
         self._page_candidates: deque[tuple[int, QueueEntry]] = deque()
         self.read_failing = False  # the last body read from the store failed (logged once)
         self._timed = 0  # ready entries with a deadline (expires_at)
+        self.stats = QueueStats()  # counters for the management API (model/statistics.py)
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} in vhost {self.vhost_name!r}>"
@@ -248,6 +251,7 @@ class Queue:
         """
         entry = QueueEntry(message, self.next_seq)
         self.next_seq += 1
+        self.stats.publish += 1
         message.refs += 1
         ttl = self.message_ttl
         if expiration_ms is not None and (ttl is None or expiration_ms / 1000 < ttl):

@@ -10,6 +10,7 @@ from amqpd.model.deadletter import dead_letter_header, is_cycle
 from amqpd.model.message import Clock, Message
 from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.queue_args import InvalidQueueArgument, amqp_type_name
+from amqpd.model.statistics import MessageStats
 from amqpd.wire.codec import encode_shortstr, peek_header
 from amqpd.wire.errors import (
     COMMAND_INVALID,
@@ -66,6 +67,7 @@ class Exchange:
         "is_default",
         "name",
         "router",
+        "stats",
         "type_name",
     )
 
@@ -88,6 +90,7 @@ class Exchange:
         alternate = self.arguments.get("alternate-exchange")
         self.alternate = alternate if isinstance(alternate, str) and alternate else None
         self.is_default = name == ""
+        self.stats = MessageStats()  # publish_in / publish_out (model/statistics.py)
 
     def __repr__(self) -> str:
         return f"<Exchange {self.name!r} {self.type_name}>"

@@ -32,13 +32,16 @@ import anyio.abc
 from anyio.abc import SocketAttribute
 from anyio.streams.tls import TLSAttribute, TLSStream
 
+from amqpd.engine import ctl_commands
 from amqpd.engine.connection import Connection
 from amqpd.engine.outbox import Outbox
+from amqpd.engine.rates import SAMPLE_INTERVAL, RateSampler
 from amqpd.model.admin_commands import AdminError, execute
 from amqpd.model.broker import Broker, BrokerConfig
 from amqpd.model.definitions import DefinitionsError, import_definitions
 from amqpd.model.queue import HOT_WINDOW
-from amqpd.shell import resources
+from amqpd.model.statistics import NodeSample
+from amqpd.shell import node_sample, resources
 from amqpd.shell.admin_socket import AdminReply, serve_admin
 from amqpd.shell.tls import TLSOptions, certificate_identity, server_context
 from persistence.errors import StoreError
@@ -111,6 +114,16 @@ class Server:
         self._committer: GroupCommitter | None = None
         self._store: Store | None = None
         self._body_reader: BodyReader | None = None
+        self.started = time.time()
+        self.rates = RateSampler(broker)  # message rates, sampled (amqpd/engine/rates.py)
+        self.listeners: list[dict[str, Any]] = []  # RabbitMQ's overview/nodes "listeners"
+        broker.statistics.node = node_sample.node_name()
+
+    def node_sample(self) -> NodeSample:
+        """The process measured now, for the statistics (amqpd/shell/node_sample.py)."""
+        return node_sample.sample(
+            self.broker, self.started, self.config.data_dir, len(self._peers), self.listeners
+        )
 
     async def serve(
         self, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
@@ -134,10 +147,14 @@ class Server:
                     local_host=self.config.host, local_port=self.config.tls_port, reuse_port=False
                 )
                 self.tls_port = tls_listener.extra(SocketAttribute.local_port)
+            self._add_listener("amqp", self.port)
+            if tls_listener is not None:
+                self._add_listener("amqp/ssl", self.tls_port)
             async with listener, anyio.create_task_group() as group:
                 self._task_group = group
                 group.start_soon(self._ticker)
                 group.start_soon(self._resource_monitor)
+                group.start_soon(self._sample_rates)
                 if self._committer is not None:
                     group.start_soon(self._committer.run)
                 group.start_soon(listener.serve, self._handle, group)
@@ -156,6 +173,26 @@ class Server:
             if store is not None:
                 with anyio.CancelScope(shield=True):
                     await self._close_store(store)
+
+    def _add_listener(self, protocol: str, port: int) -> None:
+        self.listeners.append(
+            {
+                "node": self.broker.statistics.node,
+                "protocol": protocol,
+                "ip_address": self.config.host,
+                "port": port,
+                "socket_opts": {},
+            }
+        )
+
+    async def _sample_rates(self) -> None:
+        """Turn the counters into rates every SAMPLE_INTERVAL seconds (amqpd/engine/rates.py)."""
+        while True:
+            try:
+                self.rates.sample(time.time())
+            except Exception:  # statistics must never take the broker down
+                log.exception("sampling statistics failed")
+            await anyio.sleep(SAMPLE_INTERVAL)
 
     def _after_core(self) -> None:
         """Act on what the core reported after it was handed input: wake the writer of
@@ -216,6 +253,14 @@ class Server:
         """An ``amqpd users|vhosts|definitions`` command from the admin socket: carried out
         on the live broker, then persisted after everything it journaled (a deleted vhost's
         queues) has been committed."""
+        if request.get("group") == "ctl":  # amqpd ctl: listings, status, close-connection
+            try:
+                answer = ctl_commands.execute(self.broker, request, self.node_sample())
+            except AdminError as exc:
+                return AdminReply(False, str(exc))
+            finally:
+                self._after_core()  # a closed connection's Connection.Close
+            return AdminReply(True, json.dumps(answer))
         try:
             outcome = execute(self.broker, request)
         except AdminError as exc:
@@ -347,6 +392,11 @@ class Server:
                 cert_user = certificate_identity(cert, self.config.tls.cert_login_from)
         conn = Connection(self.broker, time.time(), peer_name, self._outbox)
         conn.peer_cert_user = cert_user
+        with suppress(Exception):
+            local = stream.extra(SocketAttribute.local_address)
+            if isinstance(local, tuple):
+                conn.stats.host, conn.stats.port = str(local[0]), int(local[1])
+        conn.stats.ssl = tls
         peer = _Peer(conn, byte_stream)
         self._peers[conn] = peer
         log.debug("accepted connection from %s", peer_name)

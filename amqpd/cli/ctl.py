@@ -1,0 +1,227 @@
+"""``amqpd ctl …``: look inside a running broker, the ``rabbitmqctl`` way.
+
+Part of the I/O shell. Each command is a request to the broker's admin socket
+(``<data-dir>/amqpd.sock``, see amqpd/shell/admin_socket.py), carried out by
+amqpd/engine/ctl_commands.py on the live broker. Listings use ``rabbitmqctl``'s column
+names and print like it: a banner (left out with ``-q``), a header line (left out with
+``--no-table-headers``) and tab-separated rows; ``--format json`` prints a JSON array of
+objects as ``rabbitmqctl --formatter json`` does.
+
+Commands (``rabbitmqctl`` equivalents in brackets):
+
+    list-queues [-p VHOST] [COLUMN ...]        [list_queues]       default: name messages
+    list-exchanges [-p VHOST] [COLUMN ...]     [list_exchanges]    default: name type
+    list-bindings [-p VHOST] [COLUMN ...]      [list_bindings]
+    list-connections [COLUMN ...]              [list_connections]  default: user peer_host
+                                                                    peer_port state
+    list-channels [COLUMN ...]                 [list_channels]
+    list-consumers [-p VHOST] [COLUMN ...]     [list_consumers]
+    close-connection NAME [REASON]             [close_connection]  NAME as listed by
+                                                                    list-connections name
+    status                                     [status]
+    ping                                       [ping]
+
+Exit status: 0 success; 1 the broker refused the command (unknown column, vhost or
+connection); 69 (EX_UNAVAILABLE) no broker answers on the data directory; 75 (EX_TEMPFAIL)
+the broker did not answer in time. ``amqpd ctl ping`` is meant for liveness probes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final, TextIO
+
+from amqpd.engine.ctl_commands import LISTINGS
+from amqpd.shell.admin_socket import AdminSocketError, send_request, socket_path
+
+EX_UNAVAILABLE: Final = 69
+EX_TEMPFAIL: Final = 75
+_VHOST_LISTINGS: Final = ("list-queues", "list-exchanges", "list-bindings", "list-consumers")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``amqpd ctl``."""
+    parser = argparse.ArgumentParser(
+        prog="amqpd ctl",
+        description="Inspect and manage a running broker through its admin socket "
+        "(rabbitmqctl's listings and column names).",
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(os.environ.get("AMQPD_DATA_DIR", "./data")),
+        help="the running broker's data directory [AMQPD_DATA_DIR, default ./data]",
+    )
+    common.add_argument(
+        "--format",
+        "--formatter",
+        dest="format",
+        choices=["tsv", "json"],
+        default="tsv",
+        help="tab-separated table (default) or JSON",
+    )
+    common.add_argument("-q", "--quiet", action="store_true", help="no banner lines")
+    common.add_argument("--no-table-headers", action="store_true", help="no header line")
+    common.add_argument(
+        "-t", "--timeout", type=float, default=60.0, help="seconds to wait (default 60)"
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, listing in LISTINGS.items():
+        sub = commands.add_parser(
+            name,
+            parents=[common],
+            help=f"{name.replace('-', ' ')} (default columns: {' '.join(listing.default)})",
+            description=f"Columns: {' '.join(listing.getters)}",
+        )
+        if name in _VHOST_LISTINGS:
+            sub.add_argument("-p", "--vhost", default="/", help="virtual host (default /)")
+        sub.add_argument("columns", nargs="*", metavar="COLUMN")
+    sub = commands.add_parser(
+        "close-connection", parents=[common], help="close a client connection (320)"
+    )
+    sub.add_argument("name", help="the connection's name, as list-connections name shows it")
+    sub.add_argument("reason", nargs="?", default="", help="told to the client")
+    commands.add_parser("status", parents=[common], help="node status, alarms and totals")
+    commands.add_parser("ping", parents=[common], help="exit 0 if the broker answers")
+    return parser
+
+
+def main(argv: Sequence[str], stdout: TextIO | None = None) -> int:
+    """Run one ``amqpd ctl`` command (``argv`` after ``ctl``); the exit status."""
+    args = build_parser().parse_args(argv)
+    out = stdout or sys.stdout
+    request: dict[str, Any] = {"group": "ctl", "command": args.command}
+    if args.command in LISTINGS:
+        request["columns"] = args.columns
+        request["vhost"] = getattr(args, "vhost", "/")
+    elif args.command == "close-connection":
+        request["name"], request["reason"] = args.name, args.reason
+    try:
+        reply = send_request(args.data_dir, request, timeout=args.timeout)
+    except AdminSocketError as exc:
+        timed_out = isinstance(exc.__cause__, TimeoutError)
+        print(f"Error: {exc}", file=sys.stderr)
+        return EX_TEMPFAIL if timed_out else EX_UNAVAILABLE
+    if reply is None:
+        print(
+            f"Error: no broker is running on {args.data_dir} "
+            f"(no one listens on {socket_path(args.data_dir)})",
+            file=sys.stderr,
+        )
+        return EX_UNAVAILABLE
+    if not reply.ok:
+        print(f"Error: {reply.text}", file=sys.stderr)
+        return 1
+    answer = json.loads(reply.text)
+    if args.command == "ping":
+        if not args.quiet:
+            print(f"Ping succeeded: {answer['node']}", file=out)
+    elif args.command == "close-connection":
+        print(answer, file=out)
+    elif args.command == "status":
+        print(json.dumps(answer, indent=2) if args.format == "json" else _status(answer), file=out)
+    else:
+        _print_table(answer, args, out)
+    return 0
+
+
+def _print_table(table: dict[str, Any], args: argparse.Namespace, out: TextIO) -> None:
+    columns: list[str] = table["columns"]
+    rows: list[list[Any]] = table["rows"]
+    if args.format == "json":
+        objects = [
+            json.dumps(dict(zip(columns, row, strict=True)), separators=(",", ":")) for row in rows
+        ]
+        print("[\n" + ",\n".join(objects) + ("\n" if objects else "") + "]", file=out)
+        return
+    if not args.quiet:
+        print(table["banner"], file=out)
+    if rows and not args.no_table_headers:
+        print("\t".join(columns), file=out)
+    for row in rows:
+        print("\t".join(_cell(value) for value in row), file=out)
+
+
+def _cell(value: Any) -> str:
+    """A value as rabbitmqctl prints it: true/false, empty for none, tables as
+    ``[{"key",value}]``."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "[" + ",".join(f"{{{json.dumps(k)},{_term(v)}}}" for k, v in value.items()) + "]"
+    if isinstance(value, list):
+        return "[" + ",".join(_term(item) for item in value) + "]"
+    return str(value)
+
+
+def _term(value: Any) -> str:
+    if isinstance(value, str):
+        return json.dumps(value)
+    return _cell(value)
+
+
+def _size(size: int) -> str:
+    return f"{size / 1e9:.4f} gb"
+
+
+def _status(status: dict[str, Any]) -> str:
+    """``rabbitmqctl status``-style text."""
+    memory, disk = status["memory"], status["disk"]
+    fds, totals = status["file_descriptors"], status["totals"]
+    queue_totals = status["queue_totals"]
+    lines = [
+        f"Status of node {status['node']} ...",
+        "Runtime",
+        "",
+        f"OS PID: {status['pid']}",
+        f"Uptime (seconds): {status['uptime']}",
+        f"{status['product_name']} version: {status['product_version']}",
+        "",
+        "Alarms",
+        "",
+        *([f"{alarm} alarm" for alarm in status["alarms"]] or ["(none)"]),
+        "",
+        "Memory",
+        "",
+        f"Total memory used: {_size(memory['used'])}",
+        "Memory high watermark: "
+        + (_size(memory["limit"]) if memory["limit"] else "none (no memory alarm)"),
+        "",
+        "File Descriptors",
+        "",
+        f"Total: {fds['used']}, limit: {fds['total']}",
+        f"Sockets: {fds['sockets_used']}, limit: {fds['sockets_total']}",
+        "",
+        "Free Disk Space",
+        "",
+        "Low free disk space watermark: "
+        + (_size(disk["limit"]) if disk["limit"] else "none (no disk alarm)"),
+        f"Free disk space: {_size(disk['free'])}",
+        f"Store size: {_size(status['store_bytes'])}",
+        "",
+        "Listeners",
+        "",
+        *(
+            f"Interface: {item['ip_address']}, port: {item['port']}, protocol: {item['protocol']}"
+            for item in status["listeners"]
+        ),
+        "",
+        "Totals",
+        "",
+        f"Connection count: {totals['connections']}",
+        f"Channel count: {totals['channels']}",
+        f"Queue count: {totals['queues']}",
+        f"Exchange count: {totals['exchanges']}",
+        f"Consumer count: {totals['consumers']}",
+        f"Messages: {queue_totals['messages']} (ready {queue_totals['messages_ready']}, "
+        f"unacknowledged {queue_totals['messages_unacknowledged']})",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,150 @@
+"""``amqpd ctl`` against a running broker: rabbitmqctl-style listings, close-connection,
+status and ping (exit codes for probes)."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pika
+import pika.exceptions
+import pytest
+
+from amqpd.cli.ctl import EX_UNAVAILABLE
+from amqpd.cli.ctl import main as ctl
+from amqpd.model.broker import BrokerConfig
+from amqpd.shell.server import ServerConfig, background_server
+from tests.integration.broker_process import BrokerProcess
+from tests.integration.pika_support import pump_until
+
+
+def run(data: Path, *argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    command, *rest = argv
+    code = ctl([command, "--data-dir", str(data), *rest], out)
+    return code, out.getvalue()
+
+
+def test_listings_status_and_close_connection(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with background_server(BrokerConfig(), ServerConfig(port=0, data_dir=data)) as server:
+        params = pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{server.port}/")
+        params.client_properties = {"connection_name": "ctl-test"}
+        conn = pika.BlockingConnection(params)
+        channel = conn.channel()
+        channel.queue_declare("work", durable=True, arguments={"x-max-length": 10})
+        channel.basic_qos(prefetch_count=5)
+        for i in range(3):
+            channel.basic_publish("", "work", f"m{i}".encode())
+        channel.basic_consume("work", lambda *a: None, consumer_tag="ctag1")
+        conn.process_data_events(time_limit=0.3)
+
+        code, out = run(data, "list-queues")
+        assert code == 0
+        lines = out.splitlines()
+        assert lines[:3] == [
+            "Timeout: 60.0 seconds ...",
+            "Listing queues for vhost / ...",
+            "name\tmessages",
+        ]
+        assert "work\t3" in lines[3:]
+
+        code, out = run(
+            data,
+            "list-queues",
+            "-q",
+            "name",
+            "messages_ready",
+            "messages_unacknowledged",
+            "consumers",
+            "durable",
+            "arguments",
+        )
+        assert code == 0
+        assert out.splitlines() == [
+            "name\tmessages_ready\tmessages_unacknowledged\tconsumers\tdurable\targuments",
+            'work\t0\t3\t1\ttrue\t[{"x-max-length",10}]',
+        ]
+
+        code, out = run(data, "list-queues", "--format", "json", "name", "messages")
+        assert json.loads(out) == [{"name": "work", "messages": 3}]
+
+        code, out = run(data, "list-exchanges", "-q", "--no-table-headers")
+        assert "amq.topic\ttopic" in out.splitlines()
+
+        code, out = run(data, "list-bindings", "-q")
+        assert "\texchange\twork\tqueue\twork\t[]" in out.splitlines()
+
+        code, out = run(data, "list-connections", "-q", "name", "user", "state", "channels")
+        [header, row] = out.splitlines()
+        assert header == "name\tuser\tstate\tchannels"
+        name, user, state, channels = row.split("\t")
+        assert name.endswith(f" -> 127.0.0.1:{server.port}") and name.startswith("127.0.0.1:")
+        assert (user, state, channels) == ("guest", "running", "1")
+
+        code, out = run(
+            data,
+            "list-channels",
+            "-q",
+            "name",
+            "prefetch_count",
+            "consumer_count",
+            "messages_unacknowledged",
+        )
+        assert out.splitlines()[1] == f"{name} (1)\t5\t1\t3"
+
+        code, out = run(
+            data,
+            "list-consumers",
+            "-q",
+            "queue_name",
+            "consumer_tag",
+            "ack_required",
+            "prefetch_count",
+        )
+        assert out.splitlines()[1] == "work\tctag1\ttrue\t5"
+
+        code, out = run(data, "list-queues", "no_such_column")
+        assert code == 1
+
+        code, out = run(data, "status")
+        assert code == 0 and "Status of node amqpd@" in out and "Queue count: 1" in out
+        code, out = run(data, "status", "--format", "json")
+        status = json.loads(out)
+        assert status["totals"]["connections"] == 1 and status["memory"]["used"] > 0
+        assert status["listeners"][0]["port"] == server.port
+
+        code, out = run(data, "close-connection", name, "go away")
+        assert code == 0
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+            pump_until(conn, lambda: False, 10)
+        assert closed.value.reply_code == 320
+        assert closed.value.reply_text == "CONNECTION_FORCED - go away"
+        assert run(data, "close-connection", name)[0] == 1
+
+
+def test_ping_exit_codes_of_the_command(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    command = [sys.executable, "-m", "amqpd", "ctl", "ping", "--data-dir", str(data)]
+    down = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    assert down.returncode == EX_UNAVAILABLE, down
+    broker = BrokerProcess(data)
+    try:
+        up = subprocess.run(command, capture_output=True, text=True, timeout=30)
+        assert up.returncode == 0, up
+        assert up.stdout.startswith("Ping succeeded")
+        listing = subprocess.run(
+            [sys.executable, "-m", "amqpd", "ctl", "list-queues", "--data-dir", str(data)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert listing.returncode == 0
+        assert listing.stdout == "Timeout: 60.0 seconds ...\nListing queues for vhost / ...\n"
+    finally:
+        broker.stop()
+    after = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    assert after.returncode == EX_UNAVAILABLE
