@@ -74,9 +74,12 @@ async def serve_http(
         await asyncio.shield(task)
     finally:
         server.should_exit = True
-        with anyio.CancelScope(shield=True), anyio.move_on_after(SHUTDOWN_TIMEOUT + 1):
-            with suppress(Exception, asyncio.CancelledError):
-                await task
+        with (
+            anyio.CancelScope(shield=True),
+            anyio.move_on_after(SHUTDOWN_TIMEOUT + 1),
+            suppress(Exception, asyncio.CancelledError),
+        ):
+            await task
         if not task.done():
             task.cancel()
         sock.close()
