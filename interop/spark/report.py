@@ -35,6 +35,9 @@ class TaskReport(WriterCommitMessage):
         acked: Messages the broker acked (equals ``published`` in a report).
         nacked: Messages nacked (0 in a report: a nack fails the task).
         returned: Messages returned (0 in a report: a return fails the task).
+        republished: Messages published again after a lost connection (possible duplicates).
+        reconnects: Connections the task opened after losing one.
+        reused_connection: The task published on a connection an earlier task left open.
         bytes: Body bytes published.
         seconds: Wall time of the task's publishing.
         max_outstanding: Most unconfirmed messages at once.
@@ -51,6 +54,9 @@ class TaskReport(WriterCommitMessage):
     acked: int = 0
     nacked: int = 0
     returned: int = 0
+    republished: int = 0
+    reconnects: int = 0
+    reused_connection: bool = False
     bytes: int = 0
     seconds: float = 0.0
     max_outstanding: int = 0
@@ -81,6 +87,9 @@ def summarize_commit(
         f"bytes={sum(r.bytes for r in reports)}",
         f"tasks={len(reports)}",
         f"retries_seen={sum(1 for r in reports if r.attempt > 0)}",
+        f"reconnects={sum(r.reconnects for r in reports)}",
+        f"republished={sum(r.republished for r in reports)}",
+        f"reused_connections={sum(1 for r in reports if r.reused_connection)}",
     ]
     if reports:
         slowest = max(reports, key=lambda r: r.seconds)

@@ -13,8 +13,10 @@ import logging
 import os
 import signal
 import sys
+import threading
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -136,17 +138,20 @@ def _ids(messages: list[tuple[Any, bytes]]) -> list[str]:
 
 @dataclass(frozen=True)
 class Fault:
-    """What to do on attempt 0 after ``after`` rows of a partition.
+    """What to do on attempt 0 after ``after`` rows of a partition (of ``partition`` only
+    when it is not -1).
 
-    ``raise``: raise RuntimeError. ``sigstop``: SIGSTOP the broker ``pid`` (attempt 1
-    SIGCONTs it before publishing, with the default confirm timeout). Every failed attempt
-    appends a line to ``record``.
+    ``raise``: raise RuntimeError. ``sigstop``: SIGSTOP the broker ``pid`` and SIGCONT it
+    ``seconds`` later. ``sigkill``: SIGKILL the broker ``pid`` (the test restarts it). Every
+    failed attempt appends a line to ``record``.
     """
 
     kind: str
     after: int
     record: str
     pid: int = 0
+    partition: int = -1
+    seconds: float = 0.0
 
 
 class FaultyWriter(AmqpBatchWriter):
@@ -158,11 +163,7 @@ class FaultyWriter(AmqpBatchWriter):
         context = TaskContext.get()
         assert context is not None
         attempt = context.attemptNumber()
-        if self.fault.kind == "sigstop" and attempt > 0:
-            os.kill(self.fault.pid, signal.SIGCONT)
-            # the short timeout is for the frozen attempt; a loaded CI box may need more
-            self.options = replace(self.options, confirm_timeout_ms=30_000)
-        elif attempt == 0:
+        if attempt == 0 and self.fault.partition in (-1, context.partitionId()):
             iterator = self._inject(iterator)
         try:
             return super().write(iterator)
@@ -176,7 +177,14 @@ class FaultyWriter(AmqpBatchWriter):
             if index == self.fault.after:
                 if self.fault.kind == "raise":
                     raise RuntimeError(f"injected failure at row {index}")
-                os.kill(self.fault.pid, signal.SIGSTOP)
+                if self.fault.kind == "sigkill":
+                    os.kill(self.fault.pid, signal.SIGKILL)
+                else:
+                    os.kill(self.fault.pid, signal.SIGSTOP)
+                    resume = threading.Timer(
+                        self.fault.seconds, os.kill, (self.fault.pid, signal.SIGCONT)
+                    )
+                    resume.start()
             yield row
 
 
@@ -191,6 +199,8 @@ class FaultyAmqpDataSource(AmqpDataSource):
             after=int(self.options.pop("faultafter")),
             record=self.options.pop("faultrecord"),
             pid=int(self.options.pop("faultpid", "0")),
+            partition=int(self.options.pop("faultpartition", "-1")),
+            seconds=float(self.options.pop("faultseconds", "0")),
         )
         plain = super().writer(schema, overwrite)
         return FaultyWriter(plain.options, plain.schema, fault)
@@ -358,7 +368,7 @@ def test_injected_task_failure_republishes_with_duplicates(
     assert any("rows=10000" in x and "retries_seen=2" in x for x in _sink_lines(spark, broker))
 
 
-def test_confirm_timeout_while_broker_stopped_then_retry_succeeds(
+def test_frozen_broker_stalls_confirms_and_the_task_reconnects(
     spark: SparkSession, broker: Broker, tmp_path: Path
 ) -> None:
     ch = broker.channel()
@@ -372,18 +382,63 @@ def test_confirm_timeout_while_broker_stopped_then_retry_succeeds(
         .option("url", broker.url)
         .option("routingKey", "frozen")
         .option("confirmTimeoutMs", "1500")
+        .option("connectTimeoutMs", "1000")
         .option("fault", "sigstop")
         .option("faultAfter", "2000")
+        .option("faultSeconds", "5")
         .option("faultPid", str(broker.proc.pid))
         .option("faultRecord", str(record))
         .mode("append")
         .save()
     )
-    [failure] = record.read_text().splitlines()
-    assert failure.startswith("p0 a0 ConfirmTimeout: no publisher confirm for 1500 ms with ")
+    assert not record.exists()  # no attempt failed: the task rode out the freeze
     ids = _ids(broker.drain("frozen"))
     assert set(ids) == {f"m{i}" for i in range(n)}
-    assert any("rows=5000" in x and "retries_seen=1" in x for x in _sink_lines(spark, broker))
+    [line] = [x for x in _sink_lines(spark, broker) if "job committed" in x]
+    assert "rows=5000" in line and "retries_seen=0" in line
+    assert "reconnects=0 " not in line and "republished=0 " not in line
+
+
+@pytest.mark.parametrize("outage", [5, 30])
+def test_broker_killed_mid_write_and_restarted_loses_nothing(
+    spark: SparkSession, broker: Broker, tmp_path: Path, outage: int
+) -> None:
+    ch = broker.channel()
+    ch.queue_declare("restarted", durable=True)
+    ch.connection.close()
+    record = tmp_path / "failures.txt"
+    n = 60_000
+
+    def restart_after_the_kill() -> None:
+        broker.reap()  # returns when the task's SIGKILL has landed
+        time.sleep(outage)  # the outage is the scenario, not a synchronisation
+        broker.restart()  # same port, same data directory
+
+    restarter = threading.Thread(target=restart_after_the_kill)
+    restarter.start()
+    try:
+        (
+            _numbered(spark, n)
+            .write.format("amqp_faulty")
+            .option("url", broker.url)
+            .option("routingKey", "restarted")
+            .option("fault", "sigkill")
+            .option("faultAfter", "10000")
+            .option("faultPartition", "0")
+            .option("faultPid", str(broker.proc.pid))
+            .option("faultRecord", str(record))
+            .mode("append")
+            .save()
+        )
+    finally:
+        restarter.join(timeout=outage + 60)
+    assert not restarter.is_alive()
+    assert not record.exists()  # no attempt failed: both tasks reconnected and republished
+    ids = _ids(broker.drain("restarted"))
+    assert set(ids) == {f"m{i}" for i in range(n)}  # 0 missing (duplicates allowed)
+    [line] = [x for x in _sink_lines(spark, broker) if "job committed" in x]
+    assert "rows=60000 acked=60000" in line and "retries_seen=0" in line
+    assert "reconnects=0 " not in line
 
 
 def test_bad_mode_options_and_columns_fail_before_any_task(
