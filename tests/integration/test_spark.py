@@ -32,7 +32,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from interop.spark import AmqpDataSource
+from interop.spark import AmqpDataSource, activate_session
 from interop.spark.options import SinkOptions
 from interop.spark.writer import AmqpBatchWriter, AmqpStreamWriter
 from tests.integration.broker_process import BrokerProcess
@@ -469,9 +469,48 @@ def test_bad_mode_options_and_columns_fail_before_any_task(
     assert "option maxInFlight must be an integer" in save(df, MaxInFlight="0")
     text = save(df, exchange="no-such-exchange")
     assert "exchange 'no-such-exchange' not found in vhost '/'" in text
+    wrong = broker.url.replace("guest:guest", "guest:wrong")
+    text = save(df, url=wrong)
+    assert "refused the connection" in text and "check the user, password and vhost" in text
+    assert ":wrong@" not in text
+    # without the driver-side check, every task attempt fails at once, saying why
+    with pytest.raises(PythonException) as info:
+        df.write.format("amqp").option("url", wrong).option("routingKey", "untouched").option(
+            "checkExchange", "false"
+        ).mode("append").save()
+    text = str(info.value)
+    assert "ConnectError: cannot connect to amqp://guest:***@" in text
+    assert "check the user name and password in the url option; not retried" in text
     text = save(df.select(F.col("value").cast("binary").alias("body"), F.lit(1.5).alias("x")))
     assert "unknown column 'x'" in text
     assert broker.count("untouched") == 0
+
+
+def test_save_from_a_thread_after_activate_session(spark: SparkSession, broker: Broker) -> None:
+    ch = broker.channel()
+    ch.queue_declare("threaded")
+    ch.connection.close()
+    failures: list[BaseException] = []
+
+    def job() -> None:
+        try:
+            activate_session(spark)  # a new thread has no active session in the JVM
+            (
+                _numbered(spark, 100)
+                .write.format("amqp")
+                .option("url", broker.url)
+                .option("routingKey", "threaded")
+                .mode("append")
+                .save()
+            )
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=job)
+    thread.start()
+    thread.join()
+    assert failures == []
+    assert broker.count("threaded") == 100
 
 
 def test_streaming_available_now_publishes_each_row_once_and_restart_adds_nothing(
