@@ -576,8 +576,8 @@ def test_commit_and_abort_summary_lines(caplog: pytest.LogCaptureFixture) -> Non
     ]
     line = summarize_commit(reports, "amqp://guest:***@h/")
     assert line == (
-        "amqp sink: job committed rows=1000 acked=1000 bytes=10000 tasks=2 retries_seen=1 "
-        "reconnects=2 republished=37 reused_connections=1 "
+        "amqp sink: job committed published=1000 confirmed=1000 returned=0 nacked=0 "
+        "republished=37 reconnects=2 retries=1 tasks=2 reused_connections=1 bytes=10000 "
         "slowest_task=p1.a1:1.25s/400rows max_outstanding=100 target=amqp://guest:***@h/"
     )
     assert summarize_abort([reports[0], None], "t").startswith(
@@ -589,7 +589,7 @@ def test_commit_and_abort_summary_lines(caplog: pytest.LogCaptureFixture) -> Non
         writer.commit(list(reports), 7)
     [record] = caplog.records
     assert record.name == "interop.spark" and record.levelno == logging.INFO
-    assert record.getMessage().startswith("amqp sink: batch 7 committed rows=1000")
+    assert record.getMessage().startswith("amqp sink: batch 7 committed published=1000")
     assert "query=qid target=amqp://guest:***@127.0.0.1:5672/%2F" in record.getMessage()
 
 
