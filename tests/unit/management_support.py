@@ -27,7 +27,13 @@ class FakeHost:
         self.admin_requests: list[dict[str, Any]] = []
 
     def node_sample(self) -> NodeSample:
-        return NodeSample(name="amqpd@test")
+        return NodeSample(
+            name="amqpd@test",
+            listeners=[
+                {"protocol": "amqp", "port": 5672, "ip_address": "127.0.0.1"},
+                {"protocol": "http", "port": 15672, "ip_address": "127.0.0.1"},
+            ],
+        )
 
     def after_core(self) -> None:
         self.after_core_calls += 1

@@ -347,3 +347,46 @@ def test_health_checks_and_aliveness() -> None:
     assert api.get("/api/nodes/" + quote(node, safe="")).json()["name"] == node
     assert api.get("/api/nodes/other@host").json() == NOT_FOUND
     assert base64  # imported for payloads above
+
+
+def test_listener_and_vhost_health_checks_and_cluster_name() -> None:
+    api = Api()
+    assert api.get("/api/health/checks/virtual-hosts").json() == {"status": "ok"}
+    assert api.get("/api/health/checks/port-listener/5672").json() == {
+        "status": "ok",
+        "port": 5672,
+    }
+    missing = api.get("/api/health/checks/port-listener/1234")
+    assert missing.status_code == 503
+    assert missing.json() == {
+        "status": "failed",
+        "reason": "No active listener",
+        "missing": 1234,
+        "ports": [5672, 15672],
+    }
+    assert api.get("/api/health/checks/port-listener/abc").json() == {
+        "error": "bad_request",
+        "reason": "Invalid port",
+    }
+    assert api.get("/api/health/checks/protocol-listener/amqp091").json() == {
+        "status": "ok",
+        "protocol": "amqp",
+    }
+    mqtt = api.get("/api/health/checks/protocol-listener/mqtt")
+    assert mqtt.status_code == 503 and mqtt.json()["protocols"] == ["amqp", "http"]
+    assert api.get("/api/cluster-name").json() == {"name": api.broker.statistics.node}
+    assert api.put("/api/exchanges/%2F/e", json={"type": "bogus"}).json() == {
+        "error": "bad_request",
+        "reason": "invalid exchange type 'bogus'",
+    }
+
+
+def test_vhost_connections_and_channels() -> None:
+    broker = Broker()
+    api = Api(broker)
+    api.put("/api/vhosts/v2")
+    connect(broker)
+    connect(broker, vhost="v2")
+    assert [c["vhost"] for c in api.get("/api/vhosts/v2/connections").json()] == ["v2"]
+    assert [c["vhost"] for c in api.get("/api/vhosts/%2F/channels").json()] == ["/"]
+    assert api.get("/api/vhosts/nope/channels").json() == NOT_FOUND

@@ -82,6 +82,20 @@ async def get_channel(call: Call) -> Response:
     return call.item(found[0] if found else None)
 
 
+async def vhost_connections(call: Call) -> Response:
+    """GET /api/vhosts/{vhost}/connections."""
+    vhost = call.vhost_param()
+    items = _visible(call, inventory.connections(call.broker))
+    return call.listing([item for item in items if item["vhost"] == vhost.name])
+
+
+async def vhost_channels(call: Call) -> Response:
+    """GET /api/vhosts/{vhost}/channels."""
+    vhost = call.vhost_param()
+    items = _visible(call, inventory.channels(call.broker))
+    return call.listing([item for item in items if item["vhost"] == vhost.name])
+
+
 async def list_consumers(call: Call) -> Response:
     """GET /api/consumers."""
     items = inventory.consumers(call.broker)
@@ -104,6 +118,8 @@ def routes(host: BrokerHost) -> list[BaseRoute]:
         route(host, "/api/connections/{name}/channels", get=connection_channels),
         route(host, "/api/channels", get=list_channels),
         route(host, "/api/channels/{name}", get=get_channel),
+        route(host, "/api/vhosts/{vhost}/connections", get=vhost_connections),
+        route(host, "/api/vhosts/{vhost}/channels", get=vhost_channels),
         route(host, "/api/consumers", get=list_consumers),
         route(host, "/api/consumers/{vhost}", get=vhost_consumers),
     ]

@@ -21,6 +21,7 @@ from amqpd.shell.management.context import Call, created, no_content, route
 from amqpd.shell.management.errors import ApiError, bad_request
 from amqpd.shell.management.messages import content_header, payload_bytes
 from amqpd.wire.errors import NOT_FOUND, AMQPError
+from exchanges.registry import EXCHANGE_TYPES
 
 COMMIT_TIMEOUT = 30.0  # seconds a publish waits for its storage batch
 
@@ -55,11 +56,14 @@ async def put_exchange(call: Call) -> Response:
     true), ``auto_delete``, ``internal``, ``arguments``."""
     vhost = call.target_vhost()
     body = await call.body()
+    type_name = fields.text(body, "type", "direct") or "direct"
+    if type_name not in EXCHANGE_TYPES:
+        raise bad_request(f"invalid exchange type '{type_name}'")
     was_created = operations.declare_exchange(
         vhost,
         call.authz(vhost),
         _name(call),
-        fields.text(body, "type", "direct") or "direct",
+        type_name,
         fields.boolean(body, "durable", True),
         fields.boolean(body, "auto_delete", False),
         fields.boolean(body, "internal", False),
