@@ -7,6 +7,7 @@ import base64
 from typing import Any
 from urllib.parse import quote
 
+import pytest
 from pamqp import commands
 
 from amqpd.model.broker import Broker
@@ -390,3 +391,61 @@ def test_vhost_connections_and_channels() -> None:
     assert [c["vhost"] for c in api.get("/api/vhosts/v2/connections").json()] == ["v2"]
     assert [c["vhost"] for c in api.get("/api/vhosts/%2F/channels").json()] == ["/"]
     assert api.get("/api/vhosts/nope/channels").json() == NOT_FOUND
+
+
+PUBLISH = "/api/exchanges/%2F/amq.default/publish"
+
+
+def _publish_body(**changes: Any) -> dict[str, Any]:
+    body = {"routing_key": "q", "payload": "x", "payload_encoding": "string", "properties": {}}
+    body.update(changes)
+    return body
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", PUBLISH, _publish_body(routing_key="k" * 256)),
+        ("POST", PUBLISH, _publish_body(properties={"priority": 1000})),
+        ("POST", PUBLISH, _publish_body(properties={"headers": {"big": 2**80}})),
+        ("POST", PUBLISH, _publish_body(properties={"expiration": "abc"})),
+        ("POST", PUBLISH, _publish_body(properties={"user_id": "bob"})),
+        ("POST", PUBLISH, _publish_body(properties={"timestamp": "x"})),
+        ("POST", PUBLISH, _publish_body(properties={"bogus": 1})),
+        ("POST", PUBLISH, _publish_body(properties="x")),
+        ("POST", PUBLISH, _publish_body(payload=1)),
+        ("POST", PUBLISH, _publish_body(payload_encoding="rot13")),
+        ("PUT", "/api/queues/%2F/" + "x" * 256, {}),
+        ("PUT", "/api/queues/%2F/q2", {"arguments": {"x-max-priority": 1000}}),
+        ("PUT", "/api/queues/%2F/q2", {"arguments": "x"}),
+        ("PUT", "/api/exchanges/%2F/e", {"type": 5}),
+        (
+            "POST",
+            "/api/queues/%2F/q/get",
+            {"count": "x", "ackmode": "ack_requeue_true", "encoding": "auto"},
+        ),
+        ("POST", "/api/queues/%2F/q/get", {"count": 1, "ackmode": "nope", "encoding": "auto"}),
+        (
+            "POST",
+            "/api/queues/%2F/q/get",
+            {"count": 1, "ackmode": "ack_requeue_true", "encoding": "x"},
+        ),
+        ("POST", "/api/bindings/%2F/e/amq.headers/q/q", {"arguments": {"x-match": "bogus"}}),
+        ("POST", "/api/bindings/%2F/e/amq.direct/q/q", {"routing_key": "k" * 256}),
+        ("PUT", "/api/users/u", {"password": 5, "tags": ""}),
+        ("PUT", "/api/users/u", {"password": "p", "tags": 5}),
+        ("PUT", "/api/users/u", {"password": "p", "tags": "", "hashing_algorithm": "x"}),
+        ("PUT", "/api/permissions/%2F/guest", {"configure": "(", "write": "", "read": ""}),
+        ("PUT", "/api/vhosts/v", {"tags": 5}),
+        ("POST", "/api/definitions", {"users": "x"}),
+        ("POST", "/api/definitions/%2F", {"queues": "x"}),
+        ("POST", "/api/definitions", {"users": [{"name": "x", "password_hash": "!!", "tags": ""}]}),
+    ],
+)
+def test_bad_input_is_400_with_a_json_reason(method: str, path: str, body: Any) -> None:
+    api = Api()
+    api.put("/api/queues/%2F/q", json={})
+    answer = api.request(method, path, json=body)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"] == "bad_request" and answer.json()["reason"]
+    assert api.get("/api/queues/%2F/q").status_code == 200  # still serving

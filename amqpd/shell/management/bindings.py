@@ -69,7 +69,7 @@ async def create(call: Call) -> Response:
     ``arguments``; 201 with the new binding's relative Location."""
     vhost = call.vhost_param()
     body = await call.body()
-    routing_key = fields.text(body, "routing_key")
+    routing_key = fields.shortstr(fields.text(body, "routing_key"), "routing_key")
     arguments = fields.arguments(body)
     destination = call.param("destination")
     operations.bind(

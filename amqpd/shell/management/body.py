@@ -6,9 +6,11 @@ and a missing required key is 400 ``[{key_missing,NAME}]``."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from amqpd.shell.management.errors import bad_request
+
+SHORTSTR_MAX: Final = 255
 
 
 def require(body: Mapping[str, Any], *keys: str) -> None:
@@ -53,6 +55,13 @@ def text(body: Mapping[str, Any], key: str, default: str = "") -> str:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
     raise bad_request(["not_string", value])
+
+
+def shortstr(value: str, what: str) -> str:
+    """A name or routing key that AMQP can carry (a shortstr: at most 255 UTF-8 bytes)."""
+    if len(value.encode("utf-8")) > SHORTSTR_MAX:
+        raise bad_request(f"{what} is longer than {SHORTSTR_MAX} bytes")
+    return value
 
 
 def arguments(body: Mapping[str, Any]) -> dict[str, Any]:

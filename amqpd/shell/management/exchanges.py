@@ -62,7 +62,7 @@ async def put_exchange(call: Call) -> Response:
     was_created = operations.declare_exchange(
         vhost,
         call.authz(vhost),
-        _name(call),
+        fields.shortstr(_name(call), "exchange name"),
         type_name,
         fields.boolean(body, "durable", True),
         fields.boolean(body, "auto_delete", False),
@@ -112,7 +112,7 @@ async def publish(call: Call) -> Response:
             vhost,
             call.authz(vhost),
             call.param("name"),
-            fields.text(body, "routing_key"),
+            fields.shortstr(fields.text(body, "routing_key"), "routing_key"),
             header,
             payload,
         )

@@ -91,7 +91,7 @@ def content_header(properties: Any, body_size: int) -> bytes:
     try:
         header = ContentHeader(0, body_size, spec.Basic.Properties(**arguments))
         return bytes(header.marshal())
-    except (TypeError, ValueError, OverflowError) as exc:
+    except Exception as exc:  # pamqp's encoders raise TypeError, ValueError, struct.error
         raise bad_request(["invalid_properties", str(exc)]) from exc
 
 

@@ -45,7 +45,7 @@ async def put_queue(call: Call) -> Response:
     was_created = operations.declare_queue(
         vhost,
         call.authz(vhost),
-        call.param("name"),
+        fields.shortstr(call.param("name"), "queue name"),
         fields.boolean(body, "durable", True),
         fields.boolean(body, "auto_delete", False),
         fields.arguments(body),
