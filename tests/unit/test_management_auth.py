@@ -103,8 +103,8 @@ def test_connections_own_for_management_all_for_monitoring() -> None:
     api = Api(broker)
     api.add_user("mgr", "management")
     api.add_user("mon", "monitoring")
-    connect(broker)
-    connect(broker, user="mgr", password="pw")
+    connect(broker).conn.peer = "127.0.0.1:1001"  # distinct names
+    connect(broker, user="mgr", password="pw").conn.peer = "127.0.0.1:1002"
 
     def users(auth: tuple[str, str]) -> list[str]:
         return sorted(c["user"] for c in api.get("/api/connections", auth=auth).json())
