@@ -154,3 +154,14 @@ def test_policymaker_rule() -> None:
     with pytest.raises(ApiError) as refused:
         Principal("m", ("management", "monitoring")).require_policymaker()
     assert refused.value.reason == "Not policymaker user"
+
+
+def test_overview_totals_are_narrowed_for_management_users() -> None:
+    api = _broker_with_two_vhosts()
+    admin = api.get("/api/overview").json()
+    assert admin["object_totals"]["queues"] == 2
+    monitor = api.get("/api/overview", auth=("mon", "pw")).json()
+    assert monitor["object_totals"] == admin["object_totals"]
+    own = api.get("/api/overview", auth=("mgr", "pw")).json()["object_totals"]
+    assert own["queues"] == 1 and own["connections"] == 0 and own["channels"] == 0
+    assert own["exchanges"] == len(api.broker.default_vhost.exchanges)

@@ -5,6 +5,8 @@ virtual-hosts, port-listener/{port}, protocol-listener/{protocol}) and
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
@@ -21,8 +23,29 @@ _PROTOCOL_ALIASES = {"amqp091": "amqp", "amqp0.9.1": "amqp", "amqp0-9-1": "amqp"
 
 
 async def overview(call: Call) -> Response:
-    """GET /api/overview."""
-    return Json(inventory.overview(call.broker, call.host.node_sample()))
+    """GET /api/overview. Users without the monitoring tag get object and queue totals of
+    their own vhosts, connections and channels (RabbitMQ narrows them the same way)."""
+    item = inventory.overview(call.broker, call.host.node_sample())
+    if not call.principal.is_monitor:
+        _narrow(call, item)
+    return Json(item)
+
+
+def _narrow(call: Call, item: dict[str, Any]) -> None:
+    broker = call.broker
+    vhosts = [host for name, host in broker.vhosts.items() if call.visible(name)]
+    queues = [q for host in vhosts for q in inventory.queues(broker, host.name)]
+    connections = [c for c in inventory.connections(broker) if call.sees_client(c["user"])]
+    item["object_totals"] = {
+        "connections": len(connections),
+        "channels": sum(c["channels"] for c in connections),
+        "exchanges": sum(len(host.exchanges) for host in vhosts),
+        "queues": len(queues),
+        "consumers": sum(q["consumers"] for q in queues),
+    }
+    totals = item["queue_totals"]
+    for key in ("messages", "messages_ready", "messages_unacknowledged"):
+        totals[key] = sum(q[key] for q in queues)
 
 
 async def nodes(call: Call) -> Response:
