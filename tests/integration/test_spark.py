@@ -298,7 +298,7 @@ def test_batch_exact_count_and_properties_round_trip(spark: SparkSession, broker
     assert props.headers == {"k": b"v2", "z": None}
 
     lines = _sink_lines(spark, broker)
-    assert any("job committed published=10000 confirmed=10000" in x and "tasks=2" in x for x in lines)
+    assert any("published=10000 confirmed=10000" in x and "tasks=2" in x for x in lines)
     # the second write's task ran in a Python worker that kept its connection from the first
     assert any("job committed published=1 " in x and "reused_connections=1" in x for x in lines)
     assert all("guest:***@" in x and "guest:guest" not in x for x in lines)
