@@ -133,7 +133,7 @@ def open_connections(broker: Broker) -> Iterator[Connection]:
             yield connection
 
 
-def unacked_by_queue(broker: Broker) -> dict[Queue, tuple[int, int]]:
+def _unacked_by_queue(broker: Broker) -> dict[Queue, tuple[int, int]]:
     """Per queue: deliveries awaiting an ack and their body bytes (they live in channels)."""
     totals: dict[Queue, tuple[int, int]] = {}
     for connection in open_connections(broker):
@@ -142,6 +142,11 @@ def unacked_by_queue(broker: Broker) -> dict[Queue, tuple[int, int]]:
                 count, size = totals.get(record.queue, (0, 0))
                 totals[record.queue] = (count + 1, size + record.entry.message.body_size)
     return totals
+
+
+def unacked_by_queue(broker: Broker) -> dict[Queue, tuple[int, int]]:
+    """Per queue: deliveries awaiting an ack and their body bytes (for the exporter)."""
+    return _unacked_by_queue(broker)
 
 
 # -- names -----------------------------------------------------------------------------------
@@ -168,7 +173,7 @@ def find_connection(broker: Broker, name: str) -> Connection | None:
 # -- queues ----------------------------------------------------------------------------------
 def queues(broker: Broker, vhost: str | None = None) -> list[dict[str, Any]]:
     """``/api/queues`` items (all vhosts, or one)."""
-    unacked = unacked_by_queue(broker)
+    unacked = _unacked_by_queue(broker)
     return [
         _queue(broker, queue, unacked.get(queue, (0, 0)))
         for host in _vhosts(broker, vhost)
@@ -182,7 +187,7 @@ def queue(broker: Broker, vhost: str, name: str) -> dict[str, Any] | None:
     found = host.queues.get(name) if host is not None else None
     if found is None:
         return None
-    return _queue(broker, found, unacked_by_queue(broker).get(found, (0, 0)))
+    return _queue(broker, found, _unacked_by_queue(broker).get(found, (0, 0)))
 
 
 def _queue(broker: Broker, queue: Queue, unacked: tuple[int, int]) -> dict[str, Any]:
