@@ -8,6 +8,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from amqpd.engine import inventory
+from amqpd.shell import dashboard
 from amqpd.shell.host import BrokerHost
 
 
@@ -17,4 +18,4 @@ def create_app(host: BrokerHost) -> Starlette:
     async def overview(request: Request) -> JSONResponse:
         return JSONResponse(inventory.overview(host.broker, host.node_sample()))
 
-    return Starlette(routes=[Route("/api/overview", overview)])
+    return Starlette(routes=[Route("/api/overview", overview), *dashboard.routes()])
