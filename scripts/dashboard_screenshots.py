@@ -68,7 +68,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=8, help="overview refreshes to wait")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    config = ServerConfig(port=0, management_port=0)
+    config = ServerConfig(port=0, management_port=0, prometheus_port=0)
     with background_server(BrokerConfig(), config) as server:
         stop = threading.Event()
         worker = threading.Thread(target=_traffic, args=(server.port, stop), daemon=True)

@@ -24,13 +24,16 @@ export class History {
   }
 }
 
-function niceMax(value) {
-  if (value <= 0) return 1;
-  const power = 10 ** Math.floor(Math.log10(value));
-  for (const step of [1, 2, 2.5, 5, 10]) {
-    if (value <= step * power) return step * power;
+/** A y scale with at most five round steps (1, 2 or 5 times a power of ten) over ``peak``. */
+function niceScale(peak) {
+  if (peak <= 0) return { max: 1, step: 0.5 };
+  const power = 10 ** Math.floor(Math.log10(peak / 5));
+  for (const multiple of [1, 2, 5, 10]) {
+    const step = multiple * power;
+    const steps = Math.ceil(peak / step - 1e-9);
+    if (steps <= 5) return { max: steps * step, step };
   }
-  return 10 * power;
+  return { max: 10 * power * 5, step: 10 * power };
 }
 
 function format(value) {
@@ -41,7 +44,7 @@ function format(value) {
 }
 
 /**
- * Draw ``history``'s ``series`` ([{name, label}]) on ``canvas``; ``legend`` (an element)
+ * Draw ``history``'s ``series`` ([{name, label, stack}]) on ``canvas``; ``legend`` (an element)
  * gets the latest value of each. ``unit`` follows the values in the legend ("/s").
  */
 export function drawChart(canvas, legend, history, series, unit = "") {
@@ -65,9 +68,14 @@ export function drawChart(canvas, legend, history, series, unit = "") {
   const start = now - windowSeconds * 1000;
   let peak = 0;
   for (const sample of samples) {
-    for (const { name } of series) peak = Math.max(peak, sample.values[name] || 0);
+    let stacked = 0;
+    for (const { name, stack } of series) {
+      const value = sample.values[name] || 0;
+      if (stack) stacked += value;
+      peak = Math.max(peak, value, stacked);
+    }
   }
-  const max = niceMax(peak);
+  const { max, step: yStep } = niceScale(peak);
   const x = (t) => left + ((t - start) / (windowSeconds * 1000)) * (right - left);
   const y = (v) => bottom - (v / max) * (bottom - top);
 
@@ -77,8 +85,8 @@ export function drawChart(canvas, legend, history, series, unit = "") {
   ctx.lineWidth = 1;
   ctx.textAlign = "right";
   ctx.textBaseline = "middle";
-  for (let i = 0; i <= 4; i += 1) {
-    const value = (max * i) / 4;
+  for (let i = 0; i * yStep <= max + 1e-9; i += 1) {
+    const value = i * yStep;
     const py = Math.round(y(value)) + 0.5;
     ctx.beginPath();
     ctx.moveTo(left, py);
@@ -94,7 +102,38 @@ export function drawChart(canvas, legend, history, series, unit = "") {
     ctx.fillText(label, ago === 0 ? right : x(now - ago * 1000), bottom + 6);
   }
 
-  series.forEach(({ name }, index) => {
+  // stacked series (``stack: true``) are filled areas, one on top of the other; the
+  // others are lines drawn over them
+  const base = samples.map(() => 0);
+  series.forEach(({ name, stack }, index) => {
+    if (!stack) return;
+    const color = COLORS[index % COLORS.length];
+    const lower = base.slice();
+    samples.forEach((s, i) => {
+      base[i] += typeof s.values[name] === "number" ? s.values[name] : 0;
+    });
+    ctx.fillStyle = color;
+    ctx.strokeStyle = color;
+    ctx.lineWidth = 2;
+    if (samples.length === 1) {
+      ctx.beginPath();
+      ctx.arc(x(samples[0].t), y(base[0]), 3, 0, 2 * Math.PI);
+      ctx.fill();
+      return;
+    }
+    ctx.beginPath();
+    samples.forEach((s, i) => (i ? ctx.lineTo(x(s.t), y(base[i])) : ctx.moveTo(x(s.t), y(base[i]))));
+    for (let i = samples.length - 1; i >= 0; i -= 1) ctx.lineTo(x(samples[i].t), y(lower[i]));
+    ctx.closePath();
+    ctx.globalAlpha = 0.45;
+    ctx.fill();
+    ctx.globalAlpha = 1;
+    ctx.beginPath();
+    samples.forEach((s, i) => (i ? ctx.lineTo(x(s.t), y(base[i])) : ctx.moveTo(x(s.t), y(base[i]))));
+    ctx.stroke();
+  });
+  series.forEach(({ name, stack }, index) => {
+    if (stack) return;
     const color = COLORS[index % COLORS.length];
     const points = samples
       .filter((s) => typeof s.values[name] === "number")

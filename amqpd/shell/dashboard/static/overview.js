@@ -10,8 +10,8 @@ const depth = new History();
 const rates = new History();
 
 const DEPTH_SERIES = [
-  { name: "ready", label: "Ready" },
-  { name: "unacked", label: "Unacked" },
+  { name: "ready", label: "Ready", stack: true },
+  { name: "unacked", label: "Unacked", stack: true },
   { name: "total", label: "Total" },
 ];
 const RATE_SERIES = [
