@@ -201,6 +201,35 @@ TABLES: Final[dict[str, _Reader]] = {
 }
 
 
+def _vhost_status(broker: Broker) -> Iterator[Row]:
+    for name in list(broker.vhosts):
+        yield Row({"vhost": name}, {"status": 1})  # a vhost here is always running
+
+
+def _exchanges(broker: Broker) -> Iterator[Row]:
+    """Every exchange but the default one and internal ones, as RabbitMQ lists them."""
+    for host in list(broker.vhosts.values()):
+        for exchange in list(host.exchanges.values()):
+            if exchange.name == "" or exchange.internal:
+                continue
+            yield Row(
+                {"vhost": host.name, "exchange": exchange.name, "type": exchange.type_name},
+                {"bindings": len(exchange.router), "name": 1},
+            )
+
+
+CLUSTER_TABLES: Final[dict[str, Callable[[Broker], Iterator[Row]]]] = {
+    "vhost_status": _vhost_status,
+    "exchange_bindings": _exchanges,
+    "exchange_names": _exchanges,
+}
+
+
+def cluster_table(broker: Broker, name: str) -> list[Row]:
+    """The rows of RabbitMQ's cluster-wide table ``name`` (see `CLUSTER_TABLES`)."""
+    return list(CLUSTER_TABLES[name](broker))
+
+
 def table(
     broker: Broker, node: NodeSample, name: str, vhosts: Collection[str] | None = None
 ) -> list[Row]:

@@ -10,7 +10,8 @@ Three endpoints, as RabbitMQ 3.10+ serves them on port 15692:
   there; amqpd puts the channel's or connection's management API name).
 - ``/metrics/detailed?family=...&vhost=...``: only the families (RabbitMQ's table names,
   e.g. ``queue_coarse_metrics``) asked for, per object, prefixed ``rabbitmq_detailed_``,
-  optionally only for the given virtual hosts.
+  optionally only for the given virtual hosts; and the cluster-wide ``vhost_status``,
+  ``exchange_bindings``, ``exchange_names`` (prefixed ``rabbitmq_cluster_``).
 
 All three add the node totals (``rabbitmq_connections`` ...; not ``/detailed``), the global
 message counters (``rabbitmq_global_messages_*_total``), the alarms, and
@@ -181,6 +182,23 @@ FAMILIES: Final[dict[str, list[_Def]]] = {
     ],
 }  # fmt: skip
 
+# /metrics/detailed only, prefixed rabbitmq_cluster_ (RabbitMQ's METRICS_CLUSTER)
+CLUSTER_FAMILIES: Final[dict[str, list[_Def]]] = {
+    "vhost_status": [
+        ("vhost_status", "gauge", "Whether a given vhost is running", "status"),
+    ],
+    "exchange_bindings": [
+        ("exchange_bindings", "gauge",
+         "Number of bindings for an exchange. This value is cluster-wide.", "bindings"),
+    ],
+    "exchange_names": [
+        ("exchange_name", "gauge",
+         "Enumerates exchanges without any additional info. This value is cluster-wide. A "
+         "cheaper alternative to `exchange_bindings`", "name"),
+    ],
+}  # fmt: skip
+CLUSTER_PREFIX: Final = "rabbitmq_cluster_"
+
 # rabbit_global_counters: (name, HELP); the first group is per protocol, the second per
 # protocol and queue type
 _GLOBAL_PROTOCOL: Final = (
@@ -285,6 +303,11 @@ class RabbitCollector(Collector):
                 continue
             rows = scrape.table(broker, node, table, self.vhosts if detailed else None)
             yield from _table_families(rows, defs, prefix, per_object)
+        if detailed and self.families:
+            for table, defs in CLUSTER_FAMILIES.items():
+                if table in self.families:
+                    rows = scrape.cluster_table(broker, table)
+                    yield from _table_families(rows, defs, CLUSTER_PREFIX, True)
         if not detailed:
             yield from self._totals()
             yield from self._alarms()

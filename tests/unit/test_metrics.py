@@ -216,6 +216,39 @@ def test_detailed_reports_only_the_families_and_vhosts_asked_for() -> None:
     assert set(_scrape(host, "/metrics/detailed")) == {"rabbitmq_identity_info"}
 
 
+def test_detailed_cluster_families() -> None:
+    broker, client = _traffic()
+    rpc(
+        client,
+        1,
+        commands.Exchange.Declare(exchange="ex", exchange_type="topic"),
+        commands.Exchange.DeclareOk,
+    )
+    for key in ("a.#", "b.*"):
+        rpc(
+            client,
+            1,
+            commands.Queue.Bind(queue="q1", exchange="ex", routing_key=key),
+            commands.Queue.BindOk,
+        )
+    path = "/metrics/detailed?family=exchange_bindings&family=vhost_status"
+    found = _scrape(_Host(broker), path)
+    labels = {"vhost": "/", "exchange": "ex", "type": "topic"}
+    assert _value(found, "rabbitmq_cluster_exchange_bindings", **labels) == 2
+    assert (
+        _value(
+            found,
+            "rabbitmq_cluster_exchange_bindings",
+            **{**labels, "exchange": "amq.direct", "type": "direct"},
+        )
+        == 0
+    )
+    exchanges = {dict(key)["exchange"] for key in found["rabbitmq_cluster_exchange_bindings"][2]}
+    assert "" not in exchanges  # the default exchange is not listed
+    assert _value(found, "rabbitmq_cluster_vhost_status", vhost="other") == 1
+    assert "rabbitmq_cluster_exchange_name" not in found
+
+
 def test_churn_counts_closes_and_deletes() -> None:
     broker, client = _traffic()
     rpc(client, 1, commands.Queue.Delete(queue="q1"), commands.Queue.DeleteOk)
