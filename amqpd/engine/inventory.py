@@ -264,6 +264,41 @@ def _queue(broker: Broker, queue: Queue, unacked: tuple[int, int]) -> dict[str, 
     return item
 
 
+# -- vhosts ----------------------------------------------------------------------------------
+def vhosts(broker: Broker) -> list[dict[str, Any]]:
+    """``/api/vhosts`` items: each vhost's definition and its message counts."""
+    unacked = _unacked_by_queue(broker)
+    node = _node(broker)
+    items = []
+    for info in broker.access.state.vhosts.values():
+        host = broker.vhosts.get(info.name)
+        queues_here = list(host.queues.values()) if host is not None else []
+        ready = sum(len(q.ready) for q in queues_here)
+        unacked_count = sum(unacked.get(q, (0, 0))[0] for q in queues_here)
+        stats = MessageStats()
+        for q in queues_here:
+            stats.add(q.stats)
+        items.append(
+            {
+                "name": info.name,
+                "description": info.description,
+                "tags": list(info.tags),
+                "default_queue_type": "undefined",
+                "metadata": {"description": info.description, "tags": list(info.tags)},
+                "tracing": False,
+                "cluster_state": {node: "running"},
+                "messages": ready + unacked_count,
+                "messages_details": {"rate": 0.0},
+                "messages_ready": ready,
+                "messages_ready_details": {"rate": 0.0},
+                "messages_unacknowledged": unacked_count,
+                "messages_unacknowledged_details": {"rate": 0.0},
+                "message_stats": _message_stats(stats, _QUEUE_STATS),
+            }
+        )
+    return items
+
+
 # -- exchanges and bindings ------------------------------------------------------------------
 def exchanges(broker: Broker, vhost: str | None = None) -> list[dict[str, Any]]:
     """``/api/exchanges`` items (the default exchange is listed with name "")."""
@@ -300,7 +335,7 @@ def _quote_binding(text: str) -> str:
     return text.replace("%", "%25").replace("/", "%2F").replace("~", "%7E")
 
 
-def _properties_key(routing_key: str, arguments: Mapping[str, Any]) -> str:
+def properties_key(routing_key: str, arguments: Mapping[str, Any]) -> str:
     """RabbitMQ's binding ``properties_key`` (rabbit_mgmt_format:pack_binding_props): the
     quoted routing key (``~`` for an empty one without arguments), plus ``~`` and a digest
     of the arguments when there are any (stable across restarts)."""
@@ -330,6 +365,31 @@ def bindings(broker: Broker, vhost: str | None = None) -> list[dict[str, Any]]:
     return items
 
 
+def find_binding(
+    broker: Broker, vhost: str, source: str, kind: str, destination: str, key: str
+) -> tuple[str, Mapping[str, Any]] | None:
+    """The routing key and (raw) arguments of the binding from exchange ``source`` to the
+    ``kind`` ("queue" / "exchange") ``destination`` whose ``properties_key`` is ``key``."""
+    host = broker.vhosts.get(vhost)
+    exchange = host.exchanges.get(source) if host is not None else None
+    if exchange is None:
+        return None
+    if exchange.is_default:
+        queue = host.queues.get(destination) if host is not None else None
+        if kind == "queue" and queue is not None and key == properties_key(destination, {}):
+            return destination, {}
+        return None
+    wanted = Queue if kind == "queue" else Exchange
+    for target, routing_key, arguments in exchange.router.bindings():
+        if (
+            isinstance(target, wanted)
+            and target.name == destination
+            and properties_key(routing_key, arguments) == key
+        ):
+            return routing_key, arguments
+    return None
+
+
 def _binding(
     vhost: str, source: str, destination: str, kind: str, key: str, arguments: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -340,7 +400,7 @@ def _binding(
         "destination_type": kind,
         "routing_key": key,
         "arguments": _json_value(arguments),
-        "properties_key": _properties_key(key, arguments),
+        "properties_key": properties_key(key, arguments),
     }
 
 

@@ -108,6 +108,14 @@ def _flag(value: object) -> str:
     return "true" if value else "false"
 
 
+def _survives(destination: Queue | Exchange) -> bool:
+    """Whether a queue or exchange is durable (and a queue not exclusive): what a restart
+    keeps with a store, and what a definitions export lists (with or without a store)."""
+    if isinstance(destination, Queue):
+        return destination.durable and destination.exclusive_owner is None
+    return destination.durable
+
+
 def generated_name(prefix: str) -> str:
     """A server-generated name like RabbitMQ's ``amq.gen-…`` / ``amq.ctag-…``."""
     return prefix + base64.urlsafe_b64encode(secrets.token_bytes(16)).decode().rstrip("=")
@@ -368,8 +376,8 @@ class VirtualHost:
                 self._remove_exchange(exchange)
 
     def durable_definitions(self) -> tuple[list[ExchangeDef], list[QueueDef], list[BindingDef]]:
-        """The exchanges, queues and bindings that survive a restart, in their stored form
-        (what a definitions export lists)."""
+        """The durable exchanges, queues and bindings in their stored form (what a
+        definitions export lists; with a store, what survives a restart)."""
         exchanges = [
             ExchangeDef(self.name, ex.name, ex.type_name, ex.auto_delete, ex.internal, ex.arguments)
             for ex in self.exchanges.values()
@@ -378,14 +386,21 @@ class VirtualHost:
         queues = [
             QueueDef(self.name, queue.name, queue.auto_delete, queue.arguments)
             for queue in self.queues.values()
-            if queue.journal is not None
+            if _survives(queue)
         ]
         bindings = [
-            binding
+            BindingDef(
+                self.name,
+                exchange.name,
+                "queue" if isinstance(destination, Queue) else "exchange",
+                destination.name,
+                key,
+                arguments,
+            )
             for exchange in self.exchanges.values()
+            if exchange.durable and not exchange.is_default
             for destination, key, arguments in exchange.router.bindings()
-            if isinstance(destination, Queue | Exchange)
-            and (binding := self._binding_def(exchange, destination, key, arguments)) is not None
+            if isinstance(destination, Queue | Exchange) and _survives(destination)
         ]
         return exchanges, queues, bindings
 

@@ -1,21 +1,85 @@
-"""The Starlette application of the management HTTP API."""
+"""The Starlette application of the management API: RabbitMQ's /api paths (one module per
+resource family contributes its routes), RabbitMQ's 404 / 405 answers, and ``%2F`` kept
+inside one path segment.
+
+Other HTTP parts (the dashboard's pages and static assets under ``/``, policies) add
+theirs with ``create_app(host, extra_routes=[...])``: they are matched after the API's
+routes, so ``/`` and ``/static`` are theirs.
+"""
 
 from __future__ import annotations
 
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
+from collections.abc import Sequence
+from urllib.parse import quote, unquote
 
-from amqpd.engine import inventory
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import BaseRoute
+from starlette.types import ASGIApp, Receive, Scope, Send
+
 from amqpd.shell import dashboard
 from amqpd.shell.host import BrokerHost
+from amqpd.shell.management import (
+    access,
+    bindings,
+    clients,
+    definitions,
+    exchanges,
+    node,
+    queues,
+)
+from amqpd.shell.management.errors import not_found
 
 
-def create_app(host: BrokerHost) -> Starlette:
-    """The management API of ``host``'s broker."""
+class EncodedSegments:
+    """ASGI middleware: route /api paths on their percent-encoded segments, so that the
+    vhost ``/`` (``%2F``) stays one segment (servers decode ``scope["path"]``); handlers
+    decode each parameter (`Call.param`)."""
 
-    async def overview(request: Request) -> JSONResponse:
-        return JSONResponse(inventory.overview(host.broker, host.node_sample()))
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
 
-    return Starlette(routes=[Route("/api/overview", overview), *dashboard.routes()])
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = scope.get("raw_path") if scope["type"] == "http" else None
+        if raw and b"%" in raw:
+            path = raw.split(b"?", 1)[0].decode("latin-1")
+            if path.startswith("/api/"):
+                segments = (quote(unquote(segment), safe="@:") for segment in path.split("/"))
+                scope = {**scope, "path": "/".join(segments)}
+        await self.app(scope, receive, send)
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    if request.url.path.startswith("/api"):
+        return not_found().response()
+    return PlainTextResponse("Not Found", status_code=404)
+
+
+async def _method_not_allowed(request: Request, exc: Exception) -> Response:
+    headers = exc.headers if isinstance(exc, HTTPException) else None
+    return Response(status_code=405, headers=headers)
+
+
+def api_routes(host: BrokerHost) -> list[BaseRoute]:
+    """Every /api route."""
+    return [
+        *node.routes(host),
+        *access.routes(host),
+        *queues.routes(host),
+        *exchanges.routes(host),
+        *bindings.routes(host),
+        *clients.routes(host),
+        *definitions.routes(host),
+    ]
+
+
+def create_app(host: BrokerHost, extra_routes: Sequence[BaseRoute] = ()) -> Starlette:
+    """The management API of ``host``'s broker (plus ``extra_routes``, matched after it)."""
+    return Starlette(
+        routes=[*api_routes(host), *extra_routes, *dashboard.routes()],  # the web UI: / and /static
+        middleware=[Middleware(EncodedSegments)],
+        exception_handlers={404: _not_found, 405: _method_not_allowed},
+    )
