@@ -130,6 +130,7 @@ class Link:
         self.conn: Any = None
         self.channel: Any = None
         self.closed_reason: BaseException | None = None
+        self._running = False
 
     @property
     def alive(self) -> bool:
@@ -150,11 +151,17 @@ class Link:
 
     def run(self) -> None:
         """Run the loop until ``stop()``."""
-        self.ioloop.start()
+        self._running = True
+        try:
+            self.ioloop.start()
+        finally:
+            self._running = False
 
     def stop(self) -> None:
-        """Make ``run()`` return."""
-        self.ioloop.stop()
+        """Make ``run()`` return. A no-op when the loop is not running: pika would remember
+        the request and end the *next* start at once, before it flushed anything."""
+        if self._running:
+            self.ioloop.stop()
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> Any:
         """A timer on the link's loop."""
@@ -172,7 +179,7 @@ class Link:
             if not conn.is_closing:
                 conn.close()
             grace = self.ioloop.call_later(CLOSE_GRACE, self._grace_expired)
-            self.ioloop.start()
+            self.run()
             self.ioloop.remove_timeout(grace)
         self.ioloop.close()
 
@@ -182,8 +189,8 @@ class Link:
         conn = self.conn
         if conn is not None and not conn.is_closed:
             _drop(conn, "dropped by the amqp sink (connection lost or broker not answering)")
-            stop = self.ioloop.call_later(CLOSE_GRACE, self.ioloop.stop)
-            self.ioloop.start()
+            stop = self.ioloop.call_later(CLOSE_GRACE, self.stop)
+            self.run()
             self.ioloop.remove_timeout(stop)
         self.ioloop.close()
 
@@ -194,7 +201,7 @@ class Link:
             CLOSE_GRACE,
         )
         _drop(self.conn, "connection.close not answered")
-        self.ioloop.call_later(CLOSE_GRACE, self.ioloop.stop)
+        self.ioloop.call_later(CLOSE_GRACE, self.stop)
 
     # -- pika callbacks, forwarded ----------------------------------------------------------
 
@@ -218,7 +225,7 @@ class Link:
         if self.listener is not None:
             self.listener.on_connection_closed(reason)
         else:
-            self.ioloop.stop()  # closing, or idle: whoever runs the loop is waiting for this
+            self.stop()  # closing, or idle: whoever runs the loop is waiting for this
 
 
 def _drop(conn: Any, why: str) -> None:
@@ -282,7 +289,7 @@ class _Opening:
         if self._error is not None:
             return  # too late: the connection is being dropped
         self._ready = True
-        self._link.ioloop.stop()
+        self._link.stop()
 
     def _on_channel_closed(self, channel: Any, reason: BaseException) -> None:
         if self._ready:
@@ -326,12 +333,12 @@ class _Opening:
             )
         if conn.is_open:
             _drop(conn, "channel open or confirm.select not answered")
-        self._link.call_later(CLOSE_GRACE + 1.0, self._link.ioloop.stop)  # safety stop
+        self._link.call_later(CLOSE_GRACE + 1.0, self._link.stop)  # safety stop
 
     def _fail(self, text: str, retryable: bool = True) -> None:
         if self._error is None and not self._ready:
             self._error = ConnectError(text, retryable=retryable)
-        self._link.ioloop.stop()
+        self._link.stop()
 
     @staticmethod
     def _hint(error: BaseException) -> str:

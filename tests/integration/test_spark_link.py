@@ -79,3 +79,22 @@ def test_a_pooled_connection_outlives_a_broker_restart(tmp_path: Path) -> None:
     finally:
         pool.close_all()
         broker.stop()
+
+
+def test_a_bad_row_closes_gracefully_after_what_was_published(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data")
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+        conn.channel().queue_declare("q", durable=True)
+        conn.close()
+
+        def rows() -> Iterator[OutgoingMessage]:
+            yield from _messages(0, 700)  # all inside the first window, before any confirm
+            raise ValueError("row 700: bad priority")
+
+        with pytest.raises(ValueError, match="row 700"):
+            publish(PublisherSettings(url=broker.url), rows())
+        # the connection was closed with connection.close, after flushing the 700 publishes
+        assert _count(broker.url) == 700
+    finally:
+        broker.stop()

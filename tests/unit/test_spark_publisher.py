@@ -130,6 +130,7 @@ class FakeLoop:
         self.timers: dict[int, tuple[float, Callable[[], None]]] = {}
         self.ids = itertools.count()
         self.running = False
+        self.stopping = False
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> int:
         timer = next(self.ids)
@@ -143,19 +144,24 @@ class FakeLoop:
         self.ready.append(callback)
 
     def start(self) -> None:
+        # like pika's IOLoop: a stop() requested while not running ends the next start()
+        assert not self.running, "IOLoop is not reentrant"
         self.running = True
-        while self.running:
-            if self.ready:
-                self.ready.popleft()()
-                continue
-            assert self.timers, "deadlock: nothing ready and no timer"
-            timer, (due, callback) = min(self.timers.items(), key=lambda item: item[1][0])
-            del self.timers[timer]
-            self.now = max(self.now, due)
-            callback()
+        try:
+            while not self.stopping:
+                if self.ready:
+                    self.ready.popleft()()
+                    continue
+                assert self.timers, "deadlock: nothing ready and no timer"
+                timer, (due, callback) = min(self.timers.items(), key=lambda item: item[1][0])
+                del self.timers[timer]
+                self.now = max(self.now, due)
+                callback()
+        finally:
+            self.running = self.stopping = False
 
     def stop(self) -> None:
-        self.running = False
+        self.stopping = True
 
     def close(self) -> None:
         pass
