@@ -26,6 +26,10 @@ Tables (schema 1):
 Tables added by schema 2 (access control, see :mod:`persistence.access`): ``vhosts``,
 ``users`` (RabbitMQ-format password hashes, never plain text) and ``permissions`` (three
 regular expressions per user and vhost). Small, rewritten whole when they change.
+
+Table added by schema 3: ``dedup_ids``, the deduplication window of each queue declared with
+``x-message-deduplication`` (see ``amqpd.model.dedup``): ``(queue_id, pos, id)``, ``pos``
+counting the ids the queue accepted; ids that fall out of the window are deleted.
 """
 
 from __future__ import annotations
@@ -149,7 +153,18 @@ _MIGRATION_2 = (
     "INSERT INTO permissions VALUES ('guest', '/', '.*', '.*', '.*')",
 )
 
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: _MIGRATION_1, 2: _MIGRATION_2}
+_MIGRATION_3 = (
+    """
+    CREATE TABLE dedup_ids (
+        queue_id    INTEGER NOT NULL,
+        pos         INTEGER NOT NULL,
+        id          BLOB    NOT NULL,
+        PRIMARY KEY (queue_id, pos)
+    )
+    """,
+)
+
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: _MIGRATION_1, 2: _MIGRATION_2, 3: _MIGRATION_3}
 """Statements that take a store from version ``n - 1`` to version ``n``."""
 
 SCHEMA_VERSION = max(MIGRATIONS)

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from amqpd.model.dedup import Deduplicator, parse_dedup_arguments
 from amqpd.model.message import Clock, Message, QueueEntry
 from amqpd.model.priority import PriorityReady
 from amqpd.model.queue_args import QueueSettings, parse_queue_arguments
@@ -132,6 +133,7 @@ class Queue:
         "consumer_progress_at",
         "consumers",
         "dead_letter",
+        "dedup",
         "deleted",
         "durable",
         "exclusive_owner",
@@ -205,6 +207,8 @@ class Queue:
         self.read_failing = False  # the last body read from the store failed (logged once)
         self._timed = 0  # ready entries with a deadline (expires_at)
         self.stats = QueueStats()  # counters for the management API (model/statistics.py)
+        dedup = parse_dedup_arguments(arguments)  # x-message-deduplication (model/dedup.py)
+        self.dedup = None if dedup is None else Deduplicator(dedup, self.store_key)
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} in vhost {self.vhost_name!r}>"

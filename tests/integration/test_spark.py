@@ -8,6 +8,7 @@ pickled by value so the Python workers need not import this module.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -26,7 +27,7 @@ import pytest
 
 pytest.importorskip("pyspark", reason="the Spark connector needs pyspark (the spark extra)")
 from pyspark import TaskContext, cloudpickle
-from pyspark.errors import AnalysisException, PythonException
+from pyspark.errors import AnalysisException, PythonException, StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import WriterCommitMessage
@@ -97,6 +98,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     session.dataSource.register(AmqpDataSource)
     session.dataSource.register(FaultyAmqpDataSource)
     session.dataSource.register(RecordingAmqpDataSource)
+    session.dataSource.register(FailingStreamAmqpDataSource)
     yield session
     session.stop()
     for key, value in saved.items():
@@ -204,6 +206,34 @@ class FaultyAmqpDataSource(AmqpDataSource):
         )
         plain = super().writer(schema, overwrite)
         return FaultyWriter(plain.options, plain.schema, fault)
+
+
+class FailingStreamWriter(AmqpStreamWriter):
+    """Every attempt of every partition fails after ``after`` rows (the query dies)."""
+
+    def __init__(self, options: SinkOptions, schema: StructType, after: int) -> None:
+        super().__init__(options, schema)
+        self.after = after
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        def rows() -> Iterator[Any]:
+            for index, row in enumerate(iterator):
+                if index == self.after:
+                    raise RuntimeError(f"injected streaming failure at row {index}")
+                yield row
+
+        return super().write(rows())
+
+
+class FailingStreamAmqpDataSource(AmqpDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "amqp_failing_stream"
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> FailingStreamWriter:
+        after = int(self.options.pop("faultafter"))
+        plain = super().streamWriter(schema, overwrite)
+        return FailingStreamWriter(plain.options, plain.schema, after)
 
 
 class RecordingStreamWriter(AmqpStreamWriter):
@@ -570,3 +600,78 @@ def test_streaming_available_now_publishes_each_row_once_and_restart_adds_nothin
     ]
     assert "published=3000 confirmed=3000" in lines[0] and f"query={first.id}" in lines[0]
     assert "published=500 confirmed=500" in lines[1]
+
+
+# -- exactly-once into amqpd: deterministic ids + x-message-deduplication ---------------------
+
+DEDUP_ARGS = {"x-message-deduplication": True, "x-deduplication-window": 100_000}
+
+
+def test_batch_retry_with_deterministic_ids_leaves_each_row_once_in_a_dedup_queue(
+    spark: SparkSession, broker: Broker, tmp_path: Path
+) -> None:
+    ch = broker.channel()
+    ch.queue_declare("exactly-once", durable=True, arguments=DEDUP_ARGS)
+    ch.connection.close()
+    record = tmp_path / "failures.txt"
+    n = 10_000
+    (
+        _numbered(spark, n)
+        .drop("message_id")
+        .write.format("amqp_faulty")
+        .option("url", broker.url)
+        .option("routingKey", "exactly-once")
+        .option("messageIdMode", "deterministic")
+        .option("fault", "raise")
+        .option("faultAfter", "3000")
+        .option("faultRecord", str(record))
+        .mode("append")
+        .save()
+    )
+    assert len(record.read_text().splitlines()) == 2  # both partitions failed once, retried
+    messages = broker.drain("exactly-once")
+    values = sorted(json.loads(body)["id"] for _, body in messages)
+    assert values == list(range(n))  # 0 duplicates, 0 missing
+    [line] = [x for x in _sink_lines(spark, broker) if "job committed" in x]
+    assert "published=10000" in line and "retries=2" in line
+
+
+def test_streaming_restart_after_a_failed_batch_leaves_each_row_once_in_a_dedup_queue(
+    spark: SparkSession, broker: Broker, tmp_path: Path
+) -> None:
+    ch = broker.channel()
+    ch.queue_declare("stream-once", durable=True, arguments=DEDUP_ARGS)
+    ch.connection.close()
+    source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
+    source.mkdir()
+    for name, start in (("a.json", 0), ("b.json", 2000)):
+        lines = (json.dumps({"n": i}) for i in range(start, start + 2000))
+        (source / name).write_text("\n".join(lines) + "\n")
+
+    def run(fmt: str, **options: str) -> Any:
+        writer = (
+            spark.readStream.schema("n long")
+            .json(str(source))
+            .select(F.to_json(F.struct("n")).alias("value"))
+            .writeStream.format(fmt)
+            .option("url", broker.url)
+            .option("routingKey", "stream-once")
+            .option("messageIdMode", "deterministic")
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+        )
+        for key, value in options.items():
+            writer = writer.option(key, value)
+        query = writer.start()
+        with contextlib.suppress(StreamingQueryException):  # the failing run: checked below
+            query.awaitTermination()
+        return query
+
+    failed = run("amqp_failing_stream", faultAfter="700")
+    assert "injected streaming failure at row 700" in str(failed.exception())
+    assert broker.count("stream-once") > 0  # the failed batch left messages behind
+    restarted = run("amqp")  # same checkpoint: the uncommitted batch is replayed
+    assert restarted.exception() is None and restarted.id == failed.id
+    messages = broker.drain("stream-once")
+    values = sorted(json.loads(body)["n"] for _, body in messages)
+    assert values == list(range(4000))  # 0 duplicates, 0 missing
