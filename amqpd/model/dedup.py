@@ -18,6 +18,10 @@ the last commit. Ids are positioned by a per-queue counter (``pos``), not by the
 ``seq``, because the window outlives the messages (a consumed message's id stays in it).
 A duplicate's confirm waits for the open storage batch (``barrier``), which commits after
 the batch that holds the original's id.
+
+Scope: published messages only (``engine/content.route_and_enqueue`` asks ``admit`` before
+each enqueue); dead-lettered messages enter a queue without passing the window. An id stays
+in the window if its message's storage batch fails (the publisher got a nack for it).
 """
 
 from __future__ import annotations
