@@ -348,12 +348,12 @@ class Broker:
                 queue.restore(entry)
             if records:
                 queue.next_seq = records[-1][0] + 1
+            message_count += len(records)
         for (vhost_name, queue_name), ids in state.dedup_ids.items():
             vhost = self._vhost_for(vhost_name)
             deduplicating = vhost.queues.get(queue_name) if vhost is not None else None
             if deduplicating is not None and deduplicating.dedup is not None:
                 deduplicating.dedup.restore(ids)
-            message_count += len(records)
         return queue_count, message_count
 
     def _vhost_for(self, name: str) -> VirtualHost | None:
