@@ -96,6 +96,14 @@ def test_dashboard_pages_charts_and_purge() -> None:
             base = f"http://127.0.0.1:{server.management_port}/"
             with _browser_page(errors) as page:
                 page.goto(base)
+                # a wrong password: the form says so (no browser login dialog blocks it)
+                page.fill("input[name=username]", "guest")
+                page.fill("input[name=password]", "wrong")
+                page.click("form#login button[type=submit]")
+                page.wait_for_selector("#login-error:not([hidden])")
+                assert page.inner_text("#login-error") == "Login failed"
+                assert all("401" in error for error in errors), errors  # the refused request
+                errors.clear()
                 page.fill("input[name=username]", "guest")
                 page.fill("input[name=password]", "guest")
                 page.click("form#login button[type=submit]")

@@ -38,6 +38,9 @@ export function seg(text) {
 export async function api(path, { method = "GET", body, headers = {} } = {}) {
   const init = {
     method,
+    // "omit": a 401 comes back to the page instead of opening the browser's own login
+    // dialog (the API answers 401 with WWW-Authenticate: Basic, as RabbitMQ's does)
+    credentials: "omit",
     headers: { ...headers, Authorization: `Basic ${sessionStorage.getItem(KEY) || ""}` },
   };
   if (body !== undefined) {
