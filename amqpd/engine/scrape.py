@@ -187,6 +187,21 @@ def _connection(broker: Broker, node: NodeSample, vhosts: Collection[str] | None
         )
 
 
+def _queue_exchange(
+    broker: Broker, node: NodeSample, vhosts: Collection[str] | None
+) -> Iterator[Row]:
+    """Messages routed into queues, per exchange (RabbitMQ keeps them per channel, queue
+    and exchange; amqpd counts an exchange's routed copies, ``publish_out``)."""
+    for host in list(broker.vhosts.values()):
+        if vhosts is not None and host.name not in vhosts:
+            continue
+        for exchange in list(host.exchanges.values()):
+            yield Row(
+                {"exchange_vhost": host.name, "exchange": exchange.name},
+                {"publish_out": exchange.stats.publish_out},
+            )
+
+
 TABLES: Final[dict[str, _Reader]] = {
     "connection_churn_metrics": _churn,
     "node_coarse_metrics": _node_coarse,
@@ -198,6 +213,7 @@ TABLES: Final[dict[str, _Reader]] = {
     "channel_queue_metrics": _channel_queue,
     "connection_coarse_metrics": _connection,
     "connection_metrics": _connection,
+    "channel_queue_exchange_metrics": _queue_exchange,
 }
 
 

@@ -180,6 +180,11 @@ FAMILIES: Final[dict[str, list[_Def]]] = {
          "Total number of packets sent on a connection", "send_cnt"),
         ("connection_channels", "gauge", "Channels on a connection", "channels"),
     ],
+    "channel_queue_exchange_metrics": [
+        ("queue_messages_published_total", "counter",
+         "Total number of messages published into a queue through an exchange on a channel",
+         "publish_out"),
+    ],
 }  # fmt: skip
 
 # /metrics/detailed only, prefixed rabbitmq_cluster_ (RabbitMQ's METRICS_CLUSTER)

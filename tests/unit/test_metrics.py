@@ -145,6 +145,7 @@ def test_aggregated_names_types_help_and_values() -> None:
     assert _value(found, "rabbitmq_global_messages_redelivered_total", **qtype) == 0
     assert _value(found, "rabbitmq_global_publishers", **proto) == 2
     assert _value(found, "rabbitmq_channel_messages_published_total") == 6
+    assert _value(found, "rabbitmq_queue_messages_published_total") == 5  # routed copies
     assert _value(found, "rabbitmq_channel_get_ack_total") == 2
     assert _value(found, "rabbitmq_connection_channels") == 2
     assert _value(found, "rabbitmq_connection_incoming_bytes_total") > 0
@@ -196,6 +197,8 @@ def test_per_object_labels_each_queue() -> None:
         "127.0.0.1:5672 -> 127.0.0.1:5672 (2)",
     }
     assert _value(found, "rabbitmq_queues") == 2  # the totals are there too
+    routed = {"exchange_vhost": "/", "exchange": ""}
+    assert _value(found, "rabbitmq_queue_messages_published_total", **routed) == 5
 
 
 def test_detailed_reports_only_the_families_and_vhosts_asked_for() -> None:
