@@ -13,7 +13,7 @@ integer counters of model/statistics.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -246,12 +246,20 @@ def cluster_table(broker: Broker, name: str) -> list[Row]:
     return list(CLUSTER_TABLES[name](broker))
 
 
-def table(
-    broker: Broker, node: NodeSample, name: str, vhosts: Collection[str] | None = None
-) -> list[Row]:
-    """The rows of RabbitMQ's table ``name`` (see `TABLES`); ``vhosts``: only objects of
-    these virtual hosts (queues, channels and connections), None: all."""
-    return list(TABLES[name](broker, node, vhosts))
+def tables(
+    broker: Broker, node: NodeSample, names: Iterable[str], vhosts: Collection[str] | None = None
+) -> dict[str, list[Row]]:
+    """The rows of RabbitMQ's tables ``names`` (see `TABLES`), each distinct reader run
+    once (the queue tables share one pass, so do the connection tables); ``vhosts``: only
+    objects of these virtual hosts, None: all."""
+    read: dict[_Reader, list[Row]] = {}
+    out: dict[str, list[Row]] = {}
+    for name in names:
+        reader = TABLES[name]
+        if reader not in read:
+            read[reader] = list(reader(broker, node, vhosts))
+        out[name] = read[reader]
+    return out
 
 
 @dataclass(slots=True)

@@ -303,11 +303,14 @@ class RabbitCollector(Collector):
         detailed = self.mode == "detailed"
         prefix = DETAILED_PREFIX if detailed else PREFIX
         per_object = self.mode != "aggregated"
-        for table, defs in FAMILIES.items():
-            if detailed and (self.families is None or table not in self.families):
-                continue
-            rows = scrape.table(broker, node, table, self.vhosts if detailed else None)
-            yield from _table_families(rows, defs, prefix, per_object)
+        wanted = [
+            table
+            for table in FAMILIES
+            if not detailed or (self.families is not None and table in self.families)
+        ]
+        read = scrape.tables(broker, node, wanted, self.vhosts if detailed else None)
+        for table in wanted:
+            yield from _table_families(read[table], FAMILIES[table], prefix, per_object)
         if detailed and self.families:
             for table, defs in CLUSTER_FAMILIES.items():
                 if table in self.families:
