@@ -4,12 +4,13 @@ and filter, and a purge clicked on the queues page empties the queue (checked ov
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pika
 import pytest
-from playwright.sync_api import ConsoleMessage, Error, Page, sync_playwright
+from playwright.sync_api import ConsoleMessage, Dialog, Error, Page, sync_playwright
 
 from amqpd.model.broker import BrokerConfig
 from amqpd.shell.server import ServerConfig, background_server
@@ -27,6 +28,7 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 MIB = 1024 * 1024
+CLOSE_REASON = "closed from the dashboard"
 WAIT_MS = 60_000  # generous: a busy machine, a cold browser
 
 # coloured pixels on a chart: the series were drawn, not only the grey grid and labels
@@ -63,10 +65,29 @@ def _browser_page(errors: list[str]) -> Iterator[Page]:
 
             page.on("console", console)
             page.on("pageerror", page_error)
-            page.on("dialog", lambda dialog: dialog.accept())  # purge / delete confirmations
+            page.on("dialog", _answer)
             yield page
         finally:
             browser.close()
+
+
+def _answer(dialog: Dialog) -> None:
+    """Confirm purges and deletes; give a reason when closing a connection."""
+    if dialog.type == "prompt":
+        dialog.accept(CLOSE_REASON)
+    else:
+        dialog.accept()
+
+
+def _wait_closed(conn: pika.BlockingConnection) -> pika.exceptions.ConnectionClosedByBroker:
+    """Serve ``conn`` until the broker closes it (a deadline); the close."""
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while time.monotonic() < deadline:
+        try:
+            conn.process_data_events(time_limit=1)
+        except pika.exceptions.ConnectionClosedByBroker as closed:
+            return closed
+    raise AssertionError("the broker did not close the connection")
 
 
 def _column(page: Page, table: str, index: int) -> list[str]:
@@ -135,7 +156,12 @@ def test_dashboard_pages_charts_and_purge() -> None:
                 assert channel.queue_declare("purge-me", passive=True).method.message_count == 0
                 assert channel.queue_declare("also-kept", passive=True).method.message_count == 9
 
-                # one queue's page: get a message back (requeued)
+                # one queue's page: its consumer, and get a message back (requeued)
+                consumer = conn.channel()
+                consumer.basic_consume("also-kept", lambda *args: None, consumer_tag="watcher")
+                page.goto(base + "#/queues/%2F/also-kept")
+                page.wait_for_selector("text=watcher")
+                consumer.close()
                 page.goto(base + "#/queues/%2F/keep-me")
                 page.click("#get-messages button[type=submit]")
                 page.wait_for_selector("#messages .message pre")
@@ -161,6 +187,15 @@ def test_dashboard_pages_charts_and_purge() -> None:
                 assert "Memory alarm" in page.inner_text("#alarms")
                 memory[0] = 10 * MIB
                 page.wait_for_selector("#alarms", state="hidden")
+
+                # force-close the AMQP connection from the connections page
+                page.click("nav a[data-page=connections]")
+                page.click("#connections button.close")
+                page.wait_for_selector("#connections td.empty")
+                closed = _wait_closed(conn)
+                assert closed.reply_code == 320
+                assert CLOSE_REASON in closed.reply_text
         finally:
-            conn.close()
+            if conn.is_open:
+                conn.close()
         assert errors == []
