@@ -28,6 +28,7 @@ from collections.abc import Collection, Iterable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from typing import Final
 
+import anyio.to_thread
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -38,6 +39,7 @@ from prometheus_client.core import (
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.gzip import GZipMiddleware
@@ -259,8 +261,9 @@ def _table_families(
     for name, kind, help_text, key in defs:
         family = _family(prefix + name, kind, help_text, label_names)
         if per_object:
-            for row in rows:
-                family.add_metric([row.labels[label] for label in label_names], row.values[key])
+            # samples built directly: add_metric's per-sample work dominates large scrapes
+            sample = family.name + "_total" if kind == "counter" else family.name
+            family.samples.extend(Sample(sample, row.labels, row.values[key]) for row in rows)
         else:
             family.add_metric([], sum(row.values[key] for row in rows))
         yield family
@@ -413,6 +416,16 @@ def render(collectors: Iterable[Collector]) -> bytes:
     return generate_latest(registry)
 
 
+class _Collected(Collector):
+    """Families already read (on the event loop), rendered later (in a worker thread)."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> list[Metric]:
+        return self.families
+
+
 _PROCESS = ProcessCollector(registry=None)
 _PLATFORM = PlatformCollector(registry=None)
 
@@ -420,20 +433,25 @@ _PLATFORM = PlatformCollector(registry=None)
 def create_app(host: BrokerHost) -> Starlette:
     """The Prometheus endpoints of ``host``'s broker (RabbitMQ's port 15692 layout)."""
 
-    def respond(*collectors: Collector) -> Response:
-        return Response(render(collectors), media_type=CONTENT_TYPE)
+    async def respond(collector: RabbitCollector, *others: Collector) -> Response:
+        # The core is read here, on the broker's loop (it is not thread-safe); turning the
+        # families into text (most of a large per-object scrape) runs in a worker thread,
+        # so the loop keeps serving AMQP meanwhile.
+        families = _Collected(list(collector.collect()))
+        body = await anyio.to_thread.run_sync(render, [families, *others])
+        return Response(body, media_type=CONTENT_TYPE)
 
     async def aggregated(request: Request) -> Response:
-        return respond(RabbitCollector(host), _PROCESS, _PLATFORM)
+        return await respond(RabbitCollector(host), _PROCESS, _PLATFORM)
 
     async def per_object(request: Request) -> Response:
-        return respond(RabbitCollector(host, "per-object"), _PROCESS, _PLATFORM)
+        return await respond(RabbitCollector(host, "per-object"), _PROCESS, _PLATFORM)
 
     async def detailed(request: Request) -> Response:
         params = request.query_params
         families = params.getlist("family")
         vhosts = params.getlist("vhost")
-        return respond(RabbitCollector(host, "detailed", families, vhosts or None))  # only it
+        return await respond(RabbitCollector(host, "detailed", families, vhosts or None))
 
     return Starlette(
         routes=[
