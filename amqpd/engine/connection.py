@@ -558,7 +558,7 @@ class Connection:
                 0,
                 spec.Connection.Close(
                     reply_code=reply_code,
-                    reply_text=reply_text[:255],
+                    reply_text=_shortstr(reply_text),
                     class_id=class_id,
                     method_id=method_id,
                 ),
@@ -660,3 +660,8 @@ class Connection:
             parts += channel.take_confirm_frames()
         if parts:
             self.send_parts(parts)
+
+
+def _shortstr(text: str) -> str:
+    """``text`` cut to what a shortstr holds: 255 bytes of UTF-8, never half a character."""
+    return text.encode("utf-8")[:255].decode("utf-8", "ignore")

@@ -75,11 +75,15 @@ def _rate(stats: MessageStats, name: str) -> float:
     return stats.rate(name)
 
 
+_DETAILS: Final = {name: f"{name}_details" for name in (*_CHANNEL_STATS, *_EXCHANGE_STATS)}
+
+
 def _message_stats(stats: MessageStats, names: tuple[str, ...]) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    sampled = bool(stats.rates)  # an idle object (the usual case) has no rates to round
     for name in names:
         out[name] = getattr(stats, name)
-        out[f"{name}_details"] = {"rate": _rate(stats, name)}
+        out[_DETAILS[name]] = {"rate": _rate(stats, name) if sampled else 0.0}
     return out
 
 

@@ -180,7 +180,7 @@ def test_delete_connection_closes_it_with_the_x_reason(broker: Server) -> None:
                 c.close()
 
 
-def test_persistent_publish_is_stored_before_the_answer(tmp_path: Path) -> None:
+def test_publish_users_vhosts_permissions_survive_a_restart(tmp_path: Path) -> None:
     config = ServerConfig(port=0, management_port=0, data_dir=tmp_path)
     with background_server(BrokerConfig(), config) as server, api(server) as client:
         assert client.put("/api/queues/%2F/kept", json={"durable": True}).status_code == 201
@@ -193,9 +193,18 @@ def test_persistent_publish_is_stored_before_the_answer(tmp_path: Path) -> None:
         assert client.post("/api/exchanges/%2F/amq.default/publish", json=body).json() == {
             "routed": True
         }
+        assert client.put("/api/vhosts/kept-vhost").status_code == 201
+        tags = {"password": "pw", "tags": "monitoring"}
+        assert client.put("/api/users/kept-user", json=tags).status_code == 201
+        rights = {"configure": "", "write": ".*", "read": ".*"}
+        assert client.put("/api/permissions/kept-vhost/kept-user", json=rights).status_code == 201
     with background_server(BrokerConfig(), config) as server, api(server) as client:
         got = client.post(
             "/api/queues/%2F/kept/get",
             json={"count": 1, "ackmode": "ack_requeue_false", "encoding": "auto"},
         )
         assert [m["payload"] for m in got.json()] == ["persisted"]
+        who = client.get("/api/whoami", auth=("kept-user", "pw")).json()
+        assert who == {"name": "kept-user", "tags": ["monitoring"]}
+        kept = client.get("/api/permissions/kept-vhost/kept-user").json()
+        assert (kept["configure"], kept["write"]) == ("", ".*")

@@ -339,7 +339,9 @@ def test_health_checks_and_aliveness() -> None:
     assert failed.json()["alarms"] == [{"node": api.broker.statistics.node, "resource": "memory"}]
     del api.broker.alarms.active["memory"]
     assert api.get("/api/aliveness-test/%2F").json() == {"status": "ok"}
-    assert api.get("/api/aliveness-test/%2F/").status_code in (307, 404, 200)
+    assert api.get("/api/aliveness-test/%2F/").json() == {"status": "ok"}  # trailing slash
+    assert [q["name"] for q in api.get("/api/queues/").json()] == ["aliveness-test"]
+    assert api.get("/api/queues//").status_code == 404
     assert api.get("/api/aliveness-test/nope").json() == NOT_FOUND
     assert api.get("/api/extensions").json() == []
     overview = api.get("/api/overview").json()
@@ -449,3 +451,15 @@ def test_bad_input_is_400_with_a_json_reason(method: str, path: str, body: Any) 
     assert answer.status_code == 400, answer.text
     assert answer.json()["error"] == "bad_request" and answer.json()["reason"]
     assert api.get("/api/queues/%2F/q").status_code == 200  # still serving
+
+
+def test_close_reason_is_utf8_and_cut_to_a_shortstr() -> None:
+    broker = Broker()
+    api = Api(broker)
+    client = connect(broker)
+    [item] = api.get("/api/connections").json()
+    path = "/api/connections/" + quote(item["name"], safe="")
+    assert api.delete(path, headers={"X-Reason": ("é" * 300).encode()}).status_code == 204
+    _code, text, _c, _m = connection_error(client)
+    assert text.startswith("CONNECTION_FORCED - éé") and len(text.encode()) <= 255
+    assert set(text.removeprefix("CONNECTION_FORCED - ")) == {"é"}  # no half character

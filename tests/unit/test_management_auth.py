@@ -103,8 +103,8 @@ def test_connections_own_for_management_all_for_monitoring() -> None:
     api = Api(broker)
     api.add_user("mgr", "management")
     api.add_user("mon", "monitoring")
-    connect(broker)
-    connect(broker, user="mgr", password="pw")
+    connect(broker).conn.peer = "127.0.0.1:1001"  # distinct names
+    connect(broker, user="mgr", password="pw").conn.peer = "127.0.0.1:1002"
 
     def users(auth: tuple[str, str]) -> list[str]:
         return sorted(c["user"] for c in api.get("/api/connections", auth=auth).json())
@@ -154,3 +154,14 @@ def test_policymaker_rule() -> None:
     with pytest.raises(ApiError) as refused:
         Principal("m", ("management", "monitoring")).require_policymaker()
     assert refused.value.reason == "Not policymaker user"
+
+
+def test_overview_totals_are_narrowed_for_management_users() -> None:
+    api = _broker_with_two_vhosts()
+    admin = api.get("/api/overview").json()
+    assert admin["object_totals"]["queues"] == 2
+    monitor = api.get("/api/overview", auth=("mon", "pw")).json()
+    assert monitor["object_totals"] == admin["object_totals"]
+    own = api.get("/api/overview", auth=("mgr", "pw")).json()["object_totals"]
+    assert own["queues"] == 1 and own["connections"] == 0 and own["channels"] == 0
+    assert own["exchanges"] == len(api.broker.default_vhost.exchanges)

@@ -35,20 +35,25 @@ from amqpd.shell.management.errors import not_found
 
 
 class EncodedSegments:
-    """ASGI middleware: route /api paths on their percent-encoded segments, so that the
-    vhost ``/`` (``%2F``) stays one segment (servers decode ``scope["path"]``); handlers
-    decode each parameter (`Call.param`)."""
+    """ASGI middleware for /api paths: route on the percent-encoded segments, so that the
+    vhost ``/`` (``%2F``) stays one segment (servers decode ``scope["path"]``; handlers
+    decode each parameter, `Call.param`), and ignore one trailing slash (RabbitMQ serves
+    ``/api/queues/`` as ``/api/queues``)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        raw = scope.get("raw_path") if scope["type"] == "http" else None
-        if raw and b"%" in raw:
-            path = raw.split(b"?", 1)[0].decode("latin-1")
-            if path.startswith("/api/"):
-                segments = (quote(unquote(segment), safe="@:") for segment in path.split("/"))
-                scope = {**scope, "path": "/".join(segments)}
+        if scope["type"] == "http" and scope["path"].startswith("/api/"):
+            path = scope["path"]
+            raw = scope.get("raw_path")
+            if raw and b"%" in raw:
+                encoded = raw.split(b"?", 1)[0].decode("latin-1")
+                path = "/".join(quote(unquote(part), safe="@:") for part in encoded.split("/"))
+            if path.endswith("/") and len(path) > len("/api/"):
+                path = path[:-1]
+            if path != scope["path"]:
+                scope = {**scope, "path": path}
         await self.app(scope, receive, send)
 
 
@@ -78,8 +83,10 @@ def api_routes(host: BrokerHost) -> list[BaseRoute]:
 
 def create_app(host: BrokerHost, extra_routes: Sequence[BaseRoute] = ()) -> Starlette:
     """The management API of ``host``'s broker (plus ``extra_routes``, matched after it)."""
-    return Starlette(
+    app = Starlette(
         routes=[*api_routes(host), *extra_routes, *dashboard.routes()],  # the web UI: / and /static
         middleware=[Middleware(EncodedSegments)],
         exception_handlers={404: _not_found, 405: _method_not_allowed},
     )
+    app.router.redirect_slashes = False  # RabbitMQ answers, never redirects (see above)
+    return app

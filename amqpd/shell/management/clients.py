@@ -52,7 +52,8 @@ async def close_connection(call: Call) -> Response:
     connection = inventory.find_connection(call.broker, item["name"])
     if connection is None:
         raise not_found()
-    reason = call.request.headers.get("x-reason") or DEFAULT_REASON
+    raw = call.request.headers.get("x-reason")  # latin-1 as received: the bytes are UTF-8
+    reason = raw.encode("latin-1").decode("utf-8", "replace") if raw else DEFAULT_REASON
     connection.close(CONNECTION_FORCED, f"CONNECTION_FORCED - {reason}")
     return no_content()
 

@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from amqpd.model.auth import Authz
@@ -34,6 +34,7 @@ from amqpd.shell.management.errors import (
     not_found,
     vhost_not_found,
 )
+from amqpd.shell.management.render import Json
 from amqpd.wire.errors import AMQPError
 
 log = logging.getLogger(__name__)
@@ -119,17 +120,17 @@ class Call:
     # -- answers -------------------------------------------------------------------------
     def listing(
         self, items: list[dict[str, Any]], default_sort: tuple[str, ...] = ("vhost", "name")
-    ) -> JSONResponse:
+    ) -> Json:
         """A list answer with the request's sort, columns and pagination applied."""
         query = self.request.query_params
-        return JSONResponse(listing.present(items, query, default_sort))
+        return Json(listing.present(items, query, default_sort))
 
-    def item(self, item: dict[str, Any] | None) -> JSONResponse:
+    def item(self, item: dict[str, Any] | None) -> Json:
         """One object (404 if None), reduced to ``columns`` if asked."""
         if item is None:
             raise not_found()
         [selected] = listing.select_columns([item], self.query("columns"))
-        return JSONResponse(selected)
+        return Json(selected)
 
 
 Handler = Callable[[Call], Awaitable[Response]]

@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from amqpd.shell.host import BrokerHost
 from amqpd.shell.management.context import Call, no_content, route
 from amqpd.shell.management.errors import bad_request, not_found
+from amqpd.shell.management.render import Json
 
 _TOPOLOGY: Final = ("queues", "exchanges", "bindings")
 
@@ -45,7 +46,7 @@ def _vhost_name(call: Call) -> str:
 
 async def export_all(call: Call) -> Response:
     """GET /api/definitions."""
-    return JSONResponse(await _export(call))
+    return Json(await _export(call))
 
 
 async def export_vhost(call: Call) -> Response:
@@ -64,7 +65,7 @@ async def export_vhost(call: Call) -> Response:
             for item in document.get(section, [])
             if item.get("vhost") == name
         ]
-    return JSONResponse(out)
+    return Json(out)
 
 
 async def import_all(call: Call) -> Response:

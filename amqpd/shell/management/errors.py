@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
+from amqpd.shell.management.render import Json
 from amqpd.wire.errors import ACCESS_REFUSED, NOT_FOUND, AMQPError
 
 REALM: Final = 'Basic realm="RabbitMQ Management"'
@@ -37,7 +38,7 @@ class ApiError(Exception):
         """The HTTP answer."""
         if not self.body:
             return Response(status_code=self.status, headers=self.headers)
-        return JSONResponse(
+        return Json(
             {"error": self.error, "reason": self.reason},
             status_code=self.status,
             headers=self.headers,

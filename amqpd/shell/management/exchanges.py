@@ -10,7 +10,7 @@ it has committed (RabbitMQ's management publishes in confirm mode and waits too)
 from __future__ import annotations
 
 import anyio
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from amqpd.engine import inventory, operations
@@ -20,6 +20,7 @@ from amqpd.shell.management.bindings import BINDING_ORDER
 from amqpd.shell.management.context import Call, created, no_content, route
 from amqpd.shell.management.errors import ApiError, bad_request
 from amqpd.shell.management.messages import content_header, payload_bytes
+from amqpd.shell.management.render import Json
 from amqpd.wire.errors import NOT_FOUND, AMQPError
 from exchanges.registry import EXCHANGE_TYPES
 
@@ -128,7 +129,7 @@ async def publish(call: Call) -> Response:
             await wait.done.wait()
         if wait.error is not None or not wait.done.is_set():
             raise ApiError(500, "internal_server_error", "the message could not be stored (nacked)")
-    return JSONResponse({"routed": routed})
+    return Json({"routed": routed})
 
 
 def _bindings(call: Call, key: str) -> Response:

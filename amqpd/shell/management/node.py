@@ -5,7 +5,9 @@ virtual-hosts, port-listener/{port}, protocol-listener/{protocol}) and
 
 from __future__ import annotations
 
-from starlette.responses import JSONResponse, Response
+from typing import Any
+
+from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from amqpd.engine import inventory, operations
@@ -13,6 +15,7 @@ from amqpd.shell.host import BrokerHost
 from amqpd.shell.management.context import Call, route
 from amqpd.shell.management.errors import bad_request
 from amqpd.shell.management.messages import content_header
+from amqpd.shell.management.render import Json
 
 ALIVENESS_QUEUE = "aliveness-test"
 ALIVENESS_BODY = b"test_message"
@@ -20,8 +23,29 @@ _PROTOCOL_ALIASES = {"amqp091": "amqp", "amqp0.9.1": "amqp", "amqp0-9-1": "amqp"
 
 
 async def overview(call: Call) -> Response:
-    """GET /api/overview."""
-    return JSONResponse(inventory.overview(call.broker, call.host.node_sample()))
+    """GET /api/overview. Users without the monitoring tag get object and queue totals of
+    their own vhosts, connections and channels (RabbitMQ narrows them the same way)."""
+    item = inventory.overview(call.broker, call.host.node_sample())
+    if not call.principal.is_monitor:
+        _narrow(call, item)
+    return Json(item)
+
+
+def _narrow(call: Call, item: dict[str, Any]) -> None:
+    broker = call.broker
+    vhosts = [host for name, host in broker.vhosts.items() if call.visible(name)]
+    queues = [q for host in vhosts for q in inventory.queues(broker, host.name)]
+    connections = [c for c in inventory.connections(broker) if call.sees_client(c["user"])]
+    item["object_totals"] = {
+        "connections": len(connections),
+        "channels": sum(c["channels"] for c in connections),
+        "exchanges": sum(len(host.exchanges) for host in vhosts),
+        "queues": len(queues),
+        "consumers": sum(q["consumers"] for q in queues),
+    }
+    totals = item["queue_totals"]
+    for key in ("messages", "messages_ready", "messages_unacknowledged"):
+        totals[key] = sum(q[key] for q in queues)
 
 
 async def nodes(call: Call) -> Response:
@@ -40,20 +64,20 @@ async def one_node(call: Call) -> Response:
 
 async def whoami(call: Call) -> Response:
     """GET /api/whoami."""
-    return JSONResponse({"name": call.principal.name, "tags": list(call.principal.tags)})
+    return Json({"name": call.principal.name, "tags": list(call.principal.tags)})
 
 
 async def extensions(call: Call) -> Response:
     """GET /api/extensions: no UI plugins."""
-    return JSONResponse([])
+    return Json([])
 
 
 def _alarms(call: Call, where: str) -> Response:
     active = list(call.broker.alarms.active)
     if not active:
-        return JSONResponse({"status": "ok"})
+        return Json({"status": "ok"})
     node = call.broker.statistics.node
-    return JSONResponse(
+    return Json(
         {
             "status": "failed",
             "reason": f"resource alarm(s) in effect {where}",
@@ -75,11 +99,11 @@ async def local_alarms(call: Call) -> Response:
 
 async def virtual_hosts(call: Call) -> Response:
     """GET /api/health/checks/virtual-hosts: every vhost is running (always, here)."""
-    return JSONResponse({"status": "ok"})
+    return Json({"status": "ok"})
 
 
 def _listener_failed(missing: object, key: str, present: list[object]) -> Response:
-    return JSONResponse(
+    return Json(
         {"status": "failed", "reason": "No active listener", "missing": missing, key: present},
         status_code=503,
     )
@@ -94,7 +118,7 @@ async def port_listener(call: Call) -> Response:
     ports = [listener["port"] for listener in call.host.node_sample().listeners]
     if port not in ports:
         return _listener_failed(port, "ports", ports)
-    return JSONResponse({"status": "ok", "port": port})
+    return Json({"status": "ok", "port": port})
 
 
 async def protocol_listener(call: Call) -> Response:
@@ -105,12 +129,12 @@ async def protocol_listener(call: Call) -> Response:
     protocols = list(dict.fromkeys(item["protocol"] for item in listeners))
     if protocol not in protocols:
         return _listener_failed(protocol, "protocols", protocols)
-    return JSONResponse({"status": "ok", "protocol": protocol})
+    return Json({"status": "ok", "protocol": protocol})
 
 
 async def cluster_name(call: Call) -> Response:
     """GET /api/cluster-name: the one node's name."""
-    return JSONResponse({"name": call.broker.statistics.node})
+    return Json({"name": call.broker.statistics.node})
 
 
 async def aliveness(call: Call) -> Response:
@@ -125,8 +149,8 @@ async def aliveness(call: Call) -> Response:
         call.broker, vhost, authz, ALIVENESS_QUEUE, 1, "ack_requeue_false"
     )
     if not got or got[0].message.body != ALIVENESS_BODY:
-        return JSONResponse({"status": "failed", "reason": "failed_to_get_message"})
-    return JSONResponse({"status": "ok"})
+        return Json({"status": "failed", "reason": "failed_to_get_message"})
+    return Json({"status": "ok"})
 
 
 def routes(host: BrokerHost) -> list[BaseRoute]:

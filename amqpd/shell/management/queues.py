@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from amqpd.engine import inventory, operations
@@ -13,6 +13,7 @@ from amqpd.shell.management.bindings import BINDING_ORDER
 from amqpd.shell.management.context import Call, created, no_content, route
 from amqpd.shell.management.errors import bad_request, from_amqp
 from amqpd.shell.management.messages import got_json
+from amqpd.shell.management.render import Json
 from amqpd.wire.errors import AMQPError
 
 
@@ -95,7 +96,7 @@ async def get_messages(call: Call) -> Response:
         )
     except AMQPError as exc:
         raise from_amqp(exc, prefixed=True) from exc
-    return JSONResponse([got_json(item, encoding, truncate) for item in got])
+    return Json([got_json(item, encoding, truncate) for item in got])
 
 
 async def queue_bindings(call: Call) -> Response:
