@@ -2,7 +2,7 @@
 // five seconds (RabbitMQ's UI default), and the resource-alarm banner on every page.
 
 import { ApiError, api, forget, loggedIn, remember, username } from "./api.js";
-import { h } from "./dom.js";
+import { bytes, h } from "./dom.js";
 import { adminPage, connectionsPage, exchangesPage } from "./lists.js";
 import { overviewPage } from "./overview.js";
 import { queuePage, queuesPage } from "./queues.js";
@@ -71,10 +71,14 @@ async function refreshAlarms() {
     const alarms = [];
     for (const node of nodes) {
       if (node.mem_alarm) {
-        alarms.push(`Memory alarm on ${node.name}: ${node.mem_used} bytes used, limit ${node.mem_limit}. Publishers are blocked.`);
+        alarms.push(
+          `Memory alarm on ${node.name}: ${bytes(node.mem_used)} used, the limit is ${bytes(node.mem_limit)}. Publishers are blocked.`,
+        );
       }
       if (node.disk_free_alarm) {
-        alarms.push(`Disk alarm on ${node.name}: ${node.disk_free} bytes free, limit ${node.disk_free_limit}. Publishers are blocked.`);
+        alarms.push(
+          `Disk alarm on ${node.name}: ${bytes(node.disk_free)} free, the limit is ${bytes(node.disk_free_limit)}. Publishers are blocked.`,
+        );
       }
     }
     banner.replaceChildren(...alarms.map((text) => h("div", { className: "alarm-line" }, h("b", {}, "Resource alarm "), text)));
