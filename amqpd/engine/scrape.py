@@ -273,6 +273,7 @@ class Totals:
     queues: int
     publishers: int  # open channels that have published (RabbitMQ counts them so)
     counters: dict[str, int]
+    dead_lettered: dict[str, dict[str, int]]  # strategy -> reason -> messages
 
 
 def totals(broker: Broker) -> Totals:
@@ -310,4 +311,6 @@ def totals(broker: Broker) -> Totals:
         "messages_acknowledged": stats.ack,
     }
     queues = sum(len(host.queues) for host in broker.vhosts.values())
-    return Totals(connections, channels, consumers, queues, publishers, counters)
+    dead = broker.statistics.dead_letters
+    dead_lettered = {"disabled": dict(dead.disabled), "at_most_once": dict(dead.at_most_once)}
+    return Totals(connections, channels, consumers, queues, publishers, counters, dead_lettered)

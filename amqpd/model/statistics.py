@@ -175,6 +175,22 @@ class Churn:
         self.queues_deleted = 0  # deleted for any reason (delete, auto-delete, expiry, owner)
 
 
+DEAD_LETTER_REASONS = ("maxlen", "expired", "rejected", "delivery_limit")
+
+
+class DeadLetterCounts:
+    """Messages that left a queue unacked, by reason (RabbitMQ's
+    ``rabbitmq_global_messages_dead_lettered_*_total``): ``at_most_once`` when the queue has
+    a dead-letter exchange (the message was republished there), ``disabled`` when it was
+    dropped. One ``+= 1`` per such message, on the discard path only."""
+
+    __slots__ = ("at_most_once", "disabled")
+
+    def __init__(self) -> None:
+        self.at_most_once = dict.fromkeys(DEAD_LETTER_REASONS, 0)
+        self.disabled = dict.fromkeys(DEAD_LETTER_REASONS, 0)
+
+
 @dataclass(slots=True)
 class NodeStatistics:
     """Node-wide counters: channels that closed are folded into ``closed`` so totals
@@ -183,6 +199,7 @@ class NodeStatistics:
     node: str = "amqpd@localhost"  # the node name the shell chose
     closed: MessageStats = field(default_factory=MessageStats)
     churn: Churn = field(default_factory=Churn)
+    dead_letters: DeadLetterCounts = field(default_factory=DeadLetterCounts)
     totals: MessageStats = field(default_factory=MessageStats)
     depth_rates: dict[str, float] = field(default_factory=dict)
     last_depth: tuple[int, int] | None = None

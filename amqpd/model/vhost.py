@@ -10,7 +10,7 @@ from amqpd.model.deadletter import dead_letter_header, is_cycle
 from amqpd.model.message import Clock, Message
 from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.queue_args import InvalidQueueArgument, amqp_type_name
-from amqpd.model.statistics import Churn, MessageStats
+from amqpd.model.statistics import Churn, DeadLetterCounts, MessageStats
 from amqpd.wire.codec import encode_shortstr, peek_header
 from amqpd.wire.errors import (
     COMMAND_INVALID,
@@ -139,7 +139,8 @@ class VirtualHost:
         self.paging_queues: set[Queue] | None = None
         self.clock = Clock()  # shared with the broker, which replaces it
         self.watch_queues: set[Queue] = set()  # queues with timers (TTL, x-expires)
-        self.churn = Churn()  # the broker's node-wide counters replace this one
+        self.churn = Churn()  # the broker's node-wide counters replace these two
+        self.dead_letters = DeadLetterCounts()
 
     # -- exchanges -------------------------------------------------------------------------
     def get_exchange(self, name: str) -> Exchange:
@@ -322,6 +323,7 @@ class VirtualHost:
         """
         queue = Queue(name, self.name, durable, owner, auto_delete, arguments, self.clock)
         queue.watch_set = self.watch_queues
+        queue.dead_letter_counts = self.dead_letters
         if queue.settings.dead_letter_exchange is not None:
             queue.dead_letter = self.dead_letter
         if queue.settings.expires is not None:

@@ -244,6 +244,18 @@ _GLOBAL_QUEUE_TYPE: Final = (
 _AnyFamily = CounterMetricFamily | GaugeMetricFamily | UnknownMetricFamily
 
 
+_DEAD_LETTERED: Final = (  # (reason, HELP, the queue type RabbitMQ counts it for)
+    ("maxlen", "Total number of messages dead-lettered due to overflow drop-head or "
+     "reject-publish-dlx", "rabbit_classic_queue"),
+    ("expired", "Total number of messages dead-lettered due to message TTL exceeded",
+     "rabbit_classic_queue"),
+    ("rejected", "Total number of messages dead-lettered due to basic.reject or basic.nack",
+     "rabbit_classic_queue"),
+    ("delivery_limit", "Total number of messages dead-lettered due to delivery-limit exceeded",
+     "rabbit_quorum_queue"),
+)  # fmt: skip
+
+
 def _family(name: str, kind: str, help_text: str, labels: Iterable[str]) -> _AnyFamily:
     names = list(labels)
     if kind == "counter":
@@ -352,6 +364,15 @@ class RabbitCollector(Collector):
                 f"{PREFIX}global_{name}", help_text, labels=["protocol", "queue_type"]
             )
             counter.add_metric([PROTOCOL, QUEUE_TYPE], counters[name])
+            yield counter
+        for reason, help_text, queue_type in _DEAD_LETTERED:
+            counter = CounterMetricFamily(
+                f"{PREFIX}global_messages_dead_lettered_{reason}",
+                help_text,
+                labels=["queue_type", "dead_letter_strategy"],
+            )
+            for strategy in ("disabled", "at_most_once"):
+                counter.add_metric([queue_type, strategy], totals.dead_lettered[strategy][reason])
             yield counter
 
     def _alarms(self) -> Iterator[Metric]:

@@ -14,6 +14,7 @@ from amqpd.model.broker import Broker, BrokerConfig
 from amqpd.model.statistics import NodeSample
 from amqpd.shell import metrics
 from tests.unit.protocol_support import (
+    advance,
     connect,
     declare,
     deliveries,
@@ -267,6 +268,69 @@ def test_churn_counts_closes_and_deletes() -> None:
     proto = {"protocol": "amqp091"}
     assert _value(found, "rabbitmq_global_messages_received_total", **proto) == 6
     assert _value(found, "rabbitmq_channel_messages_published_total") == 0
+
+
+def test_dead_lettered_messages_by_reason_and_strategy() -> None:
+    broker = Broker()
+    client = connect(broker)
+    declare(client, 1, "dlq")
+    dlx = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}
+    declare(client, 1, "with-dlx", arguments=dlx)
+    declare(client, 1, "plain", arguments={"x-max-length": 1})
+    for queue in ("with-dlx", "with-dlx", "plain", "plain", "plain"):  # plain drops 2 heads
+        client.send(1, *publish_frames(queue, b"m"))
+    client.send(1, commands.Basic.Get(queue="with-dlx", no_ack=False))
+    [got] = deliveries(client.received())
+    client.send(1, commands.Basic.Reject(delivery_tag=got.method.delivery_tag, requeue=False))
+    declare(client, 1, "ttl", arguments=dlx)
+    client.send(1, *publish_frames("ttl", b"short-lived", expiration="1000"))
+    advance(broker, 5.0, client)
+    found = _scrape(_Host(broker))
+    family = "rabbitmq_global_messages_dead_lettered_{}_total"
+    classic = "rabbit_classic_queue"
+    assert found[family.format("rejected")][:2] == (
+        "counter",
+        "Total number of messages dead-lettered due to basic.reject or basic.nack",
+    )
+    assert (
+        _value(
+            found,
+            family.format("rejected"),
+            queue_type=classic,
+            dead_letter_strategy="at_most_once",
+        )
+        == 1
+    )
+    assert (
+        _value(found, family.format("maxlen"), queue_type=classic, dead_letter_strategy="disabled")
+        == 2
+    )
+    assert (
+        _value(
+            found, family.format("expired"), queue_type=classic, dead_letter_strategy="at_most_once"
+        )
+        == 1
+    )
+    quorum = "rabbit_quorum_queue"
+    assert (
+        _value(
+            found,
+            family.format("delivery_limit"),
+            queue_type=quorum,
+            dead_letter_strategy="disabled",
+        )
+        == 0
+    )
+    # the dead-lettered messages reached the dead-letter queue
+    assert (
+        _value(
+            _scrape(_Host(broker), "/metrics/per-object"),
+            "rabbitmq_queue_messages_ready",
+            vhost="/",
+            queue="dlq",
+        )
+        == 2
+    )
 
 
 def test_a_scrape_is_gzipped_when_asked() -> None:
