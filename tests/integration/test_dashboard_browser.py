@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import httpx
 import pika
 import pytest
 from playwright.sync_api import ConsoleMessage, Dialog, Error, Page, sync_playwright
@@ -199,3 +200,35 @@ def test_dashboard_pages_charts_and_purge() -> None:
             if conn.is_open:
                 conn.close()
         assert errors == []
+
+
+def test_a_management_user_sees_what_its_tags_allow() -> None:
+    config = ServerConfig(port=0, management_port=0)
+    with background_server(BrokerConfig(), config) as server:
+        base = f"http://127.0.0.1:{server.management_port}/"
+        with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=30) as admin:
+            made = admin.put("api/users/viewer", json={"password": "s3cret", "tags": "management"})
+            assert made.status_code in (201, 204), made.text
+            allowed = admin.put(
+                "api/permissions/%2F/viewer", json={"configure": ".*", "write": ".*", "read": ".*"}
+            )
+            assert allowed.status_code in (201, 204), allowed.text
+            declared = admin.put("api/queues/%2F/visible", json={"durable": False})
+            assert declared.status_code in (201, 204), declared.text
+        errors: list[str] = []
+        with _browser_page(errors) as page:
+            page.goto(base)
+            page.fill("input[name=username]", "viewer")
+            page.fill("input[name=password]", "s3cret")
+            page.click("form#login button[type=submit]")
+            page.wait_for_selector("text=Node details need the monitoring or administrator tag.")
+            assert page.is_hidden("nav a[data-page=admin]")  # administrators only
+            page.click("nav a[data-page=queues]")
+            page.wait_for_selector("#queues tbody tr td a")
+            assert _column(page, "queues", 2) == ["visible"]
+            # typed by hand: the API refuses, the page says why and stays logged in
+            page.goto(base + "#/admin")
+            page.wait_for_selector("#status.error")
+            assert "Not administrator user" in page.inner_text("#status")
+            assert page.is_visible("#nav")
+        assert all("401" in error for error in errors), errors  # only the refused request

@@ -11,6 +11,18 @@ export class ApiError extends Error {
   }
 }
 
+// the logged-in user's tags (from /api/whoami): what the pages may ask for
+export const session = { tags: [] };
+
+/** Administrators and monitoring users may read the node (memory, alarms, descriptors). */
+export function canMonitor() {
+  return session.tags.includes("administrator") || session.tags.includes("monitoring");
+}
+
+export function isAdministrator() {
+  return session.tags.includes("administrator");
+}
+
 export function loggedIn() {
   return sessionStorage.getItem(KEY) !== null;
 }

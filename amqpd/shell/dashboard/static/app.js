@@ -1,7 +1,7 @@
 // The single-page dashboard: the login form, hash routing between pages, a refresh every
 // five seconds (RabbitMQ's UI default), and the resource-alarm banner on every page.
 
-import { ApiError, api, forget, loggedIn, remember, username } from "./api.js";
+import { ApiError, api, canMonitor, forget, isAdministrator, loggedIn, remember, session, username } from "./api.js";
 import { bytes, h } from "./dom.js";
 import { adminPage, connectionsPage, exchangesPage } from "./lists.js";
 import { overviewPage } from "./overview.js";
@@ -64,8 +64,21 @@ function showLogin(message) {
   form.elements.username.focus();
 }
 
+/** Who is logged in (their tags decide what the dashboard offers); the API's answer. */
+async function identify() {
+  const who = await api("/whoami");
+  const tags = who && who.tags;
+  session.tags = Array.isArray(tags) ? tags : String(tags || "").split(",").filter(Boolean);
+  document.querySelector('#nav a[data-page="admin"]').hidden = !isAdministrator();
+  return who;
+}
+
 async function refreshAlarms() {
   const banner = $("alarms");
+  if (!canMonitor()) {
+    banner.hidden = true; // RabbitMQ shows node alarms to monitoring users and administrators
+    return;
+  }
   try {
     const nodes = await api("/nodes");
     const alarms = [];
@@ -100,9 +113,20 @@ async function refresh() {
   } catch (error) {
     if (mine !== generation) return;
     if (error instanceof ApiError && error.status === 401) {
-      forget();
-      showLogin("Login failed or the session ended.");
-      return;
+      // a page this user's tags do not allow ("Not administrator user"), or a session
+      // whose credentials stopped working: only the second logs out
+      let valid = true;
+      try {
+        await identify();
+      } catch {
+        valid = false;
+      }
+      if (mine !== generation) return;
+      if (!valid) {
+        forget();
+        showLogin("Login failed or the session ended.");
+        return;
+      }
     }
     if (error instanceof ApiError && error.status === 404 && current.name === "queues") {
       window.location.hash = "#/queues"; // the queue is gone
@@ -132,7 +156,7 @@ async function login(event) {
   const form = event.currentTarget;
   remember(form.elements.username.value, form.elements.password.value);
   try {
-    const who = await api("/whoami");
+    const who = await identify();
     form.reset();
     $("node-name").textContent = "";
     if (who && who.name) show();
@@ -166,9 +190,20 @@ window.addEventListener("resize", () => {
   if (current && current.page.resize) current.page.resize();
 });
 
-if (loggedIn()) {
+async function start() {
+  if (!loggedIn()) {
+    showLogin("");
+    return;
+  }
+  try {
+    await identify();
+  } catch {
+    forget();
+    showLogin("");
+    return;
+  }
   show();
   nodeName();
-} else {
-  showLogin("");
 }
+
+start();
