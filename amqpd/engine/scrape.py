@@ -57,7 +57,15 @@ def _churn(broker: Broker, node: NodeSample, vhosts: Collection[str] | None) -> 
 
 
 def _node_coarse(broker: Broker, node: NodeSample, vhosts: Collection[str] | None) -> Iterator[Row]:
-    yield Row({}, {"fd_used": node.fd_used, "mem_used": node.mem_used, "disk_free": node.disk_free})
+    yield Row(
+        {},
+        {
+            "fd_used": node.fd_used,
+            "sockets_used": node.sockets_used,
+            "mem_used": node.mem_used,
+            "disk_free": node.disk_free,
+        },
+    )
 
 
 def _node(broker: Broker, node: NodeSample, vhosts: Collection[str] | None) -> Iterator[Row]:
@@ -65,6 +73,7 @@ def _node(broker: Broker, node: NodeSample, vhosts: Collection[str] | None) -> I
         {},
         {
             "fd_total": node.fd_total,
+            "sockets_total": node.sockets_total,
             "mem_limit": node.mem_limit,
             "disk_free_limit": node.disk_free_limit,
             "uptime": node.uptime / 1000,

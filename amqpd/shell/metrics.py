@@ -80,11 +80,13 @@ FAMILIES: Final[dict[str, list[_Def]]] = {
     ],
     "node_coarse_metrics": [
         ("process_open_fds", "gauge", "Open file descriptors", "fd_used"),
+        ("process_open_tcp_sockets", "gauge", "Open TCP sockets", "sockets_used"),
         ("process_resident_memory_bytes", "gauge", "Memory used in bytes", "mem_used"),
         ("disk_space_available_bytes", "gauge", "Disk space available in bytes", "disk_free"),
     ],
     "node_metrics": [
         ("process_max_fds", "gauge", "Open file descriptors limit", "fd_total"),
+        ("process_max_tcp_sockets", "gauge", "Open TCP sockets limit", "sockets_total"),
         ("resident_memory_limit_bytes", "gauge", "Memory high watermark in bytes",
          "mem_limit"),
         ("disk_space_available_limit_bytes", "gauge",
@@ -184,8 +186,7 @@ FAMILIES: Final[dict[str, list[_Def]]] = {
     ],
     "channel_queue_exchange_metrics": [
         ("queue_messages_published_total", "counter",
-         "Total number of messages published into a queue through an exchange on a channel",
-         "publish_out"),
+         "Total number of messages published to queues", "publish_out"),
     ],
 }  # fmt: skip
 

@@ -38,6 +38,8 @@ class _Host:
             disk_free_limit=50_000_000,
             fd_used=17,
             fd_total=1024,
+            sockets_used=3,
+            sockets_total=900,
         )
 
     def node_sample(self) -> NodeSample:
@@ -167,6 +169,8 @@ def test_node_figures_alarms_and_identity() -> None:
     assert _value(found, "rabbitmq_disk_space_available_limit_bytes") == 50_000_000
     assert _value(found, "rabbitmq_process_open_fds") == 17
     assert _value(found, "rabbitmq_process_max_fds") == 1024
+    assert _value(found, "rabbitmq_process_open_tcp_sockets") == 3
+    assert _value(found, "rabbitmq_process_max_tcp_sockets") == 900
     assert _value(found, "rabbitmq_erlang_uptime_seconds") == 12.5
     assert found["rabbitmq_alarms_memory_used_watermark"][0] == "unknown"
     assert _value(found, "rabbitmq_alarms_memory_used_watermark") == 0
