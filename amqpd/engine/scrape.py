@@ -56,6 +56,18 @@ def _churn(broker: Broker, node: NodeSample, vhosts: Collection[str] | None) -> 
     )
 
 
+def _auth(broker: Broker, node: NodeSample, vhosts: Collection[str] | None) -> Iterator[Row]:
+    churn = broker.statistics.churn
+    yield Row(
+        {"protocol": "amqp091"},
+        {
+            "attempts": churn.auth_succeeded + churn.auth_failed,
+            "succeeded": churn.auth_succeeded,
+            "failed": churn.auth_failed,
+        },
+    )
+
+
 def _node_coarse(broker: Broker, node: NodeSample, vhosts: Collection[str] | None) -> Iterator[Row]:
     yield Row(
         {},
@@ -213,6 +225,7 @@ def _queue_exchange(
 
 TABLES: Final[dict[str, _Reader]] = {
     "connection_churn_metrics": _churn,
+    "auth_attempt_metrics": _auth,
     "node_coarse_metrics": _node_coarse,
     "node_metrics": _node,
     "queue_coarse_metrics": _queue_rows,

@@ -152,10 +152,12 @@ class IOStats(Counters):
 
 class Churn:
     """How many connections, channels and queues came and went (RabbitMQ's
-    ``connection_churn_metrics``, Prometheus' ``rabbitmq_*_opened_total`` ...): one ``+= 1``
-    per open, close, declare or delete, never per message."""
+    ``connection_churn_metrics``, Prometheus' ``rabbitmq_*_opened_total`` ...), and login
+    attempts: one ``+= 1`` per open, close, declare, delete or login, never per message."""
 
     __slots__ = (
+        "auth_failed",
+        "auth_succeeded",
         "channels_closed",
         "channels_opened",
         "connections_closed",
@@ -166,6 +168,8 @@ class Churn:
     )
 
     def __init__(self) -> None:
+        self.auth_succeeded = 0  # AMQP logins (connection.start-ok) accepted
+        self.auth_failed = 0  # and refused (RabbitMQ's auth_attempt_metrics)
         self.connections_opened = 0  # handshakes that finished (connection.open-ok)
         self.connections_closed = 0  # of those, closed or lost
         self.channels_opened = 0

@@ -78,6 +78,14 @@ FAMILIES: Final[dict[str, list[_Def]]] = {
         ("queues_deleted_total", "counter", "Total number of queues deleted",
          "queues_deleted"),
     ],
+    "auth_attempt_metrics": [
+        ("auth_attempts_total", "counter", "Total number of authorization attempts",
+         "attempts"),
+        ("auth_attempts_succeeded_total", "counter",
+         "Total number of successful authentication attempts", "succeeded"),
+        ("auth_attempts_failed_total", "counter",
+         "Total number of failed authentication attempts", "failed"),
+    ],
     "node_coarse_metrics": [
         ("process_open_fds", "gauge", "Open file descriptors", "fd_used"),
         ("process_open_tcp_sockets", "gauge", "Open TCP sockets", "sockets_used"),
@@ -189,6 +197,9 @@ FAMILIES: Final[dict[str, list[_Def]]] = {
          "Total number of messages published to queues", "publish_out"),
     ],
 }  # fmt: skip
+
+# one row per protocol, labelled even in the aggregated /metrics (as RabbitMQ's)
+KEYED_BY_PROTOCOL: Final = frozenset({"auth_attempt_metrics"})
 
 # /metrics/detailed only, prefixed rabbitmq_cluster_ (RabbitMQ's METRICS_CLUSTER)
 CLUSTER_FAMILIES: Final[dict[str, list[_Def]]] = {
@@ -326,7 +337,8 @@ class RabbitCollector(Collector):
         ]
         read = scrape.tables(broker, node, wanted, self.vhosts if detailed else None)
         for table in wanted:
-            yield from _table_families(read[table], FAMILIES[table], prefix, per_object)
+            labelled = per_object or table in KEYED_BY_PROTOCOL
+            yield from _table_families(read[table], FAMILIES[table], prefix, labelled)
         if detailed and self.families:
             for table, defs in CLUSTER_FAMILIES.items():
                 if table in self.families:

@@ -13,6 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from amqpd.model.broker import Broker, BrokerConfig
 from amqpd.model.statistics import NodeSample
 from amqpd.shell import metrics
+from amqpd.wire.codec import PROTOCOL_HEADER
+from tests.unit.engine_driver import Client
 from tests.unit.protocol_support import (
     advance,
     connect,
@@ -335,6 +337,29 @@ def test_dead_lettered_messages_by_reason_and_strategy() -> None:
         )
         == 2
     )
+
+
+def test_login_attempts() -> None:
+    broker, _client = _traffic()
+    refused = Client(broker)
+    refused.conn.receive_data(PROTOCOL_HEADER)
+    refused.send(
+        0,
+        commands.Connection.StartOk(
+            client_properties={"capabilities": {"authentication_failure_close": True}},
+            mechanism="PLAIN",
+            response="\0guest\0wrong",
+        ),
+    )
+    found = _scrape(_Host(broker))
+    proto = {"protocol": "amqp091"}
+    assert found["rabbitmq_auth_attempts_total"][:2] == (
+        "counter",
+        "Total number of authorization attempts",
+    )
+    assert _value(found, "rabbitmq_auth_attempts_total", **proto) == 2
+    assert _value(found, "rabbitmq_auth_attempts_succeeded_total", **proto) == 1
+    assert _value(found, "rabbitmq_auth_attempts_failed_total", **proto) == 1
 
 
 def test_a_scrape_is_gzipped_when_asked() -> None:
