@@ -27,6 +27,7 @@ from amqpd.shell.management import (
     clients,
     definitions,
     exchanges,
+    limits,
     node,
     queues,
 )
@@ -72,6 +73,7 @@ def api_routes(host: BrokerHost) -> list[BaseRoute]:
     return [
         *node.routes(host),
         *access.routes(host),
+        *limits.routes(host),
         *queues.routes(host),
         *exchanges.routes(host),
         *bindings.routes(host),
