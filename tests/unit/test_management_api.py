@@ -501,3 +501,12 @@ def test_more_health_checks_and_users_without_permissions() -> None:
         "status": "ok",
         "reason": "single node cluster",
     }
+
+
+def test_answers_are_not_cached_and_head_works() -> None:
+    api = Api()
+    answer = api.get("/api/overview")
+    assert answer.headers["cache-control"] == "no-cache"
+    assert answer.headers["content-type"] == "application/json"
+    assert api.request("HEAD", "/api/queues").status_code == 200
+    assert api.get("/api/queues/%2F/nope").headers["cache-control"] == "no-cache"
