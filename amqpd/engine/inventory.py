@@ -559,7 +559,6 @@ def _consumer(consumer: Consumer, channel_details: dict[str, Any]) -> dict[str, 
         "arguments": _json_value(consumer.arguments),
         "active": active,
         "activity_status": "up" if active else "waiting",
-        "consumer_timeout": None,
     }
 
 
