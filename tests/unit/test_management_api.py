@@ -510,3 +510,16 @@ def test_answers_are_not_cached_and_head_works() -> None:
     assert answer.headers["content-type"] == "application/json"
     assert api.request("HEAD", "/api/queues").status_code == 200
     assert api.get("/api/queues/%2F/nope").headers["cache-control"] == "no-cache"
+
+
+def test_names_with_slashes_percent_and_utf8_in_paths() -> None:
+    api = Api()
+    name = "a/b c%d é"
+    path = "/api/queues/%2F/" + quote(name, safe="")
+    assert api.put(path, json={}).status_code == 201
+    assert name in api.broker.default_vhost.queues
+    assert api.get(path).json()["name"] == name
+    api.put("/api/vhosts/" + quote("v/1", safe=""))
+    assert "v/1" in api.broker.vhosts
+    assert api.get("/api/vhosts/v%2F1").json()["name"] == "v/1"
+    assert api.delete(path).status_code == 204 and name not in api.broker.default_vhost.queues
