@@ -322,12 +322,14 @@ class Connection:
                 10,
             )
         self.channels[number] = Channel(self, number)
+        self.broker.statistics.churn.channels_opened += 1
         self.send(codec.encode_method(number, spec.Channel.OpenOk()))
 
     def channel_closed(self, channel: Channel) -> None:
         """Forget a channel whose close handshake finished (its number is free again)."""
         if self.channels.get(channel.number) is channel:
             del self.channels[channel.number]
+            self.broker.statistics.churn.channels_closed += 1
         self._confirm_channels.pop(channel, None)
 
     # ------------------------------------------------------------------------------------
@@ -588,6 +590,7 @@ class Connection:
         for channel in list(self.channels.values()):
             channel.release()
             channel.state = ChannelState.CLOSED
+        self.broker.statistics.churn.channels_closed += len(self.channels)
         self.channels.clear()
         self._confirm_channels.clear()
         self.broker.connection_released(self)

@@ -148,6 +148,11 @@ def _unacked_by_queue(broker: Broker) -> dict[Queue, tuple[int, int]]:
     return totals
 
 
+def unacked_by_queue(broker: Broker) -> dict[Queue, tuple[int, int]]:
+    """Per queue: deliveries awaiting an ack and their body bytes (for the exporter)."""
+    return _unacked_by_queue(broker)
+
+
 # -- names -----------------------------------------------------------------------------------
 def connection_name(connection: Connection) -> str:
     """RabbitMQ's connection name: ``"127.0.0.1:54321 -> 127.0.0.1:5672"``."""

@@ -20,6 +20,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from amqpd.shell import dashboard
 from amqpd.shell.host import BrokerHost
 from amqpd.shell.management import (
     access,
@@ -85,7 +86,7 @@ def api_routes(host: BrokerHost) -> list[BaseRoute]:
 def create_app(host: BrokerHost, extra_routes: Sequence[BaseRoute] = ()) -> Starlette:
     """The management API of ``host``'s broker (plus ``extra_routes``, matched after it)."""
     app = Starlette(
-        routes=[*api_routes(host), *extra_routes],
+        routes=[*api_routes(host), *extra_routes, *dashboard.routes()],  # the web UI: / and /static
         middleware=[Middleware(EncodedSegments)],
         exception_handlers={404: _not_found, 405: _method_not_allowed},
     )
