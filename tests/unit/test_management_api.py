@@ -523,3 +523,14 @@ def test_names_with_slashes_percent_and_utf8_in_paths() -> None:
     assert "v/1" in api.broker.vhosts
     assert api.get("/api/vhosts/v%2F1").json()["name"] == "v/1"
     assert api.delete(path).status_code == 204 and name not in api.broker.default_vhost.queues
+
+
+def test_api_publishes_and_gets_count_in_the_node_totals() -> None:
+    api = Api()
+    api.put("/api/queues/%2F/q", json={})
+    publish(api, "q", "a")
+    publish(api, "nowhere", "b")
+    get(api, "q", 5, "ack_requeue_false")
+    stats = api.get("/api/overview").json()["message_stats"]
+    assert stats["publish"] == 2 and stats["drop_unroutable"] == 1
+    assert stats["get"] == 1 and stats["ack"] == 1 and stats["get_empty"] == 1
