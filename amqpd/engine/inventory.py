@@ -432,7 +432,7 @@ def _connection(broker: Broker, connection: Connection) -> dict[str, Any]:
     stats = connection.stats
     peer_host, peer_port = _split_address(connection.peer)
     properties = _json_value(connection.client_properties)
-    return {
+    item: dict[str, Any] = {
         "name": connection_name(connection),
         "node": _node(broker),
         "type": "network",
@@ -455,7 +455,6 @@ def _connection(broker: Broker, connection: Connection) -> dict[str, Any]:
         "ssl_cipher": None,
         "ssl_hash": None,
         "client_properties": properties,
-        "user_provided_name": properties.get("connection_name"),
         "connected_at": int(connection.created * 1000),
         "channels": len(connection.channels),
         "channel_max": connection.channel_max,
@@ -471,6 +470,10 @@ def _connection(broker: Broker, connection: Connection) -> dict[str, Any]:
         "reductions": 0,
         "garbage_collection": {},
     }
+    name = properties.get("connection_name")
+    if name is not None:  # RabbitMQ has the key only when the client named the connection
+        item["user_provided_name"] = name
+    return item
 
 
 def _channel_details(broker: Broker, channel: Channel, connection: Connection) -> dict[str, Any]:
@@ -564,7 +567,6 @@ def _consumer(consumer: Consumer, channel_details: dict[str, Any]) -> dict[str, 
         "arguments": _json_value(consumer.arguments),
         "active": active,
         "activity_status": "up" if active else "waiting",
-        "consumer_timeout": None,
     }
 
 
