@@ -16,7 +16,7 @@ from playwright.sync_api import ConsoleMessage, Dialog, Error, Page, sync_playwr
 from amqpd.model.broker import BrokerConfig
 from amqpd.shell.server import ServerConfig, background_server
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
