@@ -236,6 +236,8 @@ def test_bindings_get_and_delete_by_properties_key() -> None:
         "reason": "no queue 'nope' in vhost '/'",
     }
     assert len(api.get("/api/bindings/%2F").json()) == 2  # default binding + a/b
+    assert api.post("/api/bindings/%2F/e/ex/x/q", json={}).json() == NOT_FOUND
+    assert api.get("/api/bindings/%2F/e/ex/x/q").json() == NOT_FOUND
 
 
 def test_close_connection_with_reason() -> None:
