@@ -138,6 +138,7 @@ class Store:
         self._lock = lock
         self._closed = False
         self._applying = False
+        self.created = False  # the file was created (initialised) by this open
 
     @property
     def path(self) -> Path:
@@ -182,7 +183,7 @@ class Store:
         try:
             schema.check_file_header(path)
             writer = await aiosqlite.connect(path, isolation_level=None)
-            await _prepare(writer, path, sync)
+            created = await _prepare(writer, path, sync) == 0
             reader = await aiosqlite.connect(path, isolation_level=None)
             await reader.execute("PRAGMA query_only = ON")
         except BaseException as exc:
@@ -196,7 +197,9 @@ class Store:
                 raise StoreError(f"cannot open {path}: {exc}") from exc
             raise
         log.info("opened store %s (schema %d, synchronous=%s)", path, schema.SCHEMA_VERSION, sync)
-        return cls(path, writer, reader, lock)
+        store = cls(path, writer, reader, lock)
+        store.created = created
+        return store
 
     async def __aenter__(self) -> Store:
         return self
@@ -455,8 +458,9 @@ async def _scalar(db: aiosqlite.Connection, sql: str) -> Any:
     return None if row is None else row[0]
 
 
-async def _prepare(db: aiosqlite.Connection, path: Path, synchronous: str) -> None:
-    """Check the database's identity, configure the connection, migrate the schema."""
+async def _prepare(db: aiosqlite.Connection, path: Path, synchronous: str) -> int:
+    """Check the database's identity, configure the connection, migrate the schema; the
+    schema version it had (0: created now)."""
     try:
         application_id = await _scalar(db, "PRAGMA application_id")
         user_version = await _scalar(db, "PRAGMA user_version")
@@ -476,7 +480,7 @@ async def _prepare(db: aiosqlite.Connection, path: Path, synchronous: str) -> No
     await db.execute(f"PRAGMA cache_size = -{_WRITER_CACHE_KIB}")
     await db.execute("PRAGMA journal_size_limit = 67108864")
     if version == schema.SCHEMA_VERSION:
-        return
+        return version
     await db.execute("BEGIN IMMEDIATE")
     try:
         for target in range(version + 1, schema.SCHEMA_VERSION + 1):
@@ -490,6 +494,7 @@ async def _prepare(db: aiosqlite.Connection, path: Path, synchronous: str) -> No
     except BaseException:
         await _rollback_quietly(db)
         raise
+    return version
 
 
 async def _rollback_quietly(db: aiosqlite.Connection) -> None:

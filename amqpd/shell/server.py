@@ -37,6 +37,7 @@ from amqpd.engine.connection import Connection
 from amqpd.engine.outbox import Outbox
 from amqpd.engine.rates import SAMPLE_INTERVAL, RateSampler
 from amqpd.model.admin_commands import AdminError, execute
+from amqpd.model.auth import DEFAULT_HASHING, AccessState, Permission, User, hash_password
 from amqpd.model.broker import Broker, BrokerConfig
 from amqpd.model.definitions import DefinitionsError, import_definitions
 from amqpd.model.queue import HOT_WINDOW
@@ -70,6 +71,8 @@ class ServerConfig:
     memory_check_interval: float = 0.1  # seconds between memory measurements
     memory_probe: Callable[[], int] = resources.rss_bytes  # bytes the broker uses
     disk_probe: Callable[[Path], int] = resources.disk_free  # free bytes at the data dir
+    default_user: tuple[str, str] | None = None  # (name, password) of a new store's admin
+    reopen_logs: Callable[[], bool] | None = None  # on SIGHUP; True if a log file reopened
 
 
 class _Peer:
@@ -231,7 +234,10 @@ class Server:
         try:
             self._body_reader = BodyReader(store.path)
             self.broker.set_body_loader(self._body_reader)
-            self.broker.load_access(await store.load_access())
+            access_state = await store.load_access()
+            if store.created and self.config.default_user is not None:
+                access_state = await self._first_user(store, access_state)
+            self.broker.load_access(access_state)
             state = await store.load(body_window=HOT_WINDOW)
             queues, messages = self.broker.recover(state)
             del state
@@ -248,6 +254,18 @@ class Server:
         self._committer = GroupCommitter(store, journal, self._batch_committed, self._batch_failed)
         self._store = store
         return store
+
+    async def _first_user(self, store: Store, state: AccessState) -> AccessState:
+        """A new data directory: RabbitMQ's default_user / default_pass replace guest."""
+        assert self.config.default_user is not None
+        name, password = self.config.default_user
+        state.users.pop("guest", None)
+        state.permissions.pop(("guest", "/"), None)
+        state.users[name] = User(name, hash_password(password), DEFAULT_HASHING, ("administrator",))
+        state.permissions[(name, "/")] = Permission()
+        await store.save_access(state)
+        log.info("created the data directory's first user %r (default_user)", name)
+        return state
 
     async def _admin_request(self, request: dict[str, Any]) -> AdminReply:
         """An ``amqpd users|vhosts|definitions`` command from the admin socket: carried out
@@ -399,7 +417,7 @@ class Server:
         conn.stats.ssl = tls
         peer = _Peer(conn, byte_stream)
         self._peers[conn] = peer
-        log.debug("accepted connection from %s", peer_name)
+        log.info("accepting AMQP connection %s", conn.audit_label())
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._write_loop, peer)
@@ -417,7 +435,13 @@ class Server:
             with suppress(Exception):
                 await peer.stream.aclose()
             peer.done.set()
-            log.debug("connection from %s closed", peer_name)
+            opened = f", vhost: '{conn.vhost.name}', user: '{conn.user}'" if conn.user else ""
+            log.info(
+                "closing AMQP connection %s%s: %s",
+                conn.audit_label()[:-1],
+                opened + ")",
+                conn.close_reason or "client unexpectedly closed TCP connection",
+            )
 
     async def _tls_handshake(
         self, stream: anyio.abc.SocketStream, peer_name: str
@@ -486,8 +510,19 @@ async def run(broker_config: BrokerConfig, server_config: ServerConfig) -> None:
     async with anyio.create_task_group() as group:
 
         async def watch_signals() -> None:
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            hangups = 0
+            with anyio.open_signal_receiver(
+                signal.SIGINT, signal.SIGTERM, signal.SIGHUP
+            ) as signals:
                 async for signum in signals:
+                    if signum == signal.SIGHUP:  # RabbitMQ ignores it; we reopen the log file
+                        reopen = server_config.reopen_logs
+                        if reopen is not None and reopen():
+                            log.info("received SIGHUP; reopened the log file")
+                        elif hangups == 0:
+                            log.info("received SIGHUP; ignored (and from now on silently)")
+                        hangups += 1
+                        continue
                     log.info("received %s; shutting down", signal.Signals(signum).name)
                     await server.shutdown()
                     group.cancel_scope.cancel()
