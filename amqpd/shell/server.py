@@ -36,7 +36,7 @@ from amqpd.engine import ctl_commands
 from amqpd.engine.connection import Connection
 from amqpd.engine.outbox import Outbox
 from amqpd.engine.rates import SAMPLE_INTERVAL, RateSampler
-from amqpd.model.admin_commands import AdminError, execute
+from amqpd.model.admin_commands import AdminError, execute, problems_text
 from amqpd.model.auth import DEFAULT_HASHING, AccessState, Permission, User, hash_password
 from amqpd.model.broker import Broker, BrokerConfig
 from amqpd.model.definitions import DefinitionsError, import_definitions
@@ -286,11 +286,9 @@ class Server:
         finally:
             self._after_core()  # closed connections, journaled deletions
         log.info("admin: %s %s", request.get("group"), request.get("command"))
-        store, committer = self._store, self._committer
-        if outcome.changed and store is not None and committer is not None:
-            broker = self.broker
+        if outcome.changed:
             try:
-                await committer.commit_then(lambda: store.save_access(broker.access.state))
+                await self.save_access()
             except StoreError as exc:
                 log.error("admin: could not save access control: %s", exc)
                 return AdminReply(
@@ -298,7 +296,24 @@ class Server:
                     f"the change is in effect but could not be saved ({exc}); it will be "
                     "lost when the broker restarts unless it is made again",
                 )
+        if outcome.problems:  # partly applied (and saved): the command still fails
+            return AdminReply(False, problems_text(outcome))
         return AdminReply(True, outcome.output)
+
+    async def save_access(self) -> None:
+        """Persist the broker's definitions tables (users, vhosts, permissions, policies,
+        global parameters) after everything journaled so far has been committed; call it
+        after changing them on the live broker (e.g. amqpd/model/policy_admin.py). A
+        memory-only broker has nothing to save.
+
+        Raises:
+            StoreError: the store failed (the change stays in effect until a restart).
+        """
+        store, committer = self._store, self._committer
+        if store is None or committer is None:
+            return
+        broker = self.broker
+        await committer.commit_then(lambda: store.save_access(broker.access.state))
 
     async def _import_definitions(self, store: Store | None) -> None:
         """Import the definitions file (``--definitions``) and persist its access part."""
@@ -309,7 +324,10 @@ class Server:
             data: Any = json.loads(await anyio.Path(path).read_text())
         except (OSError, ValueError) as exc:
             raise DefinitionsError(f"cannot read definitions file {path}: {exc}") from exc
-        counts = import_definitions(self.broker, data)
+        problems: list[str] = []
+        counts = import_definitions(self.broker, data, problems)
+        for problem in problems:
+            log.error("definitions file %s: not applied: %s", path, problem)
         if store is not None:
             await store.save_access(self.broker.access.state)
             if self._committer is not None:

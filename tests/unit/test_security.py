@@ -370,11 +370,16 @@ DEFINITIONS: dict[str, Any] = {
 
 def test_definitions_import_creates_users_vhosts_permissions_and_topology() -> None:
     broker = Broker()
-    counts = import_definitions(broker, DEFINITIONS)
+    problems: list[str] = []
+    counts = import_definitions(broker, DEFINITIONS, problems)
+    assert problems == ["policy 'ha' in vhost '/': Validation failed no policy provided"]
     assert counts == {
         "users": 2,
         "vhosts": 2,
         "permissions": 1,
+        "policies": 0,
+        "operator_policies": 0,
+        "global_parameters": 0,
         "exchanges": 1,
         "queues": 1,
         "bindings": 1,
