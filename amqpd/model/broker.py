@@ -360,6 +360,8 @@ class Broker:
                 queue.restore(entry)
             if records:
                 queue.next_seq = records[-1][0] + 1
+            if queue.max_length is not None or queue.max_length_bytes is not None:
+                queue.reconfigure(queue.settings)  # a limit lowered while stopped applies now
             message_count += len(records)
         return queue_count, message_count
 
