@@ -25,7 +25,6 @@ _.return_unroutable
 _.deliver_get
 _.capture_signals  # overrides uvicorn.Server.capture_signals (amqpd/shell/http_listener.py)
 _.should_exit  # uvicorn.Server.should_exit, read by uvicorn's main loop (http_listener.py)
-serve_http  # amqpd/shell/http_listener.py: used by the management and metrics listeners
 
 # -- interop.jms: public API documented in docs/jms.md, called by applications ----------------
 _.from_url  # ConnectionFactory.from_url (interop/jms/connection.py)

@@ -114,6 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         synchronous=args.sync.upper(),
         reopen_logs=reopen_logs,
         default_user=(args.default_user, args.default_pass) if args.default_user else None,
+        management_port=None if args.no_management else args.management_port,
+        prometheus_port=None if args.no_prometheus else args.prometheus_port,
         **applied.server,
     )
     backend_options = {}

@@ -71,7 +71,7 @@ ACCESS: Final = "access control"
 LIMITS: Final = "limits and alarms"
 LOGS: Final = "logging"
 
-SETTINGS: Final[tuple[Setting, ...]] = (
+_BROKER: Final[tuple[Setting, ...]] = (
     Setting("host", host, "127.0.0.1", "address to listen on", ("amqpd.host",)),
     Setting("port", port(), "5672", "AMQP port; 0 picks a free one", ("amqpd.port",)),
     Setting(
@@ -267,6 +267,47 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         LIMITS,
     ),
 )
+
+HTTP: Final = "HTTP listeners"
+SETTINGS: Final[tuple[Setting, ...]] = (
+    *_BROKER,
+    Setting(
+        "management_port",
+        port(),
+        "15672",
+        "port of the management HTTP API and dashboard, on --host",
+        ("management.tcp.port",),
+        HTTP,
+    ),
+    Setting(
+        "no_management",
+        boolean,
+        "false",
+        "do not serve the management API and dashboard",
+        ("amqpd.no_management",),
+        HTTP,
+        boolean=True,
+        negatable=False,
+    ),
+    Setting(
+        "prometheus_port",
+        port(),
+        "15692",
+        "port of the Prometheus endpoint (/metrics), on --host",
+        ("prometheus.tcp.port",),
+        HTTP,
+    ),
+    Setting(
+        "no_prometheus",
+        boolean,
+        "false",
+        "do not serve Prometheus metrics",
+        ("amqpd.no_prometheus",),
+        HTTP,
+        boolean=True,
+        negatable=False,
+    ),
+)
 """Every setting of ``amqpd`` (run the broker)."""
 
 # Config-file keys that need a conversion before their setting's kind sees them.
@@ -274,7 +315,7 @@ CONVERTED_KEYS: Final = {"disk_free_limit.relative": ("disk_free_limit", _relati
 
 # Keys of options added to the parser by hand elsewhere (their own argparse ``type`` checks
 # the value); ignored with a note when this build has no such option.
-PLAIN_KEYS: Final = {"management.tcp.port": "management_port"}
+PLAIN_KEYS: Final[dict[str, str]] = {}
 
 # rabbitmq.conf keys that mean nothing to amqpd (one node, no plugins): noted, not refused.
 IGNORED_PREFIXES: Final = (

@@ -65,6 +65,7 @@ class Setting:
     conf: tuple[str, ...] = ()  # config-file keys (rabbitmq.conf names first)
     group: str = "broker"
     boolean: bool = False  # a --flag / --no-flag option instead of --flag VALUE
+    negatable: bool = True  # a boolean also gets --no-flag (not for --no-management)
     metavar: str | None = None
 
     @property
@@ -198,13 +199,17 @@ def add_arguments(parser: argparse.ArgumentParser, table: Iterable[Setting]) -> 
             )
         shown = "" if setting.default is None else f", default {setting.default or '(empty)'}"
         help_text = f"{setting.help} [{setting.env}{shown}]"
-        if setting.boolean:
+        if setting.boolean and setting.negatable:
             group.add_argument(
                 setting.flag,
                 dest=setting.dest,
                 action=argparse.BooleanOptionalAction,
                 default=None,
                 help=help_text,
+            )
+        elif setting.boolean:
+            group.add_argument(
+                setting.flag, dest=setting.dest, action="store_const", const=True, help=help_text
             )
         else:
             group.add_argument(

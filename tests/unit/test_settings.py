@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from amqpd.cli.config_file import read_config
 from amqpd.cli.main import build_parser, settings_from
 from amqpd.cli.options import CONVERTED_KEYS, PLAIN_KEYS, SETTINGS
-from amqpd.cli.settings import SettingError, apply_plain_option, check_data_dir
+from amqpd.cli.settings import ConfEntry, SettingError, apply_plain_option, check_data_dir
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
@@ -140,24 +139,30 @@ def test_every_setting_and_key_is_documented() -> None:
         assert f"`{key}`" in docs, key
 
 
-def test_config_file_sets_options_added_by_hand(tmp_path: Path) -> None:
+def test_config_file_sets_options_added_by_hand() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--management-port", type=int, default=15672)
+    parser.add_argument("--extra-port", type=int, default=15)
+    entry = ConfEntry("extra.tcp.port", "16", "f line 1")
+    args = parser.parse_args([])
+    assert apply_plain_option(parser, args, "extra_port", entry)
+    assert args.extra_port == 16
+    args = parser.parse_args([])
+    with pytest.raises(SettingError, match=r"extra\.tcp\.port = x \(f line 2\)"):
+        apply_plain_option(parser, args, "extra_port", ConfEntry("extra.tcp.port", "x", "f line 2"))
+    args = parser.parse_args(["--extra-port", "1"])
+    apply_plain_option(parser, args, "extra_port", entry)
+    assert args.extra_port == 1  # the flag wins
+    assert not apply_plain_option(parser, args, "missing", entry)
+
+
+def test_http_listener_settings(tmp_path: Path) -> None:
     conf = tmp_path / "c.conf"
-    conf.write_text("management.tcp.port = 15673\n")
-    config = read_config(conf)
-    args = parser.parse_args([])
-    assert apply_plain_option(parser, args, "management_port", config.plain["management_port"])
-    assert args.management_port == 15673
-    conf.write_text("management.tcp.port = x\n")
-    args = parser.parse_args([])
-    with pytest.raises(SettingError, match=r"management\.tcp\.port = x"):
-        apply_plain_option(
-            parser, args, "management_port", read_config(conf).plain["management_port"]
-        )
-    args = parser.parse_args(["--management-port", "1"])
-    apply_plain_option(parser, args, "management_port", config.plain["management_port"])
-    assert args.management_port == 1  # the flag wins
+    conf.write_text("management.tcp.port = 15673\nprometheus.tcp.port = 15693\n")
+    args = _settings(["--config", str(conf)], {"AMQPD_NO_PROMETHEUS": "true"})
+    assert (args.management_port, args.prometheus_port) == (15673, 15693)
+    assert args.no_prometheus is True and args.no_management is False
+    assert _settings(["--no-management"]).no_management is True
+    assert "AMQPD_MANAGEMENT_PORT=x" in _refused([], {"AMQPD_MANAGEMENT_PORT": "x"})
 
 
 def test_data_dir_checks(tmp_path: Path) -> None:
