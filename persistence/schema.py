@@ -39,6 +39,7 @@ from persistence.errors import StoreError
 
 __all__ = [
     "APPLICATION_ID",
+    "AUTO_VACUUM_INCREMENTAL",
     "DB_FILENAME",
     "MIGRATIONS",
     "PAGE_SIZE",
@@ -60,6 +61,9 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 
 PAGE_SIZE = 8192
 """Page size of a new store (cannot change once the file exists in WAL mode)."""
+
+AUTO_VACUUM_INCREMENTAL = 2
+"""``PRAGMA auto_vacuum`` of a store at schema 4 or later."""
 
 SYNCHRONOUS_MODES = ("FULL", "NORMAL", "EXTRA")
 """Accepted ``PRAGMA synchronous`` settings. ``NORMAL`` in WAL mode survives a crash of the
@@ -176,7 +180,17 @@ _MIGRATION_3 = (
     """,
 )
 
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: _MIGRATION_1, 2: _MIGRATION_2, 3: _MIGRATION_3}
+# Schema 4: ``PRAGMA auto_vacuum = INCREMENTAL``, so the committer can give free pages back
+# after a backlog drained (persistence.store.Store.reclaim). No statements: a new store sets
+# it before its first table; an older one is converted by one VACUUM (Store.open).
+_MIGRATION_4: tuple[str, ...] = ()
+
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: _MIGRATION_1,
+    2: _MIGRATION_2,
+    3: _MIGRATION_3,
+    4: _MIGRATION_4,
+}
 """Statements that take a store from version ``n - 1`` to version ``n``."""
 
 SCHEMA_VERSION = max(MIGRATIONS)

@@ -114,6 +114,8 @@ _READ_BODIES = (
 _FETCH_ROWS = 8192  # rows per fetchmany while loading
 _DEDUP_LIMIT = 65536  # entries in the load-time string/header dedup cache before it resets
 _WRITER_CACHE_KIB = 16384
+RECLAIM_STEP = 256  # pages (2 MiB) given back per step between batches
+RECLAIM_KEEP = 256  # free pages kept for reuse: the file stays within 2 MiB of its content
 
 
 class Store:
@@ -250,6 +252,34 @@ class Store:
                 ) from exc
             finally:
                 self._applying = False
+
+    async def reclaim(self, pages: int = RECLAIM_STEP, keep: int = RECLAIM_KEEP) -> bool:
+        """Give free pages back to the file system, at most ``pages`` per call
+        (``PRAGMA incremental_vacuum``), while more than ``keep`` pages are free. The
+        group committer calls it between batches when the journal is idle, so a commit
+        waits at most for one small step.
+
+        Returns:
+            True if more free pages are left to give back.
+
+        Raises:
+            StoreError: SQLite failed or the store is closed.
+        """
+        db = self._writer
+        if self._closed:
+            raise StoreError(f"store {self._path} is closed")
+        if self._applying:
+            raise RuntimeError("Store.reclaim called while an apply is in flight")
+        self._applying = True
+        more = False
+        try:
+            with anyio.CancelScope(shield=True):
+                more = await db._execute(_reclaim, db, pages, keep)  # type: ignore[no-untyped-call]
+        except (sqlite3.Error, OSError, ValueError) as exc:
+            raise StoreError(f"could not reclaim free space in {self._path}: {exc}") from exc
+        finally:
+            self._applying = False
+        return more
 
     async def load(self, body_window: int | None = None, messages: bool = True) -> RecoveredState:
         """Read everything back: definitions and every message, in ``seq`` order per queue.
@@ -410,6 +440,19 @@ def _write_batch(db: aiosqlite.Connection, ops: list[tuple[OpKind, list[Any]]]) 
     _write_statements(db, ((sql, rows) for kind, rows in ops for sql in _SQL[kind]))
 
 
+def _reclaim(db: aiosqlite.Connection, pages: int, keep: int) -> bool:
+    """Run on the writer thread: one bounded incremental vacuum step if enough is free."""
+    conn = db._conn
+    free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+    if free <= keep:
+        return False
+    conn.execute(f"PRAGMA incremental_vacuum({int(min(pages, free - keep))})").fetchall()
+    left = conn.execute("PRAGMA freelist_count").fetchone()[0]
+    if left <= keep:  # done: let the next checkpoint shrink the file
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    return bool(left > keep)
+
+
 def _write_statements(
     db: aiosqlite.Connection, statements: Iterable[tuple[str, list[Any]]]
 ) -> None:
@@ -473,6 +516,7 @@ async def _prepare(db: aiosqlite.Connection, path: Path, synchronous: str) -> in
     version = schema.check_identity(path, application_id, user_version, n_objects)
     if version == 0:
         await db.execute(f"PRAGMA page_size = {schema.PAGE_SIZE}")
+        await db.execute("PRAGMA auto_vacuum = INCREMENTAL")  # before the first table
     mode = await _scalar(db, "PRAGMA journal_mode = WAL")
     if str(mode).lower() != "wal":
         raise StoreError(f"cannot put {path} in WAL mode (journal_mode is {mode!r})")
@@ -494,6 +538,12 @@ async def _prepare(db: aiosqlite.Connection, path: Path, synchronous: str) -> in
     except BaseException:
         await _rollback_quietly(db)
         raise
+    if await _scalar(db, "PRAGMA auto_vacuum") != schema.AUTO_VACUUM_INCREMENTAL:
+        # Schema 4: a store created before it switches to incremental vacuum, which needs
+        # one full VACUUM (a copy of the file, once).
+        log.info("converting %s to incremental vacuum (one full VACUUM, once)", path)
+        await db.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        await db.execute("VACUUM")
     return version
 
 

@@ -292,7 +292,9 @@ class Server:
             store.path,
             time.perf_counter() - started,
         )
-        self._committer = GroupCommitter(store, journal, self._batch_committed, self._batch_failed)
+        self._committer = GroupCommitter(
+            store, journal, self._batch_committed, self._batch_failed, idle=store.reclaim
+        )
         self._store = store
         return store
 
