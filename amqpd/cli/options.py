@@ -220,7 +220,7 @@ _BROKER: Final[tuple[Setting, ...]] = (
         user_list,
         "guest",
         "comma-separated users that may only connect from localhost; empty or none for nobody",
-        ("amqpd.loopback_users",),
+        ("loopback_users", "amqpd.loopback_users"),
         ACCESS,
     ),
     Setting(

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pika
+import pika.exceptions
 import pytest
 
 LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
@@ -121,7 +122,9 @@ class Broker:
             match = pattern.search(text)
             if match:
                 return match
-            assert self.proc.poll() is None, f"amqpd exited: {self.proc.stderr}"
+            if self.proc.poll() is not None:
+                assert self.proc.stderr is not None
+                raise AssertionError(f"amqpd exited: {self.proc.stderr.read()}")
             time.sleep(0.05)
         raise AssertionError(f"{pattern.pattern!r} never appeared in {path or self.log}")
 
@@ -192,5 +195,22 @@ def test_json_log_format(tmp_path: Path) -> None:
         lines = [json.loads(line) for line in broker.text().splitlines()]
         assert any("listening on" in item["msg"] for item in lines)
         assert all({"ts", "level", "logger", "msg"} <= item.keys() for item in lines)
+    finally:
+        assert broker.stop() == 0
+
+
+def test_default_user_replaces_guest_in_a_new_data_directory(tmp_path: Path) -> None:
+    conf = tmp_path / "amqpd.conf"
+    conf.write_text("default_user = admin\ndefault_pass = s3cret\nloopback_users = none\n")
+    broker = Broker(tmp_path, "--config", str(conf))
+    try:
+        params = pika.ConnectionParameters(
+            "127.0.0.1", broker.port, credentials=pika.PlainCredentials("admin", "s3cret")
+        )
+        pika.BlockingConnection(params).close()
+        guest = pika.ConnectionParameters("127.0.0.1", broker.port)
+        with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+            pika.BlockingConnection(guest)
+        broker.wait_for(re.compile("user 'admin' authenticated and granted access to vhost '/'"))
     finally:
         assert broker.stop() == 0

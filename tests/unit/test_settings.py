@@ -184,3 +184,13 @@ def test_data_dir_checks(tmp_path: Path) -> None:
     afile.write_text("")
     with pytest.raises(SettingError, match=r"cannot create it|is not a directory"):
         check_data_dir(afile, ["amqpd.sqlite3"])
+
+
+def test_loopback_users_none(tmp_path: Path) -> None:
+    conf = tmp_path / "c.conf"
+    conf.write_text("loopback_users = none\n")
+    assert _settings(["--config", str(conf)]).loopback_users == ()
+    conf.write_text("loopback_users.guest = true\nloopback_users.ops = true\n")
+    assert _settings(["--config", str(conf)]).loopback_users == ("guest", "ops")
+    conf.write_text("loopback_users.guest = perhaps\n")
+    assert "loopback_users.guest = perhaps" in _refused(["--config", str(conf)])
