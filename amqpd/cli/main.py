@@ -40,7 +40,10 @@ SUBCOMMANDS = """\
 subcommands (each has its own --help):
   amqpd ctl COMMAND ...        inspect a running broker: list-queues, list-exchanges,
                                list-bindings, list-connections, list-channels,
-                               list-consumers, close-connection, status, ping
+                               list-consumers, close-connection, status, ping,
+                               set-policy, clear-policy, list-policies,
+                               set-operator-policy, clear-operator-policy,
+                               list-operator-policies
   amqpd users COMMAND ...      users and permissions: add, delete, change-password,
                                set-tags, list, set-permissions, clear-permissions,
                                list-permissions

@@ -214,3 +214,48 @@ def test_default_user_replaces_guest_in_a_new_data_directory(tmp_path: Path) -> 
         broker.wait_for(re.compile("user 'admin' authenticated and granted access to vhost '/'"))
     finally:
         assert broker.stop() == 0
+
+
+def test_client_chosen_names_cannot_forge_or_flood_log_lines(broker: Broker) -> None:
+    forged = 'mallory\nts=2026-01-01T00:00:00.000Z level=info logger=amqpd msg="admin ok"'
+    for user in (forged, "u" * 5000):
+        params = pika.ConnectionParameters(
+            "127.0.0.1",
+            broker.port,
+            credentials=pika.PlainCredentials(user, "pw"),
+            connection_attempts=1,
+        )
+        with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+            pika.BlockingConnection(params)
+    broker.wait_for(re.compile("uuuu"))
+    lines = broker.text().splitlines()
+    assert all(line.startswith("ts=") for line in lines)  # no forged line starts mid-way
+    assert not any('msg="admin ok"' in line for line in lines)
+    assert any("mallory\\nts=" in line for line in lines)
+    assert max(len(line) for line in lines) < 1200
+    named = pika.ConnectionParameters(
+        "127.0.0.1", broker.port, client_properties={"connection_name": "billing\r\nworker"}
+    )
+    conn = pika.BlockingConnection(named)
+    conn.close()
+    audit = broker.wait_for(re.compile(r"closing AMQP connection \([^\n]*billing[^\n]*"))
+    assert "billing\\r\\nworker, vhost: '/', user: 'guest'): client closed the connection" in (
+        audit.group(0)
+    )
+
+
+def test_debug_shows_amqpd_events_not_sqlite_internals(tmp_path: Path) -> None:
+    broker = Broker(tmp_path, "--log-level", "debug")
+    try:
+        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
+        channel = conn.channel()
+        channel.confirm_delivery()
+        channel.queue_declare("dbg", durable=True)
+        channel.basic_publish("", "dbg", b"x", pika.BasicProperties(delivery_mode=2))
+        conn.close()
+        broker.wait_for(re.compile("closing AMQP connection"))
+        loggers = set(re.findall(r"logger=(\S+)", broker.text()))
+        assert not any(name.startswith(("aiosqlite", "asyncio")) for name in loggers)
+        assert all(name.startswith(("amqpd", "persistence")) for name in loggers), loggers
+    finally:
+        assert broker.stop() == 0
