@@ -446,7 +446,8 @@ def _reclaim(db: aiosqlite.Connection, pages: int, keep: int) -> bool:
     free = conn.execute("PRAGMA freelist_count").fetchone()[0]
     if free <= keep:
         return False
-    conn.execute(f"PRAGMA incremental_vacuum({int(min(pages, free - keep))})").fetchall()
+    # executescript steps the statement to the end; execute() would free one page only.
+    conn.executescript(f"PRAGMA incremental_vacuum({int(min(pages, free - keep))});")
     left = conn.execute("PRAGMA freelist_count").fetchone()[0]
     if left <= keep:  # done: let the next checkpoint shrink the file
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()

@@ -12,7 +12,7 @@ from persistence import fieldcodec, schema
 from persistence.group_commit import GroupCommitter
 from persistence.journal import Journal
 from persistence.records import MessageRecord, QueueDef
-from persistence.store import RECLAIM_KEEP, Store
+from persistence.store import RECLAIM_KEEP, RECLAIM_STEP, Store
 
 Q = ("/", "q")
 BODY = b"x" * 8000
@@ -28,6 +28,14 @@ def _fill(journal: Journal) -> None:
 def _drain(journal: Journal) -> None:
     for seq in range(COUNT):
         journal.delete_message(Q, seq)
+
+
+def _freelist(path: Path) -> int:
+    con = sqlite3.connect(path)
+    try:
+        return int(con.execute("PRAGMA freelist_count").fetchone()[0])
+    finally:
+        con.close()
 
 
 def _size(path: Path) -> int:
@@ -49,7 +57,11 @@ def test_reclaim_shrinks_the_file_after_a_backlog_drains(tmp_path: Path) -> None
             batch = journal.take_batch()
             assert batch is not None
             await store.apply(batch)
-            steps = 0
+            free_before = _freelist(store.path)
+            assert free_before > 2 * RECLAIM_STEP
+            assert await store.reclaim()
+            assert _freelist(store.path) == free_before - RECLAIM_STEP  # one bounded step
+            steps = 1
             while await store.reclaim():
                 steps += 1
             assert steps > 1  # in small steps, not one long vacuum
@@ -73,7 +85,7 @@ def test_the_committer_reclaims_when_idle_and_commits_first(tmp_path: Path) -> N
 
             async def idle() -> bool:
                 assert not journal.pending  # never while something waits to be committed
-                more = await store.reclaim(pages=64)
+                more = await store.reclaim()
                 calls.append(more)
                 return more
 
@@ -95,7 +107,7 @@ def test_the_committer_reclaims_when_idle_and_commits_first(tmp_path: Path) -> N
                     while len(calls) < 2 or calls[-1]:
                         await anyio.sleep(0.01)
                 group.cancel_scope.cancel()
-            assert len(calls) > 3 and calls[-1] is False
+            assert len(calls) > 3 and calls[-1] is False  # several small steps
             con = sqlite3.connect(store.path)
             try:
                 assert con.execute("PRAGMA freelist_count").fetchone()[0] <= RECLAIM_KEEP
