@@ -11,7 +11,7 @@ from amqpd.model.message import Clock, Message
 from amqpd.model.policies import PolicyRecord, alternate_exchange, queue_policy, select
 from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.queue_args import InvalidQueueArgument, amqp_type_name
-from amqpd.model.statistics import MessageStats
+from amqpd.model.statistics import Churn, MessageStats
 from amqpd.wire.codec import encode_shortstr, peek_header
 from amqpd.wire.errors import (
     COMMAND_INVALID,
@@ -136,6 +136,7 @@ class VirtualHost:
         self.watch_queues: set[Queue] = set()  # queues with timers (TTL, x-expires)
         self.policies: list[PolicyRecord] = []  # set by the broker (model/policies.py)
         self.operator_policies: list[PolicyRecord] = []
+        self.churn = Churn()  # the broker's node-wide counters replace this one
 
     # -- exchanges -------------------------------------------------------------------------
     def get_exchange(self, name: str) -> Exchange:
@@ -252,6 +253,7 @@ class VirtualHost:
             self.check_exclusive_access(existing, owner)
             existing.last_used = self.clock.now  # RabbitMQ: a passive declare renews x-expires
             return existing
+        self.churn.queues_declared += 1
         if existing is not None:
             existing.last_used = self.clock.now
             # rabbit_amqqueue:assert_equivalence: exclusivity is checked strictly and first,
@@ -294,6 +296,7 @@ class VirtualHost:
                         f"invalid property '{flag}' for queue '{name}' in vhost '{self.name}'"
                     )
         self.queues[name] = queue
+        self.churn.queues_created += 1
         if exclusive:
             assert owner is not None, "an exclusive queue needs an owner"
             owner.exclusive_queues.append(queue)
@@ -380,6 +383,7 @@ class VirtualHost:
         if queue.deleted:
             return 0
         count = queue.message_count
+        self.churn.queues_deleted += 1
         if queue.journal is not None:
             queue.journal.delete_queue(self.name, queue.name)  # cascades messages, bindings
         queue.deleted = True
