@@ -114,7 +114,7 @@ _READ_BODIES = (
 _FETCH_ROWS = 8192  # rows per fetchmany while loading
 _DEDUP_LIMIT = 65536  # entries in the load-time string/header dedup cache before it resets
 _WRITER_CACHE_KIB = 16384
-RECLAIM_STEP = 256  # pages (2 MiB) given back per step between batches
+RECLAIM_STEP = 64  # pages (512 KiB) given back per step between batches
 RECLAIM_KEEP = 256  # free pages kept for reuse: the file stays within 2 MiB of its content
 
 
