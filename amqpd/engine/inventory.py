@@ -35,6 +35,7 @@ from amqpd import __version__
 from amqpd.engine.channel import Channel, ChannelState, Mode
 from amqpd.engine.connection import Connection, State
 from amqpd.model.broker import Broker
+from amqpd.model.policies import merge
 from amqpd.model.queue import Consumer, Queue
 from amqpd.model.statistics import MessageStats, NodeSample
 from amqpd.model.vhost import Exchange, VirtualHost
@@ -212,9 +213,11 @@ def _queue(broker: Broker, queue: Queue, unacked: tuple[int, int]) -> dict[str, 
         "type": queue.settings.queue_type,
         "state": "running",
         "node": node,
-        "policy": None,
-        "operator_policy": None,
-        "effective_policy_definition": {},
+        "policy": queue.policy.name if queue.policy is not None else None,
+        "operator_policy": (
+            queue.operator_policy.name if queue.operator_policy is not None else None
+        ),
+        "effective_policy_definition": merge(queue.policy, queue.operator_policy),
         "messages": ready + unacked_count,
         "messages_ready": ready,
         "messages_unacknowledged": unacked_count,
@@ -330,7 +333,7 @@ def _exchange(host: VirtualHost, exchange: Exchange) -> dict[str, Any]:
         "internal": exchange.internal,
         "arguments": _json_value(exchange.arguments),
         "user_who_performed_action": "",
-        "policy": None,
+        "policy": exchange.policy.name if exchange.policy is not None else None,
         "message_stats": _message_stats(exchange.stats, _EXCHANGE_STATS),
     }
 

@@ -45,6 +45,7 @@ from persistence.records import MessageRecord
 
 if TYPE_CHECKING:
     from amqpd.model.ports import BodyLoader, JournalPort
+    from persistence.access import PolicyRecord
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +145,10 @@ class Queue:
         "message_ttl",
         "name",
         "next_seq",
+        "operator_policy",
         "pager",
         "paging_set",
+        "policy",
         "read_failing",
         "ready",
         "ready_bytes",
@@ -207,9 +210,29 @@ class Queue:
         self.read_failing = False  # the last body read from the store failed (logged once)
         self._timed = 0  # ready entries with a deadline (expires_at)
         self.stats = QueueStats()  # counters for the management API (model/statistics.py)
+        self.policy: PolicyRecord | None = None  # set by the vhost (model/policies.py)
+        self.operator_policy: PolicyRecord | None = None
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} in vhost {self.vhost_name!r}>"
+
+    def reconfigure(self, settings: QueueSettings) -> None:
+        """Adopt new effective settings (a policy changed; model/policies.py): a lower
+        length limit drops (or dead-letters) the excess at once, as RabbitMQ does; a TTL
+        applies to messages enqueued from now on."""
+        self.settings = settings
+        self.max_length = settings.max_length
+        self.max_length_bytes = settings.max_length_bytes
+        self.rejects_overflow = settings.overflow != "drop-head" and (
+            self.max_length is not None or self.max_length_bytes is not None
+        )
+        self.message_ttl = settings.message_ttl / 1000 if settings.message_ttl is not None else None
+        if not self.rejects_overflow and (
+            self.max_length is not None or self.max_length_bytes is not None
+        ):
+            self._drop_head_over_limit()
+        if self.needs_ticks:
+            self.watch()
 
     @property
     def message_count(self) -> int:
