@@ -11,7 +11,7 @@ When the window is full, accepting an id evicts the oldest one: a duplicate that
 after more than ``window`` other ids were accepted is enqueued again. That is the bound.
 
 Durability. For a durable queue the window is stored with the messages (the ``dedup_ids``
-table, schema 3): an accepted id is journaled in the same storage batch as the message (for
+table, schema 5): an accepted id is journaled in the same storage batch as the message (for
 persistent messages; a transient message is lost in a restart, so its id is not kept
 either), and evictions are journaled too, so after a restart the window is what it was at
 the last commit. Ids are positioned by a per-queue counter (``pos``), not by the message
