@@ -19,6 +19,8 @@ from amqpd.cli.security import add_options, apply_options
 from amqpd.model.broker import BrokerConfig
 from amqpd.model.definitions import DefinitionsError
 from amqpd.shell.server import ServerConfig, run
+from amqpd.shell.store_role import LockLost
+from persistence.backend import parse_store_url
 from persistence.errors import StoreError
 
 log = logging.getLogger("amqpd")
@@ -71,6 +73,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=Path(_env("DATA_DIR", "./data")),
         help="directory of the SQLite store [AMQPD_DATA_DIR, default ./data]",
+    )
+    parser.add_argument(
+        "--store",
+        default=_env("STORE", "") or None,
+        metavar="URL",
+        help="a shared PostgreSQL store, postgresql://user[:password]@host:port/database: "
+        "brokers on one database elect an active node, the others wait as standbys (the data "
+        "directory still holds the admin socket) [AMQPD_STORE, default: the SQLite store in "
+        "--data-dir]",
     )
     parser.add_argument(
         "--sync",
@@ -146,6 +157,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         log.error("cannot create data directory %s: %s; pass --data-dir", args.data_dir, exc)
         return 2
+    if args.store is not None:
+        try:
+            parse_store_url(args.store)
+        except StoreError as exc:
+            log.error("%s", exc)
+            return 2
     try:
         applied = apply_options(args)
     except (ValueError, OSError) as exc:
@@ -158,6 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         host=args.host,
         port=args.port,
         data_dir=args.data_dir,
+        store=args.store,
         synchronous=args.sync.upper(),
         management_port=None if args.no_management else args.management_port,
         prometheus_port=None if args.no_prometheus else args.prometheus_port,
@@ -179,6 +197,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if definitions_error is not None:
             log.error("cannot import definitions: %s", definitions_error)
             return 2
+        lost = _find(exc, LockLost)
+        if lost is not None:
+            log.error("%s; exiting (restart amqpd to rejoin as a standby)", lost)
+            return 3
         store_error = _find(exc, StoreError)
         if store_error is not None:
             log.error("cannot open the store: %s", store_error)
