@@ -282,3 +282,36 @@ def test_bad_store_settings_exit_2_with_one_line(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "bad --store URL" in done.stderr and "secret" not in done.stderr
+
+
+def amqpd(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "amqpd", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+    )
+
+
+def test_admin_commands_on_a_stopped_postgres_store(pg_url: str, tmp_path: Path) -> None:
+    store = ["--data-dir", str(tmp_path / "admin"), "--store", pg_url]
+    done = amqpd("users", "add", "svc", *store, stdin="svc-pw\n")
+    assert done.returncode == 0, done.stderr
+    done = amqpd("users", "set-permissions", "svc", ".*", ".*", ".*", *store)
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "admin" / "amqpd.sqlite3").exists()  # no stray SQLite store
+    broker = PgBroker(pg_url, tmp_path / "a")
+    try:
+        port = broker.wait_listening()
+        credentials = pika.PlainCredentials("svc", "svc-pw")
+        with pika.BlockingConnection(
+            pika.ConnectionParameters("127.0.0.1", port, credentials=credentials)
+        ) as conn:
+            assert conn.is_open  # the user was written to PostgreSQL
+        done = amqpd("users", "list", *store)  # the active holds the store elsewhere
+        assert done.returncode == 2
+        assert "held by the active amqpd: run the command on its host" in done.stderr
+    finally:
+        broker.stop()
