@@ -62,9 +62,17 @@ class PgBodyReader:
                 self._conn = None
                 self._conn = self._call(election.connect(self._url, timeout=5))
             rows = self._call(self._conn.fetch(_READ_BODIES, queue[0], queue[1], after_seq, limit))
-        except election.CONNECTION_ERRORS as exc:
+        except StoreError:
+            raise
+        except Exception as exc:  # the driver's errors, a timeout: the next call reconnects
+            self._drop()
             raise StoreError(f"cannot read message bodies of {queue}: {exc}") from exc
         return [(row[0], row[1]) for row in rows]
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self._loop.call_soon_threadsafe(conn.terminate)
 
     def close(self) -> None:
         """Close the connection and stop the thread. Idempotent."""

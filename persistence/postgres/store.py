@@ -234,6 +234,12 @@ class PgStore:
         async with self._turn:
             conn = self._conn
             try:
+                if len(statements) == 1 and statements[0][1] and statements[0][1] != [()]:
+                    # One statement (a lone publish, a batch of acks): asyncpg runs all its
+                    # rows as one implicit transaction, committed at the protocol's Sync,
+                    # before it returns: two round trips fewer than BEGIN ... COMMIT.
+                    await conn.executemany(*statements[0])
+                    return
                 async with conn.transaction():
                     for sql, rows in statements:
                         if rows == [()]:

@@ -231,7 +231,8 @@ def test_active_that_loses_its_database_connection_stops_serving(
         database = pg_url.rsplit("/", 1)[1]
         killed = pg_cluster.psql(
             database,
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory'"
+            "SELECT count(pg_terminate_backend(pid, 60000)) FROM pg_locks"
+            " WHERE locktype = 'advisory'"
             " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
         )
         assert killed == "1"
