@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pika
 import pika.exceptions
 import pytest
@@ -170,6 +171,9 @@ def test_broker_on_postgres_keeps_confirmed_messages_across_kill_9(
     try:
         port = broker.wait_listening()
         assert broker.role() == "active"
+        http = broker.wait_for(r"listening for http on 127\.0\.0\.1:(\d+)").group(1)
+        nodes = httpx.get(f"http://127.0.0.1:{http}/api/nodes", auth=("guest", "guest"))
+        assert [node["role"] for node in nodes.json()] == ["active"]
         publish_confirmed(port, "jobs", 3000)  # more than the hot window: paged on reload
         broker.kill()
         broker = PgBroker(pg_url, tmp_path / "a")
