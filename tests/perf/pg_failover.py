@@ -7,19 +7,27 @@ connection and (b) completes an AMQP handshake and reports the queue with all N 
 The killed broker is restarted as the new standby before the next round.
 
     PYTHONPATH=$PWD .venv/bin/python tests/perf/pg_failover.py --messages 100000 --rounds 3
+
+With ``--under-load``, a publisher (confirms, one message at a time) and a consumer (manual
+acks) run through every failover, reconnecting to whichever broker listens (pika with both
+hosts); at the end every confirmed message must have been received, and every message
+received twice must carry redelivered=true the second time.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pika
 
@@ -94,18 +102,137 @@ def depth(port: int) -> int:
         )
 
 
+class Load:
+    """A confirming publisher and an acking consumer that survive failovers."""
+
+    def __init__(self, ports: list[int]) -> None:
+        self.hosts = [pika.ConnectionParameters("127.0.0.1", port) for port in ports]
+        self.confirmed: set[int] = set()
+        self.received: dict[int, list[bool]] = {}
+        self.reconnects = 0
+        self.stop_publishing = threading.Event()
+        self.stop_consuming = threading.Event()
+        self._lock = threading.Lock()
+        self.threads = [
+            threading.Thread(target=self._publish, daemon=True),
+            threading.Thread(target=self._consume, daemon=True),
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def _connect(self) -> pika.BlockingConnection:
+        while True:
+            try:
+                return pika.BlockingConnection(self.hosts)
+            except pika.exceptions.AMQPConnectionError:
+                time.sleep(0.05)
+
+    def _publish(self) -> None:
+        next_id = 0
+        while not self.stop_publishing.is_set():
+            conn = self._connect()
+            try:
+                ch = conn.channel()
+                ch.confirm_delivery()
+                ch.queue_declare("load", durable=True)
+                while not self.stop_publishing.is_set():
+                    body = str(next_id).encode()
+                    next_id += 1
+                    ch.basic_publish("", "load", body, pika.BasicProperties(delivery_mode=2))
+                    with self._lock:
+                        self.confirmed.add(next_id - 1)
+                conn.close()
+            except pika.exceptions.AMQPError:
+                with self._lock:
+                    self.reconnects += 1
+
+    def _consume(self) -> None:
+        while not self.stop_consuming.is_set():
+            conn = self._connect()
+            try:
+                ch = conn.channel()
+                ch.queue_declare("load", durable=True)
+                ch.basic_qos(prefetch_count=50)
+
+                def on_message(ch: Any, method: Any, _props: Any, body: bytes) -> None:
+                    with self._lock:
+                        self.received.setdefault(int(body), []).append(method.redelivered)
+                    ch.basic_ack(method.delivery_tag)
+
+                ch.basic_consume("load", on_message)
+                while not self.stop_consuming.is_set():
+                    conn.process_data_events(time_limit=0.2)
+                conn.close()
+            except pika.exceptions.AMQPError:
+                with self._lock:
+                    self.reconnects += 1
+
+    def missing(self) -> set[int]:
+        with self._lock:
+            return self.confirmed - set(self.received)
+
+
+def under_load(url: str, work: Path, rounds: int) -> int:
+    ports = {"a": free_port(), "b": free_port()}
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        for name in ("a", "b"):
+            procs[name] = start(url, work / name, ports[name], work / f"{name}.log")
+            if name == "a":
+                wait_accepting(ports["a"], time.monotonic() + 60)
+        load = Load([ports["a"], ports["b"]])
+        active, standby = "a", "b"
+        for n in range(1, rounds + 1):
+            wait_standby(work / f"{standby}.log", time.monotonic() + 120)
+            time.sleep(3)  # load runs on the active for a while
+            killed = time.monotonic()
+            procs[active].send_signal(signal.SIGKILL)
+            procs[active].wait()
+            accepting = wait_accepting(ports[standby], killed + 300)
+            print(f"round {n}: kill -9 -> accepting {accepting - killed:.2f} s", flush=True)
+            (work / f"{active}.log").unlink()
+            procs[active] = start(url, work / active, ports[active], work / f"{active}.log")
+            active, standby = standby, active
+        time.sleep(3)
+        load.stop_publishing.set()
+        load.threads[0].join(60)
+        deadline = time.monotonic() + 120
+        while load.missing() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        load.stop_consuming.set()
+        load.threads[1].join(60)
+        missing = load.missing()
+        twice = {i: flags for i, flags in load.received.items() if len(flags) > 1}
+        bad = {i for i, flags in twice.items() if not all(flags[1:])}
+        print(
+            f"{len(load.confirmed)} confirmed, {len(load.received)} distinct received, "
+            f"{len(missing)} confirmed but lost, {len(twice)} received more than once "
+            f"({len(bad)} of them without redelivered=true on the repeat), "
+            f"{load.reconnects} client reconnects"
+        )
+        return 1 if missing or bad else 0
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(60)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--messages", type=int, default=100_000)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--under-load", action="store_true", help="failovers under publish+consume")
     opts = p.parse_args()
     cluster = PgCluster(fsync=True)
     work = Path(tempfile.mkdtemp(prefix="amqpd-failover-"))
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
         url = cluster.create_database("failover")
+        if opts.under_load:
+            return under_load(url, work, opts.rounds)
         ports = {"a": free_port(), "b": free_port()}
         for name in ("a", "b"):
             procs[name] = start(url, work / name, ports[name], work / f"{name}.log")
@@ -139,6 +266,7 @@ def main() -> int:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(60)
         cluster.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
