@@ -320,3 +320,23 @@ def test_admin_commands_on_a_stopped_postgres_store(pg_url: str, tmp_path: Path)
         assert "held by the active amqpd: run the command on its host" in done.stderr
     finally:
         broker.stop()
+
+
+def test_a_standby_stops_cleanly_and_the_active_keeps_serving(pg_url: str, tmp_path: Path) -> None:
+    active = PgBroker(pg_url, tmp_path / "a")
+    standby: PgBroker | None = None
+    try:
+        port = active.wait_listening()
+        standby = PgBroker(pg_url, tmp_path / "b")
+        standby.wait_for(r"standby: another amqpd holds the lock")
+        done = amqpd("users", "list", "--data-dir", str(tmp_path / "b"))
+        assert done.returncode == 1 and "this node is standby: ask the active node" in done.stderr
+        standby.proc.send_signal(signal.SIGTERM)
+        assert standby.proc.wait(timeout=DEADLINE) == 0
+        assert not any(LISTENING.search(line) for line in standby.lines)
+        publish_confirmed(port, "jobs", 10)
+        assert len(drain(port, "jobs")) == 10
+    finally:
+        active.stop()
+        if standby is not None:
+            standby.stop()
