@@ -6,6 +6,7 @@ that loses its database connection stops serving (320 to its clients, exit statu
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -17,6 +18,9 @@ import threading
 import time
 from pathlib import Path
 
+import aio_pika
+import aio_pika.abc
+import aio_pika.exceptions
 import httpx
 import pika
 import pika.exceptions
@@ -336,6 +340,59 @@ def test_a_standby_stops_cleanly_and_the_active_keeps_serving(pg_url: str, tmp_p
         assert not any(LISTENING.search(line) for line in standby.lines)
         publish_confirmed(port, "jobs", 10)
         assert len(drain(port, "jobs")) == 10
+    finally:
+        active.stop()
+        if standby is not None:
+            standby.stop()
+
+
+def test_aio_pika_robust_connection_carries_on_through_a_failover(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Both brokers are configured with the same address: the standby binds it once the
+    active is dead, so one URL serves an aio-pika robust connection across the failover."""
+    port = free_port()
+    active = PgBroker(pg_url, tmp_path / "a", port=port)
+    standby: PgBroker | None = None
+    try:
+        active.wait_listening()
+        standby = PgBroker(pg_url, tmp_path / "b", port=port)
+        standby.wait_for(r"standby: another amqpd holds the lock")
+        url = f"amqp://guest:guest@127.0.0.1:{port}/"
+
+        async def publish(channel: aio_pika.abc.AbstractChannel, body: bytes) -> None:
+            message = aio_pika.Message(body, delivery_mode=aio_pika.DeliveryMode.PERSISTENT)
+            await channel.default_exchange.publish(message, routing_key="jobs")
+
+        async def scenario() -> list[bytes]:
+            connection = await aio_pika.connect_robust(url, reconnect_interval=0.2)
+            async with connection:
+                channel = await connection.channel()  # publisher confirms on
+                await channel.declare_queue("jobs", durable=True)
+                for i in range(50):
+                    await publish(channel, b"before-%d" % i)
+                active.kill()
+                deadline = asyncio.get_running_loop().time() + DEADLINE
+                while True:  # publishing fails until the robust connection is back
+                    try:
+                        await publish(channel, b"after")
+                        break
+                    except (aio_pika.exceptions.AMQPError, ConnectionError, RuntimeError):
+                        assert asyncio.get_running_loop().time() < deadline
+                        await asyncio.sleep(0.1)
+                queue = await channel.declare_queue("jobs", durable=True)
+                bodies = []
+                while (message := await queue.get(no_ack=True, fail=False)) is not None:
+                    bodies.append(message.body)
+                return bodies
+
+        async def main() -> list[bytes]:
+            async with asyncio.timeout(DEADLINE * 2):
+                return await scenario()
+
+        bodies = asyncio.run(main())
+        assert bodies == [b"before-%d" % i for i in range(50)] + [b"after"]
+        assert standby.wait_listening() == port
     finally:
         active.stop()
         if standby is not None:
