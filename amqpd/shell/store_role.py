@@ -19,7 +19,10 @@ JDBC master/slave). The role is a small state machine:
     It got the lock: the same connection becomes the store's writer (the session that holds
     the lock is the only one that commits, see persistence/postgres/election.py), the store
     is loaded and the listeners open. :meth:`StoreRole.guard` proves the lock every
-    ``CHECK_INTERVAL`` (a query that must answer within ``CHECK_TIMEOUT``).
+    ``CHECK_INTERVAL`` (a query that must answer within ``CHECK_TIMEOUT``, waiting for a
+    batch in flight on the same connection included: a transaction that runs longer, such
+    as deleting a queue of millions of messages, makes the node step down; safe, but a
+    failover).
 ``lost``
     The guard could not prove the lock. The store's connection is dropped at once (nothing
     more can commit; batches in flight fail and their confirms become nacks), the server
@@ -49,7 +52,7 @@ log = logging.getLogger(__name__)
 POLL_INTERVAL = 0.25
 RECONNECT_INTERVAL = 1.0
 CHECK_INTERVAL = 1.0
-CHECK_TIMEOUT = 3.0
+CHECK_TIMEOUT = 5.0
 
 
 class LockLost(StoreError):
