@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol, runtime_checkable
 
 import anyio
 
@@ -53,6 +53,18 @@ POLL_INTERVAL = 0.25
 RECONNECT_INTERVAL = 1.0
 CHECK_INTERVAL = 1.0
 CHECK_TIMEOUT = 5.0
+
+
+@runtime_checkable
+class LockedStore(Protocol):
+    """What the guard needs of a shared store (persistence.postgres.store.PgStore)."""
+
+    @property
+    def description(self) -> str: ...
+
+    async def holds_lock(self, timeout: float) -> bool: ...
+
+    def abort(self) -> None: ...
 
 
 class LockLost(StoreError):
@@ -150,9 +162,7 @@ class StoreRole:
     async def guard(self, store: StoreBackend, on_lost: Callable[[str], Awaitable[None]]) -> None:
         """Prove the lock every CHECK_INTERVAL; when that fails, drop the store's
         connection and call ``on_lost`` (which stops serving). Runs until cancelled."""
-        from persistence.postgres.store import PgStore
-
-        assert isinstance(store, PgStore)
+        assert isinstance(store, LockedStore)
         while True:
             await anyio.sleep(CHECK_INTERVAL)
             if await store.holds_lock(CHECK_TIMEOUT):

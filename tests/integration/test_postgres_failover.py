@@ -397,3 +397,39 @@ def test_aio_pika_robust_connection_carries_on_through_a_failover(
         active.stop()
         if standby is not None:
             standby.stop()
+
+
+def test_a_standby_that_loses_its_connection_reconnects_and_still_takes_over(
+    pg_cluster: PgCluster, pg_url: str, tmp_path: Path
+) -> None:
+    active = PgBroker(pg_url, tmp_path / "a")
+    standby: PgBroker | None = None
+    try:
+        port = active.wait_listening()
+        with connect(port) as conn:  # a transaction, committed before the failover
+            ch = conn.channel()
+            ch.queue_declare("jobs", durable=True)
+            ch.tx_select()
+            for i in range(20):
+                ch.basic_publish("", "jobs", b"tx-%d" % i, pika.BasicProperties(delivery_mode=2))
+            ch.tx_commit()
+        standby = PgBroker(pg_url, tmp_path / "b")
+        standby.wait_for(r"standby: another amqpd holds the lock")
+        database = pg_url.rsplit("/", 1)[1]
+        pg_cluster.psql(  # every amqpd session but the lock holder's
+            database,
+            "SELECT pg_terminate_backend(pid, 60000) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND application_name = 'amqpd' AND pid NOT IN"
+            " (SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted)",
+        )
+        standby.wait_for(r"standby: lost the connection")
+        assert active.role() == "active"
+        active.kill()
+        standby_port = standby.wait_listening()
+        assert [body for body, _ in drain(standby_port, "jobs")] == [
+            b"tx-%d" % i for i in range(20)
+        ]
+    finally:
+        active.stop()
+        if standby is not None:
+            standby.stop()
