@@ -28,7 +28,7 @@ _READ_BODIES = (
     "SELECT seq, body FROM messages WHERE queue_id ="
     " (SELECT id FROM queues WHERE vhost = $1 AND name = $2) AND seq > $3 ORDER BY seq LIMIT $4"
 )
-_TIMEOUT = 30.0
+_TIMEOUT = 5.0  # the event loop waits this long at most (a page takes milliseconds)
 
 
 class PgBodyReader:
