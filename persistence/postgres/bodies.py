@@ -43,9 +43,11 @@ class PgBodyReader:
         self._url = url
         self._conn: Any = None
         try:
-            self._conn = self._call(election.connect(url))
-        except BaseException:
+            self._conn = self._call(election.connect(url, timeout=_TIMEOUT - 1))
+        except BaseException as exc:
             self.close()
+            if isinstance(exc, TimeoutError):
+                raise StoreError(f"cannot connect the body reader to PostgreSQL: {exc}") from exc
             raise
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
