@@ -44,6 +44,15 @@ class StoreBackend(Protocol):
         """Where the data lives, for logs (a path, or a URL without its password)."""
         ...
 
+    @property
+    def created(self) -> bool:
+        """Whether opening it created the store (a new data directory or empty database)."""
+        ...
+
+    async def reclaim(self) -> bool:
+        """One step of idle work giving free space back; True while more remains."""
+        ...
+
     async def apply(self, batch: Batch) -> None:
         """Write ``batch`` in one transaction, committed before this returns; raise
         :class:`StoreError` if it was not (nothing of it was written)."""

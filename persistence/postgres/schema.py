@@ -8,7 +8,9 @@ amqpd is refused untouched. Migrations run in one transaction, and only by the n
 holds the store's lock (persistence/postgres/election.py), so two brokers never migrate at
 once. ``"user"`` is quoted: it is a reserved word in PostgreSQL.
 
-The numbering is this backend's own (PostgreSQL schema 1 = SQLite schemas 1 and 2).
+The numbering is this backend's own: PostgreSQL schema 1 = SQLite schemas 1 and 2, schema 2
+= SQLite's 3 (policies, global parameters); SQLite's 4 (incremental vacuum) has no
+counterpart (autovacuum).
 """
 
 from __future__ import annotations
@@ -18,7 +20,17 @@ __all__ = ["APPLICATION", "MIGRATIONS", "SCHEMA_VERSION", "TABLES"]
 APPLICATION = "amqpd"
 """The marker in ``schema_version.application``."""
 
-TABLES = ("exchanges", "queues", "bindings", "messages", "vhosts", "users", "permissions")
+TABLES = (
+    "exchanges",
+    "queues",
+    "bindings",
+    "messages",
+    "vhosts",
+    "users",
+    "permissions",
+    "policies",
+    "global_parameters",
+)
 """The tables amqpd owns (besides ``schema_version``)."""
 
 _MIGRATION_1 = (
@@ -105,7 +117,30 @@ _MIGRATION_1 = (
     "INSERT INTO permissions VALUES ('guest', '/', '.*', '.*', '.*')",
 )
 
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: _MIGRATION_1}
+# Schema 2 (SQLite's schema 3): policies, operator policies and global parameters, RabbitMQ's
+# JSON as text, rewritten with the access tables.
+_MIGRATION_2 = (
+    """
+    CREATE TABLE policies (
+        kind       TEXT    NOT NULL CHECK (kind IN ('policy', 'operator')),
+        vhost      TEXT    NOT NULL,
+        name       TEXT    NOT NULL,
+        pattern    TEXT    NOT NULL,
+        apply_to   TEXT    NOT NULL,
+        priority   INTEGER NOT NULL,
+        definition TEXT    NOT NULL,
+        PRIMARY KEY (kind, vhost, name)
+    )
+    """,
+    """
+    CREATE TABLE global_parameters (
+        name  TEXT NOT NULL PRIMARY KEY,
+        value TEXT NOT NULL
+    )
+    """,
+)
+
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: _MIGRATION_1, 2: _MIGRATION_2}
 """Statements that take a store from version ``n - 1`` to version ``n``."""
 
 SCHEMA_VERSION = max(MIGRATIONS)

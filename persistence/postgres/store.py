@@ -15,8 +15,11 @@ on a connection of its own.
 
 from __future__ import annotations
 
+import functools
 import gc
+import itertools
 import logging
+import re
 from typing import Any
 
 import anyio
@@ -92,21 +95,16 @@ SQL: dict[OpKind, tuple[str, ...]] = {
     ),
 }
 
-_ACCESS_LOAD = {
-    "users": "SELECT name, password_hash, hashing_algorithm, tags FROM users ORDER BY name",
-    "vhosts": "SELECT name, description, tags, max_connections FROM vhosts ORDER BY name",
-    "permissions": 'SELECT "user", vhost, configure, write, read FROM permissions'
-    ' ORDER BY "user", vhost',
-}
-# In the order of persistence.access.state_to_statements (whose rows they take).
-_ACCESS_SAVE = (
-    "DELETE FROM permissions",
-    "DELETE FROM users",
-    "DELETE FROM vhosts",
-    "INSERT INTO vhosts (name, description, tags, max_connections) VALUES ($1, $2, $3, $4)",
-    "INSERT INTO users (name, password_hash, hashing_algorithm, tags) VALUES ($1, $2, $3, $4)",
-    'INSERT INTO permissions ("user", vhost, configure, write, read) VALUES ($1, $2, $3, $4, $5)',
-)
+
+@functools.lru_cache(maxsize=64)
+def _pg(sql: str) -> str:
+    """SQLite's access-table SQL (persistence/access.py) in PostgreSQL's dialect: numbered
+    parameters, and ``user`` quoted (a reserved word there). Translated rather than written
+    twice, so a table added there needs only its migration here."""
+    numbers = itertools.count(1)
+    sql = re.sub(r"\?", lambda _: f"${next(numbers)}", sql)
+    return re.sub(r"\buser\b", '"user"', sql)
+
 
 _MESSAGES = (
     "SELECT queue_id, seq, exchange, routing_key, header, body, NULL::integer, redelivered,"
@@ -133,6 +131,7 @@ class PgStore:
         self._turn = anyio.Lock()  # one statement sequence at a time on the connection
         self._closed = False
         self._applying = False
+        self.created = False  # set by open(): the schema was created, not found
 
     @property
     def description(self) -> str:
@@ -200,6 +199,7 @@ class PgStore:
                     f"{redact(self._url)} was written by a newer amqpd (schema {version} > "
                     f"{schema.SCHEMA_VERSION}); upgrade amqpd or point --store elsewhere."
                 )
+            self.created = version == 0
             for target in range(version + 1, schema.SCHEMA_VERSION + 1):
                 for statement in schema.MIGRATIONS[target]:
                     await conn.execute(statement)
@@ -337,7 +337,10 @@ class PgStore:
             async with self._turn:
                 conn = self._conn
                 async with conn.transaction(isolation="repeatable_read", readonly=True):
-                    rows = {key: list(await conn.fetch(sql)) for key, sql in _ACCESS_LOAD.items()}
+                    rows = {
+                        key: list(await conn.fetch(_pg(sql)))
+                        for key, sql in access.LOAD_SQL.items()
+                    }
         except election.CONNECTION_ERRORS as exc:
             raise StoreError(f"cannot load access control from {self.description}: {exc}") from exc
         return access.rows_to_state(rows)
@@ -352,12 +355,13 @@ class PgStore:
         self._check_open()
         if self._applying:
             raise RuntimeError("PgStore.save_access called while an apply is in flight")
-        statements = [
-            (sql, rows)
-            for sql, (_, rows) in zip(_ACCESS_SAVE, access.state_to_statements(state), strict=True)
-        ]
+        statements = [(_pg(sql), rows) for sql, rows in access.state_to_statements(state)]
         with anyio.CancelScope(shield=True):
             await self._write(statements, "cannot save access control")
+
+    async def reclaim(self) -> bool:
+        """Nothing to do: PostgreSQL's autovacuum gives dead rows' space back."""
+        return False
 
     async def holds_lock(self, timeout: float) -> bool:
         """Whether this store's session still holds the store's lock (False if the

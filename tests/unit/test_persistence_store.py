@@ -666,3 +666,33 @@ def test_windowed_load_keeps_only_head_bodies_and_body_reader_pages_them(backend
                 reader.close()
 
     run(main)
+
+
+def test_access_tables_round_trip(backend: Backend) -> None:
+    from persistence.access import AccessState, Permission, PolicyRecord, User, VhostInfo
+
+    state = AccessState(
+        users={
+            "guest": User("guest", "hash-g", tags=("administrator",)),
+            "svc": User("svc", "", "rabbit_password_hashing_sha512", ("monitoring", "policymaker")),
+        },
+        vhosts={"/": VhostInfo("/"), "v": VhostInfo("v", "a vhost", ("t1",), 10)},
+        permissions={("svc", "v"): Permission("^$", "x.*", ".*")},
+        policies={("v", "ttl"): PolicyRecord("v", "ttl", "^q", "queues", 5, {"message-ttl": 60})},
+        operator_policies={
+            ("/", "cap"): PolicyRecord("/", "cap", ".*", "all", 0, {"max-length": 9})
+        },
+        global_parameters={"cluster_name": "amqpd", "limits": {"a": [1, 2]}},
+    )
+
+    async def main() -> None:
+        async with await backend.open() as store:
+            assert (await store.load_access()).users["guest"].tags == ("administrator",)
+            await store.save_access(state)
+            assert await store.load_access() == state
+        async with await backend.open() as store:
+            assert await store.load_access() == state
+            await store.save_access(AccessState())  # rewritten whole
+            assert await store.load_access() == AccessState()
+
+    run(main)
