@@ -290,7 +290,7 @@ def test_bad_store_settings_exit_2_with_one_line(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 2
-    assert "bad --store URL" in done.stderr and "secret" not in done.stderr
+    assert "invalid setting --store" in done.stderr and "secret" not in done.stderr
 
 
 def amqpd(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
