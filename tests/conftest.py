@@ -48,7 +48,7 @@ def pg_cluster() -> Iterator[PgCluster]:
 
 
 @pytest.fixture
-def pg_url(pg_cluster: PgCluster, request: pytest.FixtureRequest) -> str:
+def pg_url(pg_cluster: PgCluster) -> str:
     """The URL of a new, empty database for this test."""
     return pg_cluster.create_database(pg_cluster.new_name())
 
