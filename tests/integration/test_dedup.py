@@ -44,6 +44,11 @@ def test_duplicates_are_dropped_within_a_window_that_survives_a_crash(tmp_path: 
         _publish(ch, [f"m{i}" for i in range(5, 10)])  # duplicates: acked, dropped
         assert _count(ch) == 10
         ch.basic_get("dedup", auto_ack=True)  # a consumed message's id stays in the window
+        # A no-ack get is not confirmed to anyone: its delete is only known to be stored once
+        # a later batch has committed. Batches commit in order, so a confirmed persistent
+        # publish after it is the barrier (without it a kill -9 may bring the message back).
+        ch.queue_declare("barrier", durable=True)
+        ch.basic_publish("", "barrier", b"", pika.BasicProperties(delivery_mode=2))
         ch.connection.close()
 
         broker.kill()
