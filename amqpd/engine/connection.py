@@ -392,7 +392,11 @@ class Connection:
         mechanism = self.auth_mechanism = method.mechanism
         user, password = handshake.credentials(mechanism, method.response, self.peer_cert_user)
         refusal = self._login_refusal(user, password)
-        if refusal is not None:
+        churn = self.broker.statistics.churn
+        if refusal is None:
+            churn.auth_succeeded += 1
+        else:
+            churn.auth_failed += 1
             log.info("%s login refused from %s: %s", mechanism, self.peer, refusal)
             error = AMQPError(
                 ACCESS_REFUSED,

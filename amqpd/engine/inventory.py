@@ -435,7 +435,7 @@ def _connection(broker: Broker, connection: Connection) -> dict[str, Any]:
     stats = connection.stats
     peer_host, peer_port = _split_address(connection.peer)
     properties = _json_value(connection.client_properties)
-    return {
+    item: dict[str, Any] = {
         "name": connection_name(connection),
         "node": _node(broker),
         "type": "network",
@@ -458,7 +458,6 @@ def _connection(broker: Broker, connection: Connection) -> dict[str, Any]:
         "ssl_cipher": None,
         "ssl_hash": None,
         "client_properties": properties,
-        "user_provided_name": properties.get("connection_name"),
         "connected_at": int(connection.created * 1000),
         "channels": len(connection.channels),
         "channel_max": connection.channel_max,
@@ -474,6 +473,10 @@ def _connection(broker: Broker, connection: Connection) -> dict[str, Any]:
         "reductions": 0,
         "garbage_collection": {},
     }
+    name = properties.get("connection_name")
+    if name is not None:  # RabbitMQ has the key only when the client named the connection
+        item["user_provided_name"] = name
+    return item
 
 
 def _channel_details(broker: Broker, channel: Channel, connection: Connection) -> dict[str, Any]:
@@ -567,7 +570,6 @@ def _consumer(consumer: Consumer, channel_details: dict[str, Any]) -> dict[str, 
         "arguments": _json_value(consumer.arguments),
         "active": active,
         "activity_status": "up" if active else "waiting",
-        "consumer_timeout": None,
     }
 
 
@@ -654,6 +656,7 @@ def nodes(broker: Broker, node: NodeSample) -> list[dict[str, Any]]:
     return [
         {
             "name": node.name,
+            "role": node.role,
             "type": "disc",
             "running": True,
             "being_drained": False,

@@ -110,6 +110,7 @@ class Broker:
             vhost = VirtualHost(name)
             vhost.clock = self.clock
             vhost.churn = self.statistics.churn
+            vhost.dead_letters = self.statistics.dead_letters
             vhost.journal = self.journal
             vhost.paging_queues = self.paging_queues
             vhost.body_loader = self.body_loader

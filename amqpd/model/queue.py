@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from amqpd.model.message import Clock, Message, QueueEntry
 from amqpd.model.priority import PriorityReady
 from amqpd.model.queue_args import QueueSettings, parse_queue_arguments
-from amqpd.model.statistics import QueueStats
+from amqpd.model.statistics import DeadLetterCounts, QueueStats
 from persistence.records import MessageRecord
 
 if TYPE_CHECKING:
@@ -133,6 +133,7 @@ class Queue:
         "consumer_progress_at",
         "consumers",
         "dead_letter",
+        "dead_letter_counts",
         "deleted",
         "durable",
         "exclusive_owner",
@@ -199,6 +200,7 @@ class Queue:
         # Set by the vhost: dead-lettering (x-dead-letter-exchange), the broker's set of
         # queues that need ticks (TTL, x-expires), and for stored queues the journal/pager.
         self.dead_letter: DeadLetter | None = None
+        self.dead_letter_counts = DeadLetterCounts()  # the vhost shares the broker's
         self.watch_set: set[Queue] | None = None
         self.journal: JournalPort | None = None
         self.store_key = (vhost_name, name)
@@ -368,7 +370,10 @@ class Queue:
             return
         self.settled(entry)
         if dead_letter is not None:
+            self.dead_letter_counts.at_most_once[reason] += 1
             dead_letter(self, entry.message, reason)
+        else:
+            self.dead_letter_counts.disabled[reason] += 1
 
     def _discard_head(self, reason: str) -> bool:
         """Discard the head entry. False (the entry stays) if it is to be dead-lettered but

@@ -11,7 +11,7 @@ from amqpd.model.message import Clock, Message
 from amqpd.model.policies import PolicyRecord, alternate_exchange, queue_policy, select
 from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.queue_args import InvalidQueueArgument, amqp_type_name
-from amqpd.model.statistics import Churn, MessageStats
+from amqpd.model.statistics import Churn, DeadLetterCounts, MessageStats
 from amqpd.wire.codec import encode_shortstr, peek_header
 from amqpd.wire.errors import (
     COMMAND_INVALID,
@@ -136,7 +136,8 @@ class VirtualHost:
         self.watch_queues: set[Queue] = set()  # queues with timers (TTL, x-expires)
         self.policies: list[PolicyRecord] = []  # set by the broker (model/policies.py)
         self.operator_policies: list[PolicyRecord] = []
-        self.churn = Churn()  # the broker's node-wide counters replace this one
+        self.churn = Churn()  # the broker's node-wide counters replace these two
+        self.dead_letters = DeadLetterCounts()
 
     # -- exchanges -------------------------------------------------------------------------
     def get_exchange(self, name: str) -> Exchange:
@@ -320,6 +321,7 @@ class VirtualHost:
         """
         queue = Queue(name, self.name, durable, owner, auto_delete, arguments, self.clock)
         queue.watch_set = self.watch_queues
+        queue.dead_letter_counts = self.dead_letters
         if queue.settings.dead_letter_exchange is not None:
             queue.dead_letter = self.dead_letter
         if queue.settings.expires is not None:
