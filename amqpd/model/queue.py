@@ -223,7 +223,10 @@ class Queue:
     def reconfigure(self, settings: QueueSettings) -> None:
         """Adopt new effective settings (a policy changed; model/policies.py): a lower
         length limit drops (or dead-letters) the excess at once, as RabbitMQ does; a TTL
-        applies to messages enqueued from now on."""
+        applies to messages enqueued from now on; a new expires counts from now (RabbitMQ
+        restarts the expiry timer)."""
+        if settings.expires != self.settings.expires:
+            self.last_used = self.clock.now
         self.settings = settings
         self.max_length = settings.max_length
         self.max_length_bytes = settings.max_length_bytes

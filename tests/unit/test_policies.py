@@ -392,3 +392,19 @@ def test_import_reports_what_it_could_not_apply() -> None:
         broker, {"group": "definitions", "command": "import", "definitions": document}
     )
     assert outcome.changed and len(outcome.problems) == 5
+
+
+def test_ttl_and_expires_policies_run_on_the_queue_timers() -> None:
+    broker = Broker()
+    client = client_of(broker)
+    declare(client, "ttl")
+    declare(client, "idle")
+    client.advance(10.0)  # unused for a while before the policy: its expires counts from it
+    set_policy(broker, "/", "t", {"pattern": "^ttl$", "definition": {"message-ttl": 1000}})
+    set_policy(broker, "/", "e", {"pattern": "^idle$", "definition": {"expires": 5000}})
+    publish(client, "ttl", 3)
+    client.advance(2.0)
+    assert depth(broker, "ttl") == 0  # published under the policy: expired
+    assert "idle" in broker.vhosts["/"].queues
+    client.advance(4.0)
+    assert "idle" not in broker.vhosts["/"].queues  # unused for longer than the policy's expires
