@@ -6,7 +6,9 @@ One AMQP channel per session, and acks and transactions are per channel in AMQP:
 JMS's per-session scope. This object holds what the session must remember about the
 deliveries on its channel; every method runs with the session's condition held (the I/O
 thread only takes it for short, non-blocking updates, and nothing here blocks on the broker:
-acks and rejects are queued to the I/O thread).
+acks and rejects are queued to the I/O thread). An ack the application must be able to rely
+on (AUTO after receive, CLIENT / INDIVIDUAL after acknowledge) sets ``unwritten``; the
+session then waits, with its condition released, until the frame is written to the socket.
 
 - ``outstanding``: every delivery unacked at the broker, by tag, in tag order. A delivery
   enters when it arrives (`register`, I/O thread) and leaves when its ack or reject is
@@ -104,6 +106,7 @@ class AckState:
         self.outstanding: dict[int, Delivery] = {}
         self.consumed: list[Delivery] = []
         self.tx_internal: list[tuple[int, bool | None]] = []  # (tag, requeue); None = ack
+        self.unwritten = False  # acks queued that the caller must see written (take_unwritten)
 
     # -- arrival and dispatch ----------------------------------------------------------------
     def register(
@@ -199,8 +202,17 @@ class AckState:
             return
         for tag, multiple in plan_acks(wanted, self.outstanding):
             self._link.ack(tag, multiple)
+        if self.ack_mode is not AckMode.DUPS_OK_ACKNOWLEDGE:
+            self.unwritten = True
         for tag in wanted:
             self._settled(tag)
+
+    def take_unwritten(self) -> bool:
+        """True when acks were queued since the last call that the call returning to the
+        application must wait for (`interop.jms.transport.ChannelLink.written`): every mode
+        but DUPS_OK, whose acks are lazy by contract."""
+        unwritten, self.unwritten = self.unwritten, False
+        return unwritten
 
     def internal_ack(self, delivery: Delivery, record: bool = True) -> None:
         """Ack a delivery the application never saw (or drops)."""

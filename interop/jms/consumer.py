@@ -168,11 +168,12 @@ class MessageConsumer:
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         session._begin_receive()
         try:
-            if self.prefetch == 0:
-                return self._pull(deadline)
-            return self._push(deadline)
+            message = self._pull(deadline) if self.prefetch == 0 else self._push(deadline)
         finally:
             session._end_receive()
+        if message is not None:
+            session._acks_written()
+        return message
 
     def receive_no_wait(self) -> Message | None:
         """The next message if one is here already, else None (``receive(0)``)."""

@@ -114,8 +114,8 @@ _L = TypeVar("_L", bound=ListenerConsumer)
 class ConsumerSession(Protocol[_C_contra]):
     """What a consumer needs of its session (the type parameter: the consumer's class).
 
-    Every member except ``_begin_receive``, ``_end_receive``, ``_set_listener`` and
-    ``_close_consumer`` expects the session's condition ``_cond`` held.
+    Every member except ``_begin_receive``, ``_end_receive``, ``_acks_written``,
+    ``_set_listener`` and ``_close_consumer`` expects the session's condition ``_cond`` held.
     """
 
     @property
@@ -162,6 +162,10 @@ class ConsumerSession(Protocol[_C_contra]):
 
     def _end_receive(self) -> None:
         """A receive ended."""
+        ...
+
+    def _acks_written(self) -> None:
+        """Wait until the acks the last call queued are written to the socket (not held)."""
         ...
 
     def _set_listener(self, consumer: _C_contra, listener: MessageListener | None) -> None:

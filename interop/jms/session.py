@@ -225,6 +225,7 @@ class Session:
             self._check_open()
             if self.ack_mode in (AckMode.CLIENT_ACKNOWLEDGE, AckMode.INDIVIDUAL_ACKNOWLEDGE):
                 self._acks.ack_consumed()
+        self._acks_written()
 
     def commit(self) -> None:
         """Commit: acknowledge what was consumed and publish what was sent in this
@@ -461,6 +462,10 @@ class Session:
             if self._error is None and not (self._closed and delivery.settled):
                 self._acks.after_app(consumer, delivery, failed, time.monotonic())
             self._cond.notify_all()
+        try:
+            self._acks_written()
+        except JMSException as exc:
+            log.warning("after the listener returned: %s", exc)
 
     def _ensure_dispatcher(self) -> None:
         if self._dispatcher is None:
@@ -476,6 +481,28 @@ class Session:
                 raise IllegalStateException("The Session is closed")
             self._raise_if_failed()
             self._acks.acknowledge(delivery)
+        self._acks_written()
+
+    def _acks_written(self) -> None:
+        """Return once the acks queued by the caller's last call are on the wire (called
+        without ``_cond``: the I/O thread may need it to make progress).
+
+        Raises:
+            JMSException: the connection or channel closed before the acks were written
+                (the broker redelivers those messages).
+        """
+        with self._cond:
+            if not self._acks.take_unwritten():
+                return
+        try:
+            self._connection.transport.wait(self._link.written(), "acknowledgement write")
+        except JMSException as exc:
+            raise JMSException(
+                f"the acknowledgement could not be sent ({exc}); the broker will redeliver "
+                "the message",
+                reply_code=exc.reply_code,
+                reply_text=exc.reply_text,
+            ) from exc
 
     def _message_failed(self, delivery: Delivery) -> None:
         with self._cond:

@@ -12,6 +12,13 @@ waits forever. Acks, rejects and publishes are fire-and-forget: they are queued 
 order; a publish returns a future completed by the publisher confirm (confirm channels) or
 as soon as it is written (transacted channels).
 
+*On the wire.* pika's ``basic_ack`` only appends the frame to the transport's write buffer;
+the socket write happens when the ioloop next sees the socket writable. `ChannelLink.written`
+returns a future that completes once every frame queued before it has left that buffer
+(handed to the kernel with ``send``): a caller that waits for it knows its acknowledgement
+survives the process being killed, as with ActiveMQ, which writes the ack on the caller's
+thread. The future fails when the channel or the connection closes first.
+
 A blocking call from the I/O thread itself would deadlock, so it raises instead.
 """
 
@@ -37,6 +44,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 REQUEST_TIMEOUT: Final = 60.0
 """Seconds to wait for any broker reply before giving up (the connection is then suspect)."""
+
+_WRITE_POLL: Final = 0.0005
+"""Seconds between looks at a full write buffer (`ChannelLink.written`)."""
 
 MessageCallback = Callable[[Any, Any, Any, bytes], None]
 
@@ -164,6 +174,15 @@ class Transport:
             self._connection.ioloop.add_callback_threadsafe(guarded)
         except Exception as exc:
             raise self.error or JMSException(f"connection is closed ({exc!r})") from None
+
+    def unwritten_bytes(self) -> int | None:
+        """I/O thread: bytes pika has not yet handed to the socket; None when the connection
+        is not open (nothing more will be written)."""
+        connection = self._connection
+        if connection is None or not connection.is_open:
+            return None
+        stream = getattr(connection, "_transport", None)  # pika's AbstractStreamTransport
+        return 0 if stream is None else int(stream.get_write_buffer_size())
 
     def call_later(self, delay: float, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the I/O thread after ``delay`` seconds."""
@@ -491,6 +510,35 @@ class ChannelLink:
                 fn()
 
         self.transport.post(run)
+
+    def written(self) -> Future[None]:
+        """A future completed once every frame queued so far is written to the socket (see
+        the module doc); it fails when the channel or the connection closes first."""
+        future: Future[None] = Future()
+
+        def check() -> None:
+            if future.done():
+                return
+            left = self.transport.unwritten_bytes()
+            if self.error is not None or left is None:
+                self._pending.discard(future)
+                future.set_exception(self.error or JMSException("connection closed"))
+            elif left == 0:
+                self._pending.discard(future)
+                future.set_result(None)
+            else:  # the socket is full: look again after the ioloop's next write
+                try:
+                    self.transport.call_later(_WRITE_POLL, check)
+                except JMSException as exc:
+                    self._pending.discard(future)
+                    future.set_exception(exc)
+
+        def start() -> None:
+            self._pending.add(future)
+            check()
+
+        self.transport.post(start)
+        return future
 
     def ack(self, delivery_tag: int, multiple: bool = False) -> None:
         """Queue ``basic.ack``."""
