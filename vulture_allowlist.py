@@ -35,6 +35,10 @@ _.create_consumer  # Session.create_consumer (interop/jms/session.py)
 _.create_durable_subscriber  # Session.create_durable_subscriber (interop/jms/session.py)
 _.transaction  # Session.transaction(), the `with` form of commit/rollback (interop/jms/session.py)
 _.receive_no_wait  # MessageConsumer.receive_no_wait (interop/jms/consumer.py)
+_.create_message  # Session.create_message, JMS message factory (interop/jms/session.py)
+_.create_text_message  # Session.create_text_message (interop/jms/session.py)
+_.create_bytes_message  # Session.create_bytes_message (interop/jms/session.py)
+_.create_map_message  # Session.create_map_message (interop/jms/session.py)
 # dataclass fields filled by name from the `consumer.*` destination options of docs/jms.md
 # (ConsumerOptions.parse); accepted for ActiveMQ compatibility, read by no rule
 dispatch_async  # consumer.dispatchAsync (interop/jms/destinations.py)

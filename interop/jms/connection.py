@@ -279,6 +279,21 @@ class Connection:
             self.topology.close()
         self.transport.close()
 
+    def abort(self) -> None:
+        """Drop the connection without closing it: the socket is closed with no AMQP
+        ``connection.close``, as a crash would, so the broker requeues every unacknowledged
+        message and deletes exclusive queues. Locally the connection, its sessions and
+        consumers are closed (a blocked ``receive`` returns None). Meant for tests of crash
+        behaviour; the exception listener is not called. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._started = False
+        self.transport.abort()
+        for session in self._session_list():
+            session._abandon()
+
     @property
     def closed(self) -> bool:
         """True once closed."""

@@ -39,7 +39,7 @@ from typing import Any
 from interop.jms.acks import AckBatcher, WindowTracker
 from interop.jms.delivery import Delivery
 from interop.jms.destinations import Destination
-from interop.jms.errors import JMSException
+from interop.jms.errors import IllegalStateException, JMSException
 from interop.jms.messages import Message
 from interop.jms.ports import ConsumerSession, MessageListener
 from interop.jms.selector import Predicate
@@ -112,7 +112,7 @@ class MessageConsumer:
 
     def __iter__(self) -> Iterator[Message]:
         while True:
-            message = self.receive()
+            message = self._receive(None, closed_ok=True)
             if message is None:
                 return
             yield message
@@ -158,13 +158,22 @@ class MessageConsumer:
         closed; ``receive(0)`` does not wait (unlike JMS, where 0 means forever).
 
         Returns:
-            The message, or None on timeout or when the consumer is closed.
+            The message, or None on timeout or when the consumer is closed while the
+            receive waits.
 
         Raises:
-            IllegalStateException: a listener is set on this session.
+            IllegalStateException: the consumer (or its session) is already closed, or a
+                listener is set on this session.
             JMSException: the session or connection failed.
         """
+        return self._receive(timeout, closed_ok=False)
+
+    def _receive(self, timeout: float | None, *, closed_ok: bool) -> Message | None:
         session = self._session
+        if self.closed or session.closed:
+            if closed_ok:
+                return None
+            raise IllegalStateException("The Consumer is closed")
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         session._begin_receive()
         try:

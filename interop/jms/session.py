@@ -15,7 +15,8 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from interop.jms import codec
 from interop.jms.acks import consumer_helpers
@@ -39,7 +40,7 @@ from interop.jms.errors import (
     JMSException,
     TransactionRolledBackException,
 )
-from interop.jms.messages import Message
+from interop.jms.messages import BytesMessage, MapMessage, Message, TextMessage
 from interop.jms.ports import MessageListener, SessionConnection
 from interop.jms.producer import MessageProducer
 from interop.jms.selector import compile_selector
@@ -125,6 +126,27 @@ class Session:
         """A queue that lives as long as the connection (for replies)."""
         self._check_open()
         return TemporaryQueue(self._connection.topology.temporary_queue())
+
+    # -- message factories (JMS Session.createXxxMessage) ---------------------------------------
+    def create_message(self) -> Message:
+        """A message without a body (JMS ``createMessage``): headers and properties only."""
+        self._check_open()
+        return Message()
+
+    def create_text_message(self, text: str | None = None) -> TextMessage:
+        """A `TextMessage` (JMS ``createTextMessage``)."""
+        self._check_open()
+        return TextMessage(text)
+
+    def create_bytes_message(self, data: bytes = b"") -> BytesMessage:
+        """A `BytesMessage` (JMS ``createBytesMessage``)."""
+        self._check_open()
+        return BytesMessage(data)
+
+    def create_map_message(self, mapping: Mapping[str, Any] | None = None) -> MapMessage:
+        """A `MapMessage` (JMS ``createMapMessage``)."""
+        self._check_open()
+        return MapMessage(mapping)
 
     def create_producer(self, destination: Destination | None = None) -> MessageProducer:
         """A producer for ``destination`` (None: give the destination to each ``send``)."""
@@ -311,6 +333,22 @@ class Session:
         for queue in temporary:
             if self._connection.transport.is_open:
                 self._connection.topology.delete_queue(queue)
+        self._connection._session_closed(self)
+
+    def _abandon(self) -> None:
+        """The connection was aborted: closed locally, nothing sent to the broker."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            for consumer in self._consumers:
+                consumer.closed = True
+                consumer._listener = None
+            self._consumers.clear()
+            dispatcher, self._dispatcher = self._dispatcher, None
+            self._cond.notify_all()
+        if dispatcher is not None:
+            dispatcher.stop()
         self._connection._session_closed(self)
 
     # ==========================================================================================

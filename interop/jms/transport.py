@@ -149,6 +149,27 @@ class Transport:
         if threading.current_thread() is not self._thread:
             self._done.wait(REQUEST_TIMEOUT)
 
+    def abort(self) -> None:
+        """Drop the socket without an AMQP ``connection.close`` (as a crash or a network
+        failure would) and stop the I/O thread; the broker requeues what was unacked."""
+        self._closing = True
+        if self._done.is_set() or self._connection is None:
+            return
+
+        def drop() -> None:
+            stream = getattr(self._connection, "_transport", None)
+            if stream is not None and self._connection.is_open:
+                stream.abort()  # pika then reports the lost stream and stops the loop
+            else:
+                self._connection.ioloop.stop()
+
+        try:
+            self._connection.ioloop.add_callback_threadsafe(drop)
+        except Exception:  # the loop is already gone
+            return
+        if threading.current_thread() is not self._thread:
+            self._done.wait(REQUEST_TIMEOUT)
+
     @property
     def is_open(self) -> bool:
         """True until the connection closed."""
