@@ -49,22 +49,25 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from interop.jms import codec
 from interop.jms.acks import plan_acks
+from interop.jms.channel import ChannelLink
 from interop.jms.constants import AckMode
 from interop.jms.delivery import Delivery
 from interop.jms.messages import AckHandle
 from interop.jms.options import ConnectionOptions
 from interop.jms.ports import AckConsumer
-from interop.jms.transport import ChannelLink
 
 __all__ = ["AckState"]
 
 log = logging.getLogger(__name__)
 
+_SEEN_BEFORE_LIMIT = 10_000
+"""Message ids remembered across failovers (ActiveMQ's previously delivered messages)."""
 _BATCH_ACKS = (AckMode.AUTO_ACKNOWLEDGE, AckMode.DUPS_OK_ACKNOWLEDGE)
 HOLDING_MODES = (
     AckMode.CLIENT_ACKNOWLEDGE,
@@ -107,6 +110,11 @@ class AckState:
         self.consumed: list[Delivery] = []
         self.tx_internal: list[tuple[int, bool | None]] = []  # (tag, requeue); None = ack
         self.unwritten = False  # acks queued that the caller must see written (take_unwritten)
+        self.tx_work = False  # transacted: something was consumed or sent in this transaction
+        self.tx_failed = False  # transacted: a failover lost the transaction in flight
+        # failover: message id -> counter of messages the application saw unacknowledged
+        # on a lost connection; they come back from the broker flagged redelivered
+        self.seen_before: OrderedDict[str, int] = OrderedDict()
 
     # -- arrival and dispatch ----------------------------------------------------------------
     def register(
@@ -119,6 +127,12 @@ class AckState:
         headers = properties.headers or {}
         redelivered = bool(method.redelivered)
         counter = codec.delivery_counter(headers, redelivered)
+        if self.seen_before and message.message_id is not None:
+            with self._cond:
+                earlier = self.seen_before.pop(message.message_id, None)
+            if earlier is not None:
+                counter = max(counter, earlier + 1)
+                redelivered = True
         publisher = headers.get(codec.CONNECTION_ID_HEADER)
         delivery = Delivery(
             tag=int(method.delivery_tag),
@@ -161,6 +175,8 @@ class AckState:
 
     def before_app(self, consumer: AckConsumer, delivery: Delivery) -> None:
         """The application is about to see ``delivery``."""
+        if self.transacted:
+            self.tx_work = True
         if self.ack_mode in HOLDING_MODES:
             self.consumed.append(delivery)
             window = consumer.window
@@ -171,6 +187,8 @@ class AckState:
         self, consumer: AckConsumer, delivery: Delivery, failed: bool, now: float
     ) -> None:
         """The application has seen ``delivery`` (receive returned, listener finished)."""
+        if delivery.settled:  # e.g. forgotten by a failover while a listener ran
+            return
         mode = self.ack_mode
         batcher = consumer.batcher
         if mode in _BATCH_ACKS:
@@ -269,6 +287,29 @@ class AckState:
         self._cond.notify_all()
         return settled
 
+    # -- failover ------------------------------------------------------------------------------
+    def forget(self) -> None:
+        """The connection was lost: every delivery on the dead channel is void (the broker
+        requeues them; their tags mean nothing on the next channel). A transaction with
+        work in it can no longer commit (``tx_failed``)."""
+        if self.transacted and (self.tx_work or self.consumed or self.tx_internal):
+            self.tx_failed = True
+        for delivery in self.consumed:
+            if delivery.message.message_id is not None:
+                self.seen_before[delivery.message.message_id] = delivery.counter
+        while len(self.seen_before) > _SEEN_BEFORE_LIMIT:
+            self.seen_before.popitem(last=False)
+        for delivery in [*self.outstanding.values(), *self.consumed]:
+            delivery.settled = True
+        self.outstanding.clear()
+        self.consumed.clear()
+        self.tx_internal.clear()
+        self.unwritten = False
+
+    def rebind(self, link: ChannelLink) -> None:
+        """Failover: acks go to the session's new channel."""
+        self._link = link
+
     # -- session operations --------------------------------------------------------------------
     def ack_consumed(self) -> None:
         """CLIENT acknowledge / commit: ack everything consumed."""
@@ -294,11 +335,13 @@ class AckState:
         """Before ``tx.commit``: ack what was consumed; internal settlements become final."""
         self.ack_consumed()
         self.tx_internal.clear()
+        self.tx_work = False
 
     def start_rollback(self) -> tuple[list[Delivery], list[tuple[int, bool | None]]]:
         """Before ``tx.rollback``: take the consumed deliveries and the internal settlements."""
         consumed, self.consumed = self.consumed, []
         internal, self.tx_internal = self.tx_internal, []
+        self.tx_work = self.tx_failed = False
         return consumed, internal
 
     def finish_rollback(

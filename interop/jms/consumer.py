@@ -94,6 +94,7 @@ class MessageConsumer:
         self.window = window
         self.temporary_queue = temporary_queue
         self.subscription_name: str | None = None
+        self.single_active_consumer = False
         self.closed = False
         self._tag_base = tag
         self._tag_seq = 0
@@ -193,7 +194,7 @@ class MessageConsumer:
         the queue, a non-durable subscription's queue is deleted."""
         self._session._close_consumer(self)
 
-    # -- receiving -------------------------------------------------------------------------------
+    # -- receiving ---------------------------------------------------------------------------------
     def _deliver(self, delivery: Delivery) -> Message:
         session = self._session
         session._acks.before_app(self, delivery)
@@ -245,6 +246,8 @@ class MessageConsumer:
             except JMSException:
                 if self.closed or session.closed:
                     return None  # closed while the basic.get was in flight
+                if session._failed_over():
+                    continue
                 raise
             if got is not None:
                 pause = _PULL_FIRST_WAIT
@@ -298,6 +301,26 @@ class MessageConsumer:
 
     def _on_get(self, method: Any, properties: Any, body: bytes) -> Delivery:
         return self._session._acks.register(self, method, properties, body)
+
+    # -- failover ----------------------------------------------------------------------------------
+    def _forget(self) -> None:
+        """The connection was lost (session lock held): drop what was buffered; the broker
+        redelivers it on the next connection."""
+        self._buffer.clear()
+        self._redelivery.clear()
+        if self.batcher is not None:
+            self.batcher.take_all()
+
+    def _restart(self, queue: str) -> None:
+        """Failover (session lock held): consume ``queue`` under a fresh consumer tag."""
+        self.queue = queue
+        self._tag_seq += 1
+        tag = f"{self._tag_base}.{self._tag_seq}"
+        if self.window is not None:
+            self.window.start_rotation(tag)
+            self.window.rotation_done()
+        else:
+            self._plain_tag = tag
 
     # -- window ------------------------------------------------------------------------------------
     def _rotate(self) -> None:

@@ -25,7 +25,7 @@ from interop.jms.policies import (
     SharedDeadLetterStrategy,
 )
 
-__all__ = ["ConnectionOptions", "parse_url", "pika_parameters"]
+__all__ = ["ConnectionOptions", "parse_url", "pika_parameters", "split_jms_query"]
 
 DEFAULT_URL: Final = "amqp://guest:guest@localhost:5672/%2F"
 _SCHEMES: Final = ("amqp", "amqps")
@@ -156,8 +156,10 @@ def _check_scheme(url: str) -> None:
     if scheme in _SCHEMES:
         return
     hint = ""
-    if scheme in ("tcp", "nio", "ssl", "failover", "auto", "vm"):
+    if scheme in ("tcp", "nio", "ssl", "auto", "vm"):
         hint = " (ActiveMQ transport URLs do not apply: use amqp://host:5672/vhost)"
+    elif scheme == "failover":
+        hint = " (failover URLs go to ConnectionFactory, not here)"
     raise ConfigurationError(f"unsupported URL scheme {scheme!r}{hint}")
 
 
@@ -188,9 +190,24 @@ def parse_url(url: str) -> tuple[str, dict[str, Any]]:
     """
     _check_scheme(url)
     parts = urlsplit(url)
+    query, options = split_jms_query(parts.query)
+    pika_url = urlunsplit(parts._replace(query=query))
+    return pika_url, options
+
+
+def split_jms_query(query: str) -> tuple[str, dict[str, Any]]:
+    """Take the ``jms.*`` keys out of a URL query.
+
+    Returns:
+        ``(rest, options)``: the query without ``jms.*`` keys, and the keyword arguments
+        they stand for (see `parse_url`).
+
+    Raises:
+        ConfigurationError: an unknown or repeated ``jms.*`` key or a bad value.
+    """
     kept: list[str] = []
     seen: dict[str, str] = {}
-    for segment in parts.query.split("&") if parts.query else []:
+    for segment in query.split("&") if query else []:
         raw_key, _sep, raw_value = segment.partition("=")
         key = unquote_plus(raw_key)
         if not key.startswith("jms."):
@@ -233,8 +250,7 @@ def parse_url(url: str) -> tuple[str, dict[str, Any]]:
         )
     if redelivery:
         options["redelivery_policy"] = RedeliveryPolicy(**redelivery)
-    pika_url = urlunsplit(parts._replace(query="&".join(kept)))
-    return pika_url, options
+    return "&".join(kept), options
 
 
 def pika_parameters(url: str) -> Any:

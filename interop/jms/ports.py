@@ -5,7 +5,7 @@ each of them calls the session back; a session calls its connection back. Those 
 through the Protocols here, so the modules import one way only::
 
     connection -> session -> consumer, producer, dispatcher, ackstate -> ports
-    ports -> delivery, topology, transport, options, selector, messages, acks
+    ports -> delivery, topology, channel, transport, options, selector, messages, acks
 
 `interop.jms.session.Session` implements `ConsumerSession`, `ListenerSession`,
 `ProducerSession`; `interop.jms.connection.Connection` implements `SessionConnection`;
@@ -22,13 +22,14 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from interop.jms.acks import AckBatcher
+from interop.jms.channel import ChannelLink
 from interop.jms.delivery import Delivery, DeliveryOwner
 from interop.jms.destinations import Destination
 from interop.jms.messages import Message
 from interop.jms.options import ConnectionOptions
 from interop.jms.selector import Predicate
 from interop.jms.topology import Topology
-from interop.jms.transport import ChannelLink, Transport
+from interop.jms.transport import Transport
 
 __all__ = [
     "AckConsumer",
@@ -115,7 +116,8 @@ class ConsumerSession(Protocol[_C_contra]):
     """What a consumer needs of its session (the type parameter: the consumer's class).
 
     Every member except ``_begin_receive``, ``_end_receive``, ``_acks_written``,
-    ``_set_listener`` and ``_close_consumer`` expects the session's condition ``_cond`` held.
+    ``_failed_over``, ``_set_listener`` and ``_close_consumer`` expects the session's
+    condition ``_cond`` held.
     """
 
     @property
@@ -162,6 +164,11 @@ class ConsumerSession(Protocol[_C_contra]):
 
     def _end_receive(self) -> None:
         """A receive ended."""
+        ...
+
+    def _failed_over(self) -> bool:
+        """After a channel error: True when it was a lost connection that failover has
+        recovered (the caller may try again); waits for the reconnection (not held)."""
         ...
 
     def _acks_written(self) -> None:
@@ -244,6 +251,15 @@ class SessionConnection(Protocol):
     @property
     def transport(self) -> Transport:
         """The AMQP connection and its I/O thread."""
+        ...
+
+    @property
+    def failover(self) -> bool:
+        """The connection has a failover URL (losses are recovered, not fatal)."""
+        ...
+
+    def _await_transport(self, what: str) -> None:
+        """Block while failing over (up to the failover timeout); raises when it fails."""
         ...
 
     def _durable_in_use(self, name: str) -> bool:

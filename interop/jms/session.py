@@ -18,9 +18,9 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from interop.jms import codec
 from interop.jms.acks import consumer_helpers
 from interop.jms.ackstate import AckState
+from interop.jms.channel import ChannelLink
 from interop.jms.constants import AckMode
 from interop.jms.consumer import MessageConsumer
 from interop.jms.delivery import Delivery
@@ -30,7 +30,6 @@ from interop.jms.destinations import (
     Queue,
     TemporaryQueue,
     Topic,
-    is_wildcard,
 )
 from interop.jms.dispatcher import Dispatcher
 from interop.jms.errors import (
@@ -44,7 +43,7 @@ from interop.jms.messages import BytesMessage, MapMessage, Message, TextMessage
 from interop.jms.ports import MessageListener, SessionConnection
 from interop.jms.producer import MessageProducer
 from interop.jms.selector import compile_selector
-from interop.jms.transport import ChannelLink
+from interop.jms.session_link import SessionLink
 
 __all__ = ["Session"]
 
@@ -67,7 +66,7 @@ class _Receipt:
         self.session._message_failed(self.delivery)
 
 
-class Session:
+class Session(SessionLink):
     """A single-threaded context for producing and consuming (JMS ``Session``).
 
     Create it with `Connection.create_session`. It is a context manager (closed on exit).
@@ -259,12 +258,25 @@ class Session:
         """
         if not self.transacted:
             raise IllegalStateException("Not a transacted session")
+        self._connection._await_transport("commit")
         with self._cond:
             self._check_open()
+            if self._acks.tx_failed:
+                self._acks.start_rollback()  # clears the failed transaction's state
+                raise TransactionRolledBackException(
+                    "Transaction completion in doubt due to failover: the connection was "
+                    "lost while the transaction was in flight, so the broker rolled it back "
+                    "(what it consumed is redelivered, what it sent is discarded); repeat "
+                    "the transaction"
+                )
             self._acks.commit()
+            link = self._link
         try:
-            self._link.tx_commit()
+            link.tx_commit()
         except JMSException as exc:
+            if self._failed_over(link):
+                with self._cond:
+                    self._acks.start_rollback()
             raise TransactionRolledBackException(
                 f"commit failed: {exc}", reply_code=exc.reply_code, reply_text=exc.reply_text
             ) from exc
@@ -278,14 +290,21 @@ class Session:
         """
         if not self.transacted:
             raise IllegalStateException("Not a transacted session")
+        self._connection._await_transport("rollback")
         with self._cond:
             self._check_open()
             consumed, internal = self._acks.start_rollback()
-        self._link.tx_rollback()
-        with self._cond:
-            must_commit = self._acks.finish_rollback(consumed, internal)
-        if must_commit:
-            self._link.tx_commit()
+            link = self._link
+        try:
+            link.tx_rollback()
+            with self._cond:
+                must_commit = self._acks.finish_rollback(consumed, internal)
+            if must_commit:
+                link.tx_commit()
+        except JMSException:
+            if not self._failed_over(link):
+                raise
+            # the broker rolled the transaction back with the connection
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Session]:
@@ -409,6 +428,7 @@ class Session:
             window=window,
             temporary_queue=temporary,
         )
+        consumer.single_active_consumer = options.exclusive
         with self._cond:
             self._consumers.append(consumer)
         if prefetch > 0:
@@ -433,18 +453,6 @@ class Session:
     def _drop_temporary(self, queue: str, temporary: bool) -> None:
         if temporary:
             self._connection.topology.delete_queue(queue)
-
-    def _schedule_flush(self, consumer: MessageConsumer, interval: float) -> None:
-        """optimizedAckScheduledAckInterval: flush the optimized acks every ``interval``."""
-
-        def flush() -> None:
-            with self._cond:
-                if consumer.closed or self._error is not None or consumer.batcher is None:
-                    return
-                self._acks.send_acks(consumer.batcher.take_all())
-            self._connection.transport.call_later(interval, flush)
-
-        self._connection.transport.call_later(interval, flush)
 
     def _close_consumer(self, consumer: MessageConsumer, session_closing: bool = False) -> None:
         with self._cond:
@@ -521,105 +529,14 @@ class Session:
             self._acks.acknowledge(delivery)
         self._acks_written()
 
-    def _acks_written(self) -> None:
-        """Return once the acks queued by the caller's last call are on the wire (called
-        without ``_cond``: the I/O thread may need it to make progress).
-
-        Raises:
-            JMSException: the connection or channel closed before the acks were written
-                (the broker redelivers those messages).
-        """
-        with self._cond:
-            if not self._acks.take_unwritten():
-                return
-        try:
-            self._connection.transport.wait(self._link.written(), "acknowledgement write")
-        except JMSException as exc:
-            raise JMSException(
-                f"the acknowledgement could not be sent ({exc}); the broker will redeliver "
-                "the message",
-                reply_code=exc.reply_code,
-                reply_text=exc.reply_text,
-            ) from exc
-
     def _message_failed(self, delivery: Delivery) -> None:
         with self._cond:
             if not self._closed and self._error is None:
                 self._acks.processing_failed(delivery)
 
     # ==========================================================================================
-    # Sending
+    # State checks
     # ==========================================================================================
-    def _send(self, message: Message, destination: Destination, time_to_live: float) -> None:
-        self._check_open()
-        topology = self._connection.topology
-        connection_id = None
-        if isinstance(destination, Topic):
-            if is_wildcard(destination.name):
-                raise InvalidDestinationException(
-                    f"cannot publish to wildcard topic {destination.name!r}"
-                )
-            exchange, routing_key = topology.topic_exchange, destination.name
-            connection_id = self._connection.connection_id
-        elif isinstance(destination, TemporaryQueue):
-            exchange, routing_key = "", destination.name
-        elif isinstance(destination, Queue):
-            exchange, routing_key = "", topology.ensure_queue(destination.name, consumer=False)
-        else:
-            raise InvalidDestinationException(f"cannot send to {destination!r}")
-        outgoing = codec.encode(
-            message,
-            exchange,
-            routing_key,
-            connection_id=connection_id,
-            time_to_live=time_to_live,
-        )
-        future = self._link.publish(outgoing)
-        if not self.transacted and message.delivery_mode == 2:
-            self._connection.transport.wait(future, "publisher confirm")
-
-    # ==========================================================================================
-    # State checks and failures
-    # ==========================================================================================
-    def _channel_failed(self, error: JMSException) -> None:
-        """The channel closed under us (I/O thread)."""
-        log.warning("session channel closed: %s", error)
-        self._fail(error)
-
-    def _consumer_cancelled(self, consumer_tag: str) -> None:
-        """The broker cancelled a subscription (its queue was deleted): I/O thread."""
-        with self._cond:
-            for consumer in self._consumers:
-                if consumer.current_tag == consumer_tag:
-                    log.warning(
-                        "the broker cancelled the consumer of queue %r (queue deleted?); "
-                        "the consumer is closed",
-                        consumer.queue,
-                    )
-                    consumer.closed = True
-                    consumer._listener = None
-                    self._consumers.remove(consumer)
-                    break
-            self._cond.notify_all()
-
-    def _fail(self, error: JMSException) -> None:
-        with self._cond:
-            if self._error is None:
-                self._error = error
-            self._cond.notify_all()
-
-    def _raise_if_failed(self) -> None:
-        error = self._error
-        if error is not None:
-            raise JMSException(
-                f"session failed: {error}", reply_code=error.reply_code, reply_text=error.reply_text
-            )
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise IllegalStateException("The Session is closed")
-        self._raise_if_failed()
-
     @property
     def _started(self) -> bool:
         """The connection is started: messages may reach the application."""

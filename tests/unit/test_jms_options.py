@@ -103,7 +103,7 @@ def test_pika_keys_pass_through_and_jms_keys_are_removed() -> None:
     factory = ConnectionFactory.from_url(f"{BASE}?heartbeat=7&jms.clientID=me")
     assert factory.url == f"{BASE}?heartbeat=7"
     assert factory.options.client_id == "me"
-    assert factory._parameters.heartbeat == 7
+    assert factory._endpoints[0].heartbeat == 7
 
 
 @pytest.mark.parametrize(
