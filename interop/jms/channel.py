@@ -387,6 +387,7 @@ class ChannelLink:
             else:
                 future.set_result(None)
 
+        self.transport.track(future)
         self.transport.post(run)
         return future
 

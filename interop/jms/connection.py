@@ -71,6 +71,8 @@ class ConnectionFactory:
         dead_letter_strategy: DeadLetterStrategy | None = _DEFAULT,
         topic_exchange: str = "amq.topic",
         connect_timeout: float = 10.0,
+        use_async_send: bool = False,
+        producer_window_size: int = 0,
     ) -> None:
         """Create a factory.
 
@@ -87,6 +89,10 @@ class ConnectionFactory:
                 None declares queues without dead-letter arguments.
             topic_exchange: AMQP topic exchange for JMS topics (default ``amq.topic``).
             connect_timeout: Seconds to wait for the AMQP connection to open.
+            use_async_send: Persistent sends outside a transaction return without waiting
+                for the confirm (ActiveMQ's ``useAsyncSend``).
+            producer_window_size: Unconfirmed bytes per producer before an asynchronous
+                send blocks (0 = unlimited; ActiveMQ's ``producerWindowSize``).
 
         Raises:
             ConfigurationError: a bad value, or ``jms.*`` keys in ``url``.
@@ -120,6 +126,8 @@ class ConnectionFactory:
                 else dead_letter_strategy
             ),
             topic_exchange=topic_exchange,
+            use_async_send=use_async_send,
+            producer_window_size=producer_window_size,
         )
         if connect_timeout <= 0:
             raise ConfigurationError("connect_timeout must be > 0 seconds")

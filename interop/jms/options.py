@@ -87,6 +87,8 @@ _FACTORY_KEYS: Final[Mapping[str, tuple[str, _Parser]]] = {
     "optimizedAckScheduledAckInterval": ("optimized_ack_scheduled_ack_interval", _ms),
     "topicExchange": ("topic_exchange", _str),
     "deadLetterStrategy": ("dead_letter_strategy", _strategy),
+    "useAsyncSend": ("use_async_send", _bool),
+    "producerWindowSize": ("producer_window_size", _int),
 }
 _PREFETCH_KEYS: Final[Mapping[str, str]] = {
     "queuePrefetch": "queue_prefetch",
@@ -129,6 +131,10 @@ class ConnectionOptions:
         dead_letter_strategy: Names the dead-letter queue of each destination; None leaves
             queues without dead-letter arguments (a broker policy decides).
         topic_exchange: The AMQP topic exchange JMS topics live on.
+        use_async_send: Persistent sends outside a transaction do not wait for the
+            publisher confirm (ActiveMQ's useAsyncSend).
+        producer_window_size: Bytes a producer may have sent asynchronously without a
+            confirm before ``send`` blocks (0 = no limit; ActiveMQ's producerWindowSize).
     """
 
     client_id: str | None = None
@@ -141,8 +147,12 @@ class ConnectionOptions:
         default_factory=SharedDeadLetterStrategy
     )
     topic_exchange: str = "amq.topic"
+    use_async_send: bool = False
+    producer_window_size: int = 0
 
     def __post_init__(self) -> None:
+        if self.producer_window_size < 0:
+            raise ConfigurationError("producer_window_size must be >= 0 bytes")
         if self.optimize_acknowledge_timeout < 0:
             raise ConfigurationError("optimize_acknowledge_timeout must be >= 0 seconds")
         if self.optimized_ack_scheduled_ack_interval < 0:

@@ -5,7 +5,7 @@ each of them calls the session back; a session calls its connection back. Those 
 through the Protocols here, so the modules import one way only::
 
     connection -> session -> consumer, producer, dispatcher, ackstate -> ports
-    ports -> delivery, topology, channel, transport, options, selector, messages, acks
+    ports -> completion, delivery, topology, channel, transport, options, selector, messages, acks
 
 `interop.jms.session.Session` implements `ConsumerSession`, `ListenerSession`,
 `ProducerSession`; `interop.jms.connection.Connection` implements `SessionConnection`;
@@ -19,10 +19,12 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar
 
 from interop.jms.acks import AckBatcher
 from interop.jms.channel import ChannelLink
+from interop.jms.completion import ProducerWindow
 from interop.jms.delivery import Delivery, DeliveryOwner
 from interop.jms.destinations import Destination
 from interop.jms.messages import Message
@@ -209,8 +211,32 @@ class ListenerSession(Protocol[_L]):
 class ProducerSession(Protocol):
     """What a producer needs of its session."""
 
-    def _send(self, message: Message, destination: Destination, time_to_live: float) -> None:
-        """Publish ``message`` (its JMS headers set) to ``destination``."""
+    @property
+    def transacted(self) -> bool:
+        """The session is transacted."""
+        ...
+
+    @property
+    def _options(self) -> ConnectionOptions:
+        """The connection's options (useAsyncSend, producerWindowSize)."""
+        ...
+
+    def _send(
+        self,
+        message: Message,
+        destination: Destination,
+        time_to_live: float,
+        *,
+        asynchronous: bool = False,
+        window: ProducerWindow | None = None,
+    ) -> Future[None] | None:
+        """Publish ``message`` (its JMS headers set) to ``destination``; asynchronous: the
+        publish's future, at once."""
+        ...
+
+    def _complete(self, future: Future[None], callback: Callable[[], None]) -> None:
+        """Run ``callback`` on the session's completion thread once ``future`` is done,
+        after the callbacks of earlier sends."""
         ...
 
 

@@ -15,12 +15,14 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future
 from typing import Any
 
 from interop.jms.acks import consumer_helpers
 from interop.jms.ackstate import AckState
 from interop.jms.channel import ChannelLink
+from interop.jms.completion import Completions
 from interop.jms.constants import AckMode
 from interop.jms.consumer import MessageConsumer
 from interop.jms.delivery import Delivery
@@ -44,6 +46,7 @@ from interop.jms.ports import MessageListener, SessionConnection
 from interop.jms.producer import MessageProducer
 from interop.jms.selector import compile_selector
 from interop.jms.session_link import SessionLink
+from interop.jms.transport import REQUEST_TIMEOUT
 
 __all__ = ["Session"]
 
@@ -96,6 +99,8 @@ class Session(SessionLink):
         self._error: JMSException | None = None
         self._dispatcher: Dispatcher[MessageConsumer] | None = None
         self._in_listener = False
+        self._async_pending: set[Future[None]] = set()
+        self._completions = Completions("jms-completion")
         link.on_close = self._channel_failed
         link.on_consumer_cancelled = self._consumer_cancelled
 
@@ -348,11 +353,19 @@ class Session(SessionLink):
             self._close_consumer(consumer, session_closing=True)
             if consumer.temporary_queue:
                 temporary.append(consumer.queue)
+        with self._cond:  # JMS: close waits for the outcome of asynchronous sends
+            self._cond.wait_for(lambda: not self._async_pending, REQUEST_TIMEOUT)
         self._link.close()
+        self._completions.close(REQUEST_TIMEOUT)
         for queue in temporary:
             if self._connection.transport.is_open:
                 self._connection.topology.delete_queue(queue)
         self._connection._session_closed(self)
+
+    def _complete(self, future: Future[None], callback: Callable[[], None]) -> None:
+        """Run ``callback`` on the session's completion thread once ``future`` is done, after
+        the callbacks of earlier sends."""
+        self._completions.submit(future, callback)
 
     def _abandon(self) -> None:
         """The connection was aborted: closed locally, nothing sent to the broker."""

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import logging
 import threading
+from concurrent.futures import Future
 
 from interop.jms import codec
 from interop.jms.ackstate import AckState
 from interop.jms.channel import ChannelLink, open_channel
+from interop.jms.completion import ProducerWindow
 from interop.jms.constants import AckMode
 from interop.jms.consumer import MessageConsumer
 from interop.jms.destinations import Destination, TemporaryQueue, Topic, is_wildcard
@@ -29,6 +31,7 @@ from interop.jms.errors import IllegalStateException, InvalidDestinationExceptio
 from interop.jms.messages import Message
 from interop.jms.options import ConnectionOptions
 from interop.jms.ports import SessionConnection
+from interop.jms.transport import REQUEST_TIMEOUT
 
 __all__ = ["SessionLink"]
 
@@ -46,6 +49,7 @@ class SessionLink:
     _consumers: list[MessageConsumer]
     _closed: bool
     _error: JMSException | None
+    _async_pending: set[Future[None]]
     ack_mode: AckMode
     transacted: bool
 
@@ -215,7 +219,18 @@ class SessionLink:
                 reply_text=exc.reply_text,
             ) from exc
 
-    def _send(self, message: Message, destination: Destination, time_to_live: float) -> None:
+    def _send(
+        self,
+        message: Message,
+        destination: Destination,
+        time_to_live: float,
+        *,
+        asynchronous: bool = False,
+        window: ProducerWindow | None = None,
+    ) -> Future[None] | None:
+        """Publish ``message``. Synchronous: a persistent send outside a transaction waits
+        for its confirm, and one interrupted by a failover is sent again. Asynchronous:
+        returns the publish's future at once (after room in ``window``)."""
         self._check_open()
         if isinstance(destination, Topic) and is_wildcard(destination.name):
             raise InvalidDestinationException(
@@ -229,14 +244,37 @@ class SessionLink:
                 if self.transacted:
                     self._acks.tx_work = True
             try:
-                future = link.publish(self._outgoing(message, destination, time_to_live))
+                outgoing = self._outgoing(message, destination, time_to_live)
+                if asynchronous:
+                    return self._publish_async(link, outgoing, window)
+                future = link.publish(outgoing)
                 if not self.transacted and message.delivery_mode == 2:
                     link.transport.wait(future, "publisher confirm")
-                return
+                return None
             except JMSException:
                 if not self._failed_over(link):
                     raise
                 log.info("send of %s interrupted by a failover: sending it again", message)
+
+    def _publish_async(
+        self, link: ChannelLink, outgoing: codec.Outgoing, window: ProducerWindow | None
+    ) -> Future[None]:
+        size = len(outgoing.body)
+        if window is not None:
+            window.acquire(size, REQUEST_TIMEOUT)
+        future = link.publish(outgoing)
+        with self._cond:
+            self._async_pending.add(future)
+
+        def settled(done: Future[None]) -> None:
+            if window is not None:
+                window.release(size)
+            with self._cond:
+                self._async_pending.discard(done)
+                self._cond.notify_all()
+
+        future.add_done_callback(settled)
+        return future
 
     def _outgoing(
         self, message: Message, destination: Destination, time_to_live: float

@@ -222,6 +222,19 @@ class Transport:
         """Run ``fn`` on the I/O thread after ``delay`` seconds."""
         self.post(lambda: self._connection.ioloop.call_later(delay, fn))
 
+    def track(self, future: Future[Any]) -> None:
+        """Fail ``future`` if the I/O thread ends before completing it (work posted after
+        the loop's last turn never runs)."""
+        with self._waiting_lock:
+            self._waiting.add(future)
+        future.add_done_callback(self._untrack)
+        if self._done.is_set():
+            self._fail_waiter(future)
+
+    def _untrack(self, future: Future[Any]) -> None:
+        with self._waiting_lock:
+            self._waiting.discard(future)
+
     def wait(self, future: Future[T], what: str) -> T:
         """Wait for a reply posted to the I/O thread.
 
