@@ -94,6 +94,7 @@ def main() -> None:
     parser.add_argument("--no-rabbitmq", action="store_true")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="jms-send-"))
+    base.chmod(0o755)  # the rabbitmq user must reach its node directory below
     brokers: list[Amqpd | RabbitMQ] = [Amqpd(_free_port(), base / "amqpd" / "data")]
     if not args.no_rabbitmq and RabbitMQ.installed():
         brokers.append(RabbitMQ(_free_port(), _free_port(), base / "rabbit", "jmssend@localhost"))
