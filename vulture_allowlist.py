@@ -69,3 +69,8 @@ tb  # the traceback argument of __exit__ / __aexit__ (interop/jms/messages.py, p
 
 # -- amqpd: used only where vulture does not look ---------------------------------------------
 buffered  # FrameReader.buffered: tests assert a reader keeps no bytes (test_codec, test_engine)
+_.require_policymaker  # management auth: for the policies endpoints (operations work)
+_.redirect_slashes  # Starlette's Router reads it (management app: answer, never redirect)
+
+# -- amqpd.shell: called by libraries ----------------------------------------------------------
+_.collect  # prometheus_client Collector.collect, called by generate_latest (shell/metrics.py)

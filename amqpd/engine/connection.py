@@ -322,12 +322,14 @@ class Connection:
                 10,
             )
         self.channels[number] = Channel(self, number)
+        self.broker.statistics.churn.channels_opened += 1
         self.send(codec.encode_method(number, spec.Channel.OpenOk()))
 
     def channel_closed(self, channel: Channel) -> None:
         """Forget a channel whose close handshake finished (its number is free again)."""
         if self.channels.get(channel.number) is channel:
             del self.channels[channel.number]
+            self.broker.statistics.churn.channels_closed += 1
         self._confirm_channels.pop(channel, None)
 
     # ------------------------------------------------------------------------------------
@@ -556,7 +558,7 @@ class Connection:
                 0,
                 spec.Connection.Close(
                     reply_code=reply_code,
-                    reply_text=reply_text[:255],
+                    reply_text=_shortstr(reply_text),
                     class_id=class_id,
                     method_id=method_id,
                 ),
@@ -588,6 +590,7 @@ class Connection:
         for channel in list(self.channels.values()):
             channel.release()
             channel.state = ChannelState.CLOSED
+        self.broker.statistics.churn.channels_closed += len(self.channels)
         self.channels.clear()
         self._confirm_channels.clear()
         self.broker.connection_released(self)
@@ -657,3 +660,8 @@ class Connection:
             parts += channel.take_confirm_frames()
         if parts:
             self.send_parts(parts)
+
+
+def _shortstr(text: str) -> str:
+    """``text`` cut to what a shortstr holds: 255 bytes of UTF-8, never half a character."""
+    return text.encode("utf-8")[:255].decode("utf-8", "ignore")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import httpx
 import pika
+from prometheus_client.parser import text_string_to_metric_families
 
 from amqpd.model.broker import BrokerConfig
 from amqpd.shell.server import ServerConfig, background_server
@@ -27,7 +28,12 @@ def test_management_and_prometheus_listen_beside_amqp() -> None:
             assert {"amqp", "http", "http/prometheus"} <= protocols
             metrics = httpx.get(f"http://127.0.0.1:{server.prometheus_port}/metrics", timeout=30)
             assert metrics.status_code == 200
-            assert "\nrabbitmq_connections 1\n" in "\n" + metrics.text
+            samples = {
+                sample.name: sample.value
+                for family in text_string_to_metric_families(metrics.text)
+                for sample in family.samples
+            }
+            assert samples["rabbitmq_connections"] == 1
         finally:
             conn.close()
     refused = False
