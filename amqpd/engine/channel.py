@@ -42,6 +42,7 @@ from amqpd.model.auth import Authz
 from amqpd.model.broker import Broker
 from amqpd.model.message import Message, QueueEntry
 from amqpd.model.queue import Consumer, ExclusiveOwner, Queue
+from amqpd.model.selective import consumer_selector
 from amqpd.model.statistics import MessageStats
 from amqpd.model.vhost import (
     VirtualHost,
@@ -489,6 +490,8 @@ class Channel:
                 ACCESS_REFUSED,
                 f"queue '{queue.name}' in vhost '{self.vhost.name}' in exclusive use",
             )
+        arguments = dict(method.arguments or {})
+        selector = consumer_selector(arguments, queue)  # x-selector: 406 when it is bad
         consumer = Consumer(
             self,
             tag,
@@ -497,8 +500,9 @@ class Channel:
             method.no_ack,
             method.exclusive,
             self.unacked.consumer_prefetch,
-            dict(method.arguments or {}),
+            arguments,
         )
+        consumer.selector = selector
         self.consumers[tag] = consumer
         if not method.nowait:
             self._send_method(spec.Basic.ConsumeOk(consumer_tag=tag))
