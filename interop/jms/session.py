@@ -23,7 +23,7 @@ from interop.jms.acks import consumer_helpers
 from interop.jms.ackstate import AckState
 from interop.jms.channel import ChannelLink
 from interop.jms.completion import Completions
-from interop.jms.constants import AckMode
+from interop.jms.constants import QUEUE_SELECTOR_ARGUMENT, AckMode
 from interop.jms.consumer import MessageConsumer
 from interop.jms.delivery import Delivery
 from interop.jms.destinations import (
@@ -164,12 +164,14 @@ class Session(SessionLink):
 
         Args:
             destination: The queue or topic, with optional ``consumer.*`` options.
-            selector: A JMS selector; topics only (evaluated by the client).
+            selector: A JMS selector: on a topic evaluated by the client, on a queue by the
+                broker (amqpd's ``x-selector``; brokers without selectors refuse it).
             no_local: Skip messages published on this connection (topics).
 
         Raises:
             ConfigurationError: an unknown or bad ``consumer.*`` option.
-            InvalidSelectorException: a selector on a queue, or one that does not parse.
+            InvalidSelectorException: a selector that does not parse, or one on a queue of
+                a broker without selectors.
         """
         self._check_open()
         options = ConsumerOptions.parse(destination)
@@ -400,21 +402,18 @@ class Session(SessionLink):
     ) -> MessageConsumer:
         selector = selector if selector is not None else options.selector
         predicate = None
+        prefetch = options.prefetch_size if options.prefetch_size is not None else default_prefetch
+        prefetch = min(prefetch, 32767)
+        broker_selector = None
         if selector is not None and selector.strip():
-            if not destination.is_topic:
-                self._drop_temporary(queue, temporary)
-                raise InvalidSelectorException(
-                    "message selectors on queues are not supported (AMQP brokers have no "
-                    "broker-side selectors); use a topic with a selector, or one queue per "
-                    "kind of message"
-                )
             try:
-                predicate = compile_selector(selector)
+                predicate = compile_selector(selector)  # the same grammar as the broker's
+                if not destination.is_topic:
+                    broker_selector = self._queue_selector(selector, prefetch)
+                    predicate = None  # the broker filters: the others' messages stay queued
             except InvalidSelectorException:
                 self._drop_temporary(queue, temporary)
                 raise
-        prefetch = options.prefetch_size if options.prefetch_size is not None else default_prefetch
-        prefetch = min(prefetch, 32767)
         tag = f"jms-{uuid.uuid4().hex[:12]}"
         batcher, window = consumer_helpers(
             self.ack_mode,
@@ -426,7 +425,11 @@ class Session(SessionLink):
             consumer_tag=f"{tag}.0",
             now=time.monotonic(),
         )
-        arguments = {"x-priority": options.priority} if options.priority is not None else None
+        arguments: dict[str, object] | None = None
+        if options.priority is not None:
+            arguments = {"x-priority": options.priority}
+        if broker_selector is not None:
+            arguments = {**(arguments or {}), QUEUE_SELECTOR_ARGUMENT: broker_selector}
         consumer = MessageConsumer(
             self,
             destination,
@@ -462,6 +465,24 @@ class Session(SessionLink):
         if batcher is not None and self.ack_mode is AckMode.AUTO_ACKNOWLEDGE and interval > 0:
             self._schedule_flush(consumer, interval)
         return consumer
+
+    def _queue_selector(self, selector: str, prefetch: int) -> str:
+        """A selector on a queue goes to the broker (``x-selector``), if it has them.
+
+        Raises:
+            InvalidSelectorException: the broker has no selectors, or the consumer pulls.
+        """
+        if not self._connection.transport.has_capability("consumer_selectors"):
+            raise InvalidSelectorException(
+                "message selectors on queues are not supported by this broker (AMQP 0-9-1 "
+                "brokers such as RabbitMQ have no broker-side selectors; amqpd has them); "
+                "use a topic with a selector, or one queue per kind of message"
+            )
+        if prefetch == 0:
+            raise InvalidSelectorException(
+                "a queue selector needs a prefetch above 0 (basic.get cannot carry one)"
+            )
+        return selector
 
     def _drop_temporary(self, queue: str, temporary: bool) -> None:
         if temporary:

@@ -209,6 +209,12 @@ class Transport:
         except Exception as exc:
             raise self.error or JMSException(f"connection is closed ({exc!r})") from None
 
+    def has_capability(self, name: str) -> bool:
+        """True when the broker announced capability ``name`` in ``connection.start``
+        (amqpd's ``consumer_selectors``: the ``x-selector`` consumer argument)."""
+        capabilities = getattr(self._connection, "server_capabilities", None) or {}
+        return bool(capabilities.get(name))
+
     def unwritten_bytes(self) -> int | None:
         """I/O thread: bytes pika has not yet handed to the socket; None when the connection
         is not open (nothing more will be written)."""
