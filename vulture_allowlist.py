@@ -39,6 +39,7 @@ _.create_message  # Session.create_message, JMS message factory (interop/jms/ses
 _.create_text_message  # Session.create_text_message (interop/jms/session.py)
 _.create_bytes_message  # Session.create_bytes_message (interop/jms/session.py)
 _.create_map_message  # Session.create_map_message (interop/jms/session.py)
+_.create_browser  # Session.create_browser, JMS QueueBrowser (interop/jms/session.py)
 _.broker_url  # Connection.broker_url, the broker a failover connection is on (connection.py)
 _.add_transport_listener  # Connection.add_transport_listener (interop/jms/connection.py)
 _.remove_transport_listener  # Connection.remove_transport_listener (interop/jms/connection.py)

@@ -42,7 +42,8 @@ from amqpd.model.auth import Authz
 from amqpd.model.broker import Broker
 from amqpd.model.message import Message, QueueEntry
 from amqpd.model.queue import Consumer, ExclusiveOwner, Queue
-from amqpd.model.selective import consumer_selector
+from amqpd.model.selective import BROWSE_ARGUMENT, browse_entries, consumer_selector
+from amqpd.model.selector import Predicate
 from amqpd.model.statistics import MessageStats
 from amqpd.model.vhost import (
     VirtualHost,
@@ -492,6 +493,9 @@ class Channel:
             )
         arguments = dict(method.arguments or {})
         selector = consumer_selector(arguments, queue)  # x-selector: 406 when it is bad
+        if arguments.get(BROWSE_ARGUMENT):
+            self._browse(queue, tag, method, selector)
+            return
         consumer = Consumer(
             self,
             tag,
@@ -507,6 +511,32 @@ class Channel:
         if not method.nowait:
             self._send_method(spec.Basic.ConsumeOk(consumer_tag=tag))
         queue.add_consumer(consumer)
+
+    def _browse(
+        self, queue: Queue, tag: str, method: spec.Basic.Consume, selector: Predicate | None
+    ) -> None:
+        """``x-browse``: copies of the matching ready messages, then a server-side cancel
+        (amqpd/model/selective.py). The queue and its entries are left as they are."""
+        if not method.no_ack:
+            raise precondition_failed(f"'{BROWSE_ARGUMENT}' needs no-ack")
+        if not method.nowait:
+            self._send_method(spec.Basic.ConsumeOk(consumer_tag=tag))
+        tag_raw = codec.encode_shortstr(tag)
+        for entry in browse_entries(queue, selector):
+            message = entry.message
+            header = message.header
+            if entry.delivery_count:
+                header = with_delivery_count(header, entry.delivery_count)
+            first = codec.encode_deliver(
+                self.number,
+                tag_raw,
+                self.unacked.issue(queue, entry, None, False),
+                entry.redelivered,
+                message.exchange_raw,
+                message.routing_key_raw,
+            )
+            self._send_content(first, header, message.payload)
+        self._send_method(spec.Basic.Cancel(consumer_tag=tag, nowait=True))
 
     def _on_basic_cancel(self, method: spec.Basic.Cancel) -> None:
         consumer = self.consumers.pop(method.consumer_tag or "", None)

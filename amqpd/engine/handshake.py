@@ -22,6 +22,7 @@ SERVER_CAPABILITIES: Final = {
     "per_consumer_qos": True,
     "direct_reply_to": True,
     "consumer_selectors": True,  # basic.consume x-selector (amqpd/model/selective.py)
+    "queue_browsing": True,  # basic.consume x-browse (amqpd/model/selective.py)
 }
 
 

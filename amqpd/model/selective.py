@@ -21,6 +21,13 @@ positions), so the first entry after a cursor is found by bisection. A requeue c
 JMSRedelivered and JMSXDeliveryCount, so it moves every cursor back to just before the
 first requeued entry. A consumer with nothing to take is left out for the rest of the
 round, which ends when no consumer with credit can take anything.
+
+A *browser* (``basic.consume`` with ``x-browse=true`` and no-ack, optionally with a
+selector) is not a consumer of the queue: it gets a copy of every ready message that
+matches, in order, as they are at that moment (`browse_entries`; neither the redelivered
+flag nor the delivery count changes, nothing is taken), then the broker cancels it
+(``basic.cancel`` from the server): the end of the enumeration, like ActiveMQ's browse end
+marker.
 """
 
 from __future__ import annotations
@@ -38,9 +45,11 @@ from amqpd.wire.errors import PRECONDITION_FAILED, AMQPError
 from amqpd.wire.properties import RawProperties
 
 __all__ = [
+    "BROWSE_ARGUMENT",
     "SELECTOR_ARGUMENT",
     "SelectiveConsumer",
     "SelectiveQueue",
+    "browse_entries",
     "consumer_selector",
     "dispatch",
     "entry_lookup",
@@ -111,6 +120,7 @@ class SelectiveQueue(Protocol):
 
 
 SELECTOR_ARGUMENT: Final = "x-selector"
+BROWSE_ARGUMENT: Final = "x-browse"
 
 _CORRELATION_ID, _MESSAGE_ID, _TIMESTAMP, _TYPE = 10, 7, 6, 5
 
@@ -187,6 +197,22 @@ def _jms_header(name: str, entry: QueueEntry, prop: Any) -> Any:
         return int.from_bytes(stamp, "big") * 1000 if stamp is not None else None
     headers = message.headers
     return headers.get(name) if headers else None
+
+
+def browse_entries(queue: SelectiveQueue, selector: Predicate | None) -> list[QueueEntry]:
+    """A browser's snapshot (``x-browse``): the ready entries that match, in queue order,
+    their bodies in memory. Nothing about them changes (not delivered, not counted)."""
+    now = queue.clock.now
+    found = []
+    for entry in list(queue.ready):
+        if entry.expires_at is not None and entry.expires_at <= now:
+            continue
+        if selector is not None and not selector(entry_lookup(entry)):
+            continue
+        if entry.message.body is None and not queue._load_body(entry):
+            break  # the store cannot be read now (logged): the snapshot ends here
+        found.append(entry)
+    return found
 
 
 def rewind(queue: SelectiveQueue, first_seq: int) -> None:

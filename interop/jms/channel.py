@@ -214,6 +214,7 @@ class ChannelLink:
         prefetch: int,
         exclusive: bool = False,
         arguments: dict[str, Any] | None = None,
+        auto_ack: bool = False,
     ) -> None:
         """``basic.qos(prefetch, global=false)`` then ``basic.consume`` (blocking)."""
 
@@ -222,6 +223,7 @@ class ChannelLink:
             self.channel.basic_consume(
                 queue,
                 on_message,
+                auto_ack=auto_ack,
                 exclusive=exclusive,
                 consumer_tag=consumer_tag,
                 arguments=arguments,

@@ -21,6 +21,7 @@ from typing import Any
 
 from interop.jms.acks import consumer_helpers
 from interop.jms.ackstate import AckState
+from interop.jms.browser import QueueBrowser
 from interop.jms.channel import ChannelLink
 from interop.jms.completion import Completions
 from interop.jms.constants import QUEUE_SELECTOR_ARGUMENT, AckMode
@@ -192,6 +193,21 @@ class Session(SessionLink):
             raise InvalidDestinationException(f"cannot consume from {destination!r}")
         default_prefetch = self._options.prefetch_policy.queue_prefetch
         return self._subscribe(destination, queue, options, selector, no_local, default_prefetch)
+
+    def create_browser(self, queue: Queue, selector: str | None = None) -> QueueBrowser:
+        """A `QueueBrowser`: the queue's messages without consuming them (JMS
+        ``createBrowser``). On amqpd the broker sends copies and nothing changes; on other
+        brokers see `interop.jms.browser` for what browsing costs.
+
+        Raises:
+            InvalidDestinationException: not a queue.
+            InvalidSelectorException: the selector does not parse.
+        """
+        self._check_open()
+        if not isinstance(queue, Queue):
+            raise InvalidDestinationException("a QueueBrowser browses a queue, not a topic")
+        prefetch = self._options.prefetch_policy.queue_browser_prefetch
+        return QueueBrowser(self._connection, queue, selector, prefetch)
 
     def create_durable_subscriber(
         self, topic: Topic, name: str, selector: str | None = None, no_local: bool = False

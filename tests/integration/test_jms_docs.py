@@ -49,6 +49,7 @@ def test_guide_example_runs(
         "transacted session": "done: job",
         "asynchronous send": "stored order 7",
         "failover": "survives a broker restart",
+        "queue browser": "['job 1', 'job 2']",
     }
     if name in expected:
         assert printed.strip() == expected[name]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pika
+import pika.exceptions
 import pytest
 
 from interop.jms import AckMode, InvalidSelectorException, MessageConsumer, PrefetchPolicy
@@ -72,3 +74,26 @@ def test_a_pull_consumer_cannot_use_a_queue_selector(amqpd_broker: BrokerHandle)
     queue = session.queue(amqpd_broker.name("pull") + "?consumer.prefetchSize=0")
     with pytest.raises(InvalidSelectorException, match="prefetch above 0"):
         session.create_consumer(queue, selector="a = 1")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "auto_ack", "text"),
+    [
+        ({"x-selector": "a = "}, False, "invalid arg 'x-selector'"),
+        ({"x-browse": True}, False, "'x-browse' needs no-ack"),
+    ],
+)
+def test_the_broker_refuses_bad_consumer_arguments(
+    amqpd_broker: BrokerHandle, arguments: dict[str, object], auto_ack: bool, text: str
+) -> None:
+    """What a plain AMQP client sees (406 closes the channel, as RabbitMQ does for bad
+    consumer arguments)."""
+    conn = amqpd_broker.pika()
+    try:
+        channel = conn.channel()
+        channel.queue_declare("args")
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+            channel.basic_consume("args", lambda *_: None, auto_ack=auto_ack, arguments=arguments)
+        assert closed.value.reply_code == 406 and text in closed.value.reply_text
+    finally:
+        conn.close()
