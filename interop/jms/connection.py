@@ -318,14 +318,14 @@ class Connection:
 
     def start(self) -> None:
         """Start (or restart) delivery of messages to receivers and listeners."""
-        self._check_open()
+        self._check_open(wait=False)
         self._started = True
         for session in self._session_list():
             session._notify()
 
     def stop(self) -> None:
         """Pause delivery; waits for running listeners to return (except the caller's own)."""
-        self._check_open()
+        self._check_open(wait=False)
         self._started = False
         for session in self._session_list():
             session._wait_listener_idle()
@@ -374,11 +374,15 @@ class Connection:
         with self._lock:
             return list(self._sessions)
 
-    def _check_open(self) -> None:
+    def _check_open(self, wait: bool = True) -> None:
+        """Raise when closed or failed; while failing over, wait for it unless ``wait`` is
+        False (start and stop need no broker)."""
         if self._closed:
             raise IllegalStateException("The Connection is closed")
-        self._await_transport("this call")
-        if self.transport.error is not None:
+        if wait:
+            self._await_transport("this call")
+        reconnecting = self._reconnector is not None and self._reconnector.reconnecting
+        if self.transport.error is not None and not reconnecting:
             raise JMSException(f"connection failed: {self.transport.error}")
 
     def _connection_lost(self, transport: Transport, error: JMSException) -> None:
