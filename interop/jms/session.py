@@ -2,7 +2,9 @@
 
 The acknowledgement rules live in `interop.jms.ackstate` (its module docstring is the
 theory of operation of the session's acknowledgement state); this module holds the public
-API, consumer creation, sending, and the session's failure and close handling. Transacted
+API, consumer creation and close handling; the session's channel (sending, acks on the
+wire, failure, failover) is `interop.jms.session_link`, its listener thread and receive
+bookkeeping `interop.jms.session_dispatch` (mixins of `Session`). Transacted
 sessions run ``tx.select`` on their channel, the others ``confirm.select`` (a persistent
 send outside a transaction waits for its confirm, as ActiveMQ's synchronous send waits for
 the broker's receipt). Every piece of session state is guarded by ``_cond``.
@@ -43,10 +45,10 @@ from interop.jms.errors import (
     TransactionRolledBackException,
 )
 from interop.jms.messages import BytesMessage, MapMessage, Message, TextMessage
-from interop.jms.ports import MessageListener, SessionConnection
+from interop.jms.ports import SessionConnection
 from interop.jms.producer import MessageProducer
 from interop.jms.selector import compile_selector
-from interop.jms.session_link import SessionLink
+from interop.jms.session_dispatch import SessionDispatch
 from interop.jms.transport import REQUEST_TIMEOUT
 
 __all__ = ["Session"]
@@ -70,7 +72,7 @@ class _Receipt:
         self.session._message_failed(self.delivery)
 
 
-class Session(SessionLink):
+class Session(SessionDispatch):
     """A single-threaded context for producing and consuming (JMS ``Session``).
 
     Create it with `Connection.create_session`. It is a context manager (closed on exit).
@@ -530,44 +532,6 @@ class Session(SessionLink):
             if self._dispatcher is not None and not any(c._listener for c in self._consumers):
                 self._cond.notify_all()
 
-    def _next_for_listener(self, now: float) -> tuple[MessageConsumer, Delivery] | float | None:
-        """Dispatcher: the next (consumer, delivery) for a listener, or when to look again
-        (a monotonic time), or None (nothing to wait for)."""
-        if self._closed or self._error is not None or not self._started:
-            return None
-        consumers = self._consumers
-        count = len(consumers)
-        wake: float | None = None
-        for offset in range(count):
-            consumer = consumers[(self._rr + offset) % count]
-            if consumer._listener is None or consumer.closed:
-                continue
-            delivery, when = consumer._take(now)
-            if delivery is not None:
-                self._rr = (self._rr + offset + 1) % count
-                self._acks.before_app(consumer, delivery)
-                self._in_listener = True
-                return consumer, delivery
-            if when is not None and (wake is None or when < wake):
-                wake = when
-        return wake
-
-    def _listener_done(self, consumer: MessageConsumer, delivery: Delivery, failed: bool) -> None:
-        with self._cond:
-            self._in_listener = False
-            if self._error is None and not (self._closed and delivery.settled):
-                self._acks.after_app(consumer, delivery, failed, time.monotonic())
-            self._cond.notify_all()
-        try:
-            self._acks_written()
-        except JMSException as exc:
-            log.warning("after the listener returned: %s", exc)
-
-    def _ensure_dispatcher(self) -> None:
-        if self._dispatcher is None:
-            self._dispatcher = Dispatcher(self)
-            self._dispatcher.start()
-
     # ==========================================================================================
     # Message handles
     # ==========================================================================================
@@ -583,57 +547,3 @@ class Session(SessionLink):
         with self._cond:
             if not self._closed and self._error is None:
                 self._acks.processing_failed(delivery)
-
-    # ==========================================================================================
-    # State checks
-    # ==========================================================================================
-    @property
-    def _started(self) -> bool:
-        """The connection is started: messages may reach the application."""
-        return self._connection.started
-
-    def _begin_receive(self) -> None:
-        """A receive starts: the exclusivity rule, receive side."""
-        with self._cond:
-            if any(consumer._listener is not None for consumer in self._consumers):
-                raise IllegalStateException(
-                    "Cannot synchronously receive a message when a MessageListener is set"
-                )
-            self._receivers += 1
-
-    def _end_receive(self) -> None:
-        """A receive ended."""
-        with self._cond:
-            self._receivers -= 1
-
-    def _wait(self, until: float | None) -> None:
-        """Wait on the condition until notified or the monotonic deadline."""
-        if until is None:
-            self._cond.wait()
-        else:
-            self._cond.wait(max(0.0, until - time.monotonic()))
-
-    def _set_listener(self, consumer: MessageConsumer, listener: MessageListener | None) -> None:
-        with self._cond:
-            self._check_open()
-            if listener is not None and self._receivers > 0:
-                raise IllegalStateException(
-                    "A MessageListener cannot be set if receive() is outstanding on a session"
-                )
-            consumer._listener = listener
-            if listener is not None:
-                self._ensure_dispatcher()
-            self._cond.notify_all()
-
-    def _wait_listener_idle(self) -> None:
-        """Connection.stop(): wait for a running listener to return."""
-        dispatcher = self._dispatcher
-        if dispatcher is not None and dispatcher.is_current_thread():
-            return
-        with self._cond:
-            while self._in_listener:
-                self._cond.wait(0.1)
-
-    def _notify(self) -> None:
-        with self._cond:
-            self._cond.notify_all()
