@@ -11,6 +11,7 @@ import contextlib
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from interop.jms import (
     TransactionRolledBackException,
 )
 from tests.integration.broker_process import BrokerProcess
+from tests.integration.test_jms_brokers import BROKERS, rabbit_node
 
 FAST = "initialReconnectDelay=20&maxReconnectDelay=200"
 WAIT = 60.0
@@ -144,32 +146,45 @@ def test_restart_under_load_loses_nothing(tmp_path: Path) -> None:
             assert consumer_conn.broker_url.endswith(f":{brokers[0].port}/%2F")
 
 
-def test_fail_over_between_two_brokers(tmp_path: Path) -> None:
-    """randomize=false: the first broker, then the second when the first dies; the queue
-    listener, a durable subscriber and the producer work on the second without any call."""
-    with _brokers(tmp_path, 2) as (first, second):
-        url = f"failover:({_amqp(first.port)},{_amqp(second.port)})?randomize=false&{FAST}"
-        with _connect(url, client_id="fo-client") as (connection, events):
+@pytest.mark.parametrize("second_kind", BROKERS)
+def test_fail_over_between_two_brokers(tmp_path: Path, second_kind: str) -> None:
+    """randomize=false: the first broker (amqpd), then the second (another amqpd, or the
+    private RabbitMQ node when installed) when the first dies; the queue listener, a durable
+    subscriber and the producer work on the second without any call."""
+    tag = uuid.uuid4().hex[:8]
+    work, topic = f"work.{tag}", f"news{tag}"
+    with _brokers(tmp_path, 2 if second_kind == "amqpd" else 1) as started:
+        first = started[0]
+        if second_kind == "amqpd":
+            second_port = started[1].port
+        else:
+            node = rabbit_node()
+            node.wait()
+            second_port = node.port
+        url = f"failover:({_amqp(first.port)},{_amqp(second_port)})?randomize=false&{FAST}"
+        with _connect(url, client_id=f"fo-{tag}") as (connection, events):
             assert connection.broker_url == f"amqp://127.0.0.1:{first.port}/%2F"
             session = connection.create_session()
             queue_listener = Collector()
-            session.create_consumer(session.queue("work")).message_listener = queue_listener
+            session.create_consumer(session.queue(work)).message_listener = queue_listener
             other = connection.create_session()
-            durable = other.create_durable_subscriber(other.topic("news.>"), "watcher")
+            durable = other.create_durable_subscriber(other.topic(f"{topic}.>"), "watcher")
             producer = connection.create_session().create_producer()
             connection.start()
-            producer.send("before", destination=session.queue("work"))
+            producer.send("before", destination=session.queue(work))
             queue_listener.wait_for(lambda bodies: bodies == ["before"])
 
             first.kill()
             events.wait("resumed")
             assert events.seen[:2] == ["interrupted", "resumed"]
-            assert connection.broker_url == f"amqp://127.0.0.1:{second.port}/%2F"
-            producer.send("after", destination=session.queue("work"))
-            producer.send("headline", destination=session.topic("news.eu"))
+            assert connection.broker_url == f"amqp://127.0.0.1:{second_port}/%2F"
+            producer.send("after", destination=session.queue(work))
+            producer.send("headline", destination=session.topic(f"{topic}.eu"))
             queue_listener.wait_for(lambda bodies: bodies == ["before", "after"])
             got = durable.receive(WAIT)
             assert got is not None and got.body == "headline"
+            durable.close()
+            other.unsubscribe("watcher")
 
 
 def test_unacknowledged_messages_are_redelivered_after_failover(tmp_path: Path) -> None:
