@@ -184,6 +184,17 @@ class ChannelLink:
             "exchange.declare",
         )
 
+    def processed(self) -> None:
+        """A round trip (passive ``exchange.declare`` of ``amq.direct``, which every AMQP
+        0-9-1 broker has): returns once the broker has processed every frame sent on this
+        channel before it (ActiveMQ's ``sendAcksAsync=false``)."""
+        self.request(
+            lambda done: self.channel.exchange_declare(
+                "amq.direct", exchange_type="direct", passive=True, callback=done
+            ),
+            "acknowledgement round trip",
+        )
+
     def tx_select(self) -> None:
         """``tx.select``."""
         self.request(lambda done: self.channel.tx_select(callback=done), "tx.select")

@@ -73,6 +73,7 @@ class ConnectionFactory:
         connect_timeout: float = 10.0,
         use_async_send: bool = False,
         producer_window_size: int = 0,
+        send_acks_async: bool = True,
     ) -> None:
         """Create a factory.
 
@@ -93,6 +94,8 @@ class ConnectionFactory:
                 for the confirm (ActiveMQ's ``useAsyncSend``).
             producer_window_size: Unconfirmed bytes per producer before an asynchronous
                 send blocks (0 = unlimited; ActiveMQ's ``producerWindowSize``).
+            send_acks_async: False: acknowledging waits until the broker has processed the
+                ack, not only until it is written (ActiveMQ's ``sendAcksAsync``).
 
         Raises:
             ConfigurationError: a bad value, or ``jms.*`` keys in ``url``.
@@ -128,6 +131,7 @@ class ConnectionFactory:
             topic_exchange=topic_exchange,
             use_async_send=use_async_send,
             producer_window_size=producer_window_size,
+            send_acks_async=send_acks_async,
         )
         if connect_timeout <= 0:
             raise ConfigurationError("connect_timeout must be > 0 seconds")

@@ -89,6 +89,7 @@ _FACTORY_KEYS: Final[Mapping[str, tuple[str, _Parser]]] = {
     "deadLetterStrategy": ("dead_letter_strategy", _strategy),
     "useAsyncSend": ("use_async_send", _bool),
     "producerWindowSize": ("producer_window_size", _int),
+    "sendAcksAsync": ("send_acks_async", _bool),
 }
 _PREFETCH_KEYS: Final[Mapping[str, str]] = {
     "queuePrefetch": "queue_prefetch",
@@ -135,6 +136,9 @@ class ConnectionOptions:
             publisher confirm (ActiveMQ's useAsyncSend).
         producer_window_size: Bytes a producer may have sent asynchronously without a
             confirm before ``send`` blocks (0 = no limit; ActiveMQ's producerWindowSize).
+        send_acks_async: True: an acknowledgement call returns once the ack is written to
+            the socket; False: once the broker has processed it (a round trip per call;
+            ActiveMQ's sendAcksAsync).
     """
 
     client_id: str | None = None
@@ -149,6 +153,7 @@ class ConnectionOptions:
     topic_exchange: str = "amq.topic"
     use_async_send: bool = False
     producer_window_size: int = 0
+    send_acks_async: bool = True
 
     def __post_init__(self) -> None:
         if self.producer_window_size < 0:

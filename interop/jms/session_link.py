@@ -195,8 +195,9 @@ class SessionLink:
         self._raise_if_failed()
 
     def _acks_written(self) -> None:
-        """Return once the acks queued by the caller's last call are on the wire (called
-        without ``_cond``: the I/O thread may need it to make progress).
+        """Return once the acks queued by the caller's last call are on the wire, or with
+        ``send_acks_async=False`` processed by the broker (called without ``_cond``: the
+        I/O thread may need it to make progress).
 
         Raises:
             JMSException: the connection or channel closed before the acks were written
@@ -207,7 +208,10 @@ class SessionLink:
                 return
             link = self._link
         try:
-            link.transport.wait(link.written(), "acknowledgement write")
+            if self._options.send_acks_async:
+                link.transport.wait(link.written(), "acknowledgement write")
+            else:
+                link.processed()
         except JMSException as exc:
             if self._failed_over(link):
                 log.warning("connection lost before an ack was written; the broker redelivers")

@@ -1,6 +1,7 @@
 """A zygote for crash tests: imports interop.jms once, then forks one consumer per request.
 
-``python -m tests.integration.jms_crash_child URL QUEUE MODE`` reads lines from stdin; each
+``python -m tests.integration.jms_crash_child URL QUEUE MODE [sync]`` reads lines from stdin
+(``sync``: ``send_acks_async=False``, the ack is processed by the broker); each
 line forks a child that connects, receives one message from QUEUE with prefetch 1 in
 acknowledgement mode MODE (``AUTO_ACKNOWLEDGE``, ``CLIENT_ACKNOWLEDGE``, …; CLIENT and
 INDIVIDUAL call ``acknowledge()``), then writes ``<pid> <body>`` to stdout and waits to be
@@ -20,9 +21,11 @@ from interop.jms import AckMode, ConnectionFactory, PrefetchPolicy
 ALARM = 120
 
 
-def _child(url: str, queue: str, mode: AckMode) -> None:
+def _child(url: str, queue: str, mode: AckMode, sync: bool) -> None:
     signal.alarm(ALARM)
-    factory = ConnectionFactory(url, prefetch_policy=PrefetchPolicy(queue_prefetch=1))
+    factory = ConnectionFactory(
+        url, prefetch_policy=PrefetchPolicy(queue_prefetch=1), send_acks_async=not sync
+    )
     connection = factory.create_connection()
     session = connection.create_session(ack_mode=mode)
     consumer = session.create_consumer(session.queue(queue))
@@ -42,11 +45,12 @@ def _child(url: str, queue: str, mode: AckMode) -> None:
 def main() -> None:
     url, queue, mode_name = sys.argv[1:4]
     mode = AckMode[mode_name]
+    sync = sys.argv[4:5] == ["sync"]
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped automatically
     for _line in sys.stdin:
         if os.fork() == 0:
             try:
-                _child(url, queue, mode)
+                _child(url, queue, mode, sync)
             finally:
                 os._exit(1)
 
