@@ -42,6 +42,8 @@ from amqpd.model.auth import Authz
 from amqpd.model.broker import Broker
 from amqpd.model.message import Message, QueueEntry
 from amqpd.model.queue import Consumer, ExclusiveOwner, Queue
+from amqpd.model.selective import BROWSE_ARGUMENT, browse_entries, consumer_selector
+from amqpd.model.selector import Predicate
 from amqpd.model.statistics import MessageStats
 from amqpd.model.vhost import (
     VirtualHost,
@@ -489,6 +491,11 @@ class Channel:
                 ACCESS_REFUSED,
                 f"queue '{queue.name}' in vhost '{self.vhost.name}' in exclusive use",
             )
+        arguments = dict(method.arguments or {})
+        selector = consumer_selector(arguments, queue)  # x-selector: 406 when it is bad
+        if arguments.get(BROWSE_ARGUMENT):
+            self._browse(queue, tag, method, selector)
+            return
         consumer = Consumer(
             self,
             tag,
@@ -497,12 +504,39 @@ class Channel:
             method.no_ack,
             method.exclusive,
             self.unacked.consumer_prefetch,
-            dict(method.arguments or {}),
+            arguments,
         )
+        consumer.selector = selector
         self.consumers[tag] = consumer
         if not method.nowait:
             self._send_method(spec.Basic.ConsumeOk(consumer_tag=tag))
         queue.add_consumer(consumer)
+
+    def _browse(
+        self, queue: Queue, tag: str, method: spec.Basic.Consume, selector: Predicate | None
+    ) -> None:
+        """``x-browse``: copies of the matching ready messages, then a server-side cancel
+        (amqpd/model/selective.py). The queue and its entries are left as they are."""
+        if not method.no_ack:
+            raise precondition_failed(f"'{BROWSE_ARGUMENT}' needs no-ack")
+        if not method.nowait:
+            self._send_method(spec.Basic.ConsumeOk(consumer_tag=tag))
+        tag_raw = codec.encode_shortstr(tag)
+        for entry in browse_entries(queue, selector):
+            message = entry.message
+            header = message.header
+            if entry.delivery_count:
+                header = with_delivery_count(header, entry.delivery_count)
+            first = codec.encode_deliver(
+                self.number,
+                tag_raw,
+                self.unacked.issue(queue, entry, None, False),
+                entry.redelivered,
+                message.exchange_raw,
+                message.routing_key_raw,
+            )
+            self._send_content(first, header, message.payload)
+        self._send_method(spec.Basic.Cancel(consumer_tag=tag, nowait=True))
 
     def _on_basic_cancel(self, method: spec.Basic.Cancel) -> None:
         consumer = self.consumers.pop(method.consumer_tag or "", None)

@@ -21,6 +21,8 @@ SERVER_CAPABILITIES: Final = {
     "authentication_failure_close": True,
     "per_consumer_qos": True,
     "direct_reply_to": True,
+    "consumer_selectors": True,  # basic.consume x-selector (amqpd/model/selective.py)
+    "queue_browsing": True,  # basic.consume x-browse (amqpd/model/selective.py)
 }
 
 

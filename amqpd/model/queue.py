@@ -37,10 +37,12 @@ from collections.abc import Callable, Iterable
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from amqpd.model import selective
 from amqpd.model.dedup import Deduplicator, parse_dedup_arguments
 from amqpd.model.message import Clock, Message, QueueEntry
 from amqpd.model.priority import PriorityReady
 from amqpd.model.queue_args import QueueSettings, parse_queue_arguments
+from amqpd.model.selector import Predicate
 from amqpd.model.statistics import DeadLetterCounts, QueueStats
 from persistence.records import MessageRecord
 
@@ -85,11 +87,13 @@ class Consumer:
     __slots__ = (
         "arguments",
         "channel",
+        "cursor",
         "exclusive",
         "no_ack",
         "prefetch",
         "priority",
         "queue",
+        "selector",
         "tag",
         "tag_raw",
     )
@@ -115,6 +119,8 @@ class Consumer:
         self.arguments = arguments
         priority = arguments.get("x-priority", 0)
         self.priority = priority if isinstance(priority, int) else 0  # x-priority argument
+        self.selector: Predicate | None = None  # x-selector (amqpd/model/selective.py)
+        self.cursor = -1  # seq of the last ready entry its selector examined
 
 
 DeadLetter = Callable[["Queue", Message, str], None]
@@ -127,6 +133,7 @@ class Queue:
         "_levels",
         "_page_candidates",
         "_rr",
+        "_selective",
         "_timed",
         "arguments",
         "auto_delete",
@@ -187,6 +194,7 @@ class Queue:
         self.consumers: list[Consumer] = []
         self._levels: list[list[Consumer]] = [self.consumers]  # consumers by x-priority, desc
         self._rr = 0
+        self._selective = False  # a consumer has an x-selector: selective.dispatch
         self.next_seq = 0
         self.had_consumer = False
         self.deleted = False
@@ -512,6 +520,8 @@ class Queue:
                     self.discard(entry, "delivery_limit")
         if not back:
             return
+        if self._selective:
+            selective.rewind(self, back[0].seq)
         for entry in back:
             entry.redelivered = True
             self.ready_bytes += entry.message.body_size
@@ -567,6 +577,7 @@ class Queue:
 
     def _regroup(self) -> None:
         consumers = self.consumers
+        self._selective = any(consumer.selector is not None for consumer in consumers)
         if self.settings.single_active_consumer:
             self._levels = [consumers[:1]] if consumers else []
         elif any(consumer.priority for consumer in consumers):
@@ -575,15 +586,18 @@ class Queue:
         else:
             self._levels = [consumers]
 
-    def _next_consumer(self) -> Consumer | None:
+    def _next_consumer(self, skip: set[Any] | None = None) -> Consumer | None:
         """The consumer to deliver to: the highest x-priority level that has credit,
-        round-robin within it (single active consumer: only the first one)."""
+        round-robin within it (single active consumer: only the first one); consumers in
+        ``skip`` (selective ones with nothing to take) are passed over."""
         for level in self._levels:
             count = len(level)
             start = self._rr
             for step in range(count):
                 index = (start + step) % count
                 consumer = level[index]
+                if skip and consumer in skip:
+                    continue
                 if consumer.channel.has_credit(consumer):
                     self._rr = (index + 1) % count
                     return consumer
@@ -594,6 +608,9 @@ class Queue:
 
         ``arriving`` is the entry being enqueued now: with a TTL of 0 it has expired the moment
         it arrives, but like RabbitMQ it still goes to a consumer that can take it at once."""
+        if self._selective:
+            selective.dispatch(self, arriving)
+            return
         ready = self.ready
         now = self.clock.now
         while ready and self.consumers:
@@ -615,6 +632,34 @@ class Queue:
                     return
                 continue
             consumer.channel.deliver(consumer, self, self._pop_ready())
+
+    # -- selective consumers (amqpd/model/selective.py) ----------------------------------
+    def _expire_head(self, arriving: QueueEntry | None) -> bool:
+        """Discard expired entries at the head (as `dispatch` does); False when one cannot
+        be dead-lettered now."""
+        ready = self.ready
+        now = self.clock.now
+        while ready:
+            head = ready[0]
+            expires_at = head.expires_at
+            if expires_at is None or expires_at > now or (head is arriving and expires_at == now):
+                return True
+            if not self._discard_head("expired"):
+                return False
+        return True
+
+    def _take_ready(self, index: int) -> QueueEntry:
+        """Remove the ready entry at ``index`` (a selective consumer's match)."""
+        if index == 0:
+            return self._pop_ready()
+        ready = self.ready
+        assert isinstance(ready, deque)  # selectors are refused on priority queues
+        entry = ready[index]
+        del ready[index]
+        self.ready_bytes -= entry.message.body_size
+        if entry.expires_at is not None:
+            self._timed -= 1
+        return entry
 
 
 def _by_seq(entry: QueueEntry) -> int:
