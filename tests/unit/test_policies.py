@@ -87,13 +87,27 @@ def test_operator_policies_allow_only_limits() -> None:
 
 
 def test_pattern_priority_and_apply_to_are_checked() -> None:
-    with pytest.raises(PolicyError, match="not a valid regular expression"):
+    with pytest.raises(PolicyError, match="pattern should be regular expression but is invalid"):
         validate("/", "p", "(", {"max-length": 1})
     with pytest.raises(PolicyError, match="priority should be a number"):
         validate("/", "p", ".*", {"max-length": 1}, priority="high")
-    with pytest.raises(PolicyError, match='"streams" is not a valid apply-to value'):
+    with pytest.raises(PolicyError, match="apply-to 'streams' unrecognised; should be"):
         validate("/", "p", ".*", {"max-length": 1}, apply_to="streams")
     assert validate("/", "p", ".*", {"queue-mode": "lazy"}, priority="7").priority == 7
+    with pytest.raises(PolicyError, match="priority should be a number"):
+        validate("/", "p", ".*", {"max-length": 1}, priority="7", priority_text=False)
+
+
+def test_every_field_error_is_listed_in_rabbitmqs_order() -> None:
+    with pytest.raises(PolicyError) as info:
+        validate("/", "p", 1, {"max-length": -1}, priority=None, apply_to=None)
+    assert str(info.value) == (
+        "Validation failed\n\n"
+        "apply-to 'null' unrecognised; should be 'queues', 'exchanges' or 'all'\n"
+        "-1 is not a valid maximum length\n"
+        "pattern should be a binary but was 1\n"
+        "priority should be a number, actually was null\n"
+    )
 
 
 # -- matching and merging -----------------------------------------------------------------
