@@ -51,6 +51,7 @@ from amqpd.wire.errors import (
     NOT_ALLOWED,
     UNEXPECTED_FRAME,
     AMQPError,
+    shortstr_text,
 )
 
 if TYPE_CHECKING:
@@ -121,7 +122,9 @@ class Connection:
         self.auth_mechanism = ""
         self.stats = IOStats()  # octets and reads/writes for the management API
         self.should_close = False  # the shell closes the socket once output is flushed
-        self._reader = codec.FrameReader(config.frame_max)
+        # rabbit_reader: frame_min_size until Tune-Ok, so an unauthenticated peer cannot make
+        # the broker buffer more than that per frame
+        self._reader = codec.FrameReader(FRAME_MIN_SIZE)
         self._header = b""
         self._out: list[bytes] = []
         self._received = False
@@ -307,6 +310,15 @@ class Connection:
             raise AMQPError(FRAME_ERROR, f"unknown frame type {frame_type}")
 
     def _open_channel(self, number: int, index: int) -> None:
+        # rabbit_reader:create_channel: channel_max bounds how many channels are open at
+        # once (closing ones included), not their numbers; checked before the method
+        count = len(self.channels)
+        if self.channel_max and count >= self.channel_max:
+            raise AMQPError(
+                NOT_ALLOWED,
+                f"number of channels opened ({count}) has reached the negotiated "
+                f"channel_max ({self.channel_max})",
+            )
         if index != spec.Channel.Open.index:
             raise AMQPError(
                 CHANNEL_ERROR,
@@ -314,15 +326,8 @@ class Connection:
                 index >> 16,
                 index & 0xFFFF,
             )
-        if number > self.channel_max:
-            raise AMQPError(
-                NOT_ALLOWED,
-                f"channel number {number} is above the negotiated channel_max ({self.channel_max})",
-                20,
-                10,
-            )
         self.channels[number] = Channel(self, number)
-        self.send(codec.encode_method(number, spec.Channel.OpenOk()))
+        self.send(codec.encode_method(number, codec.CHANNEL_OPEN_OK))
 
     def channel_closed(self, channel: Channel) -> None:
         """Forget a channel whose close handshake finished (its number is free again)."""
@@ -554,9 +559,10 @@ class Connection:
         self.send(
             codec.encode_method(
                 0,
-                spec.Connection.Close(
+                codec.build(
+                    spec.Connection.Close,
                     reply_code=reply_code,
-                    reply_text=reply_text[:255],
+                    reply_text=shortstr_text(reply_text),
                     class_id=class_id,
                     method_id=method_id,
                 ),

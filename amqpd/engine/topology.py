@@ -16,6 +16,7 @@ from pamqp.base import Frame as Method
 from amqpd.engine.reply_to import REPLY_TO_QUEUE
 from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.vhost import VirtualHost
+from amqpd.wire import codec
 from amqpd.wire.errors import ACCESS_REFUSED, NOT_FOUND, AMQPError, not_found, precondition_failed
 
 
@@ -124,7 +125,8 @@ class Topology:
         self.last_queue = queue.name
         if not method.nowait:
             self._reply(
-                spec.Queue.DeclareOk(
+                codec.build(
+                    spec.Queue.DeclareOk,
                     queue=queue.name,
                     message_count=queue.message_count,
                     consumer_count=len(queue.consumers),
@@ -139,7 +141,9 @@ class Topology:
         if name != REPLY_TO_QUEUE and name not in self._reply_queues:
             raise not_found("queue", name, self.vhost.name)
         if not method.nowait:
-            self._reply(spec.Queue.DeclareOk(queue=name, message_count=0, consumer_count=1))
+            self._reply(
+                codec.build(spec.Queue.DeclareOk, queue=name, message_count=0, consumer_count=1)
+            )
 
     def _queue_bind(self, method: spec.Queue.Bind) -> None:
         queue = self.usable_queue(method.queue)
