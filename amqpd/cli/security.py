@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from amqpd.engine import handshake
 from amqpd.shell import resources
 from amqpd.shell.tls import LOGIN_FROM, TLSOptions, server_context
 
@@ -93,6 +94,22 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         help="comma-separated users that may only connect from localhost; empty for none "
         "[AMQPD_LOOPBACK_USERS, default guest]",
     )
+    group.add_argument(
+        "--auth-mechanisms",
+        default=_env("AUTH_MECHANISMS", "PLAIN,AMQPLAIN"),
+        help="comma-separated SASL mechanisms to offer (PLAIN, AMQPLAIN, EXTERNAL); EXTERNAL "
+        "is offered only on TLS connections with a verified client certificate "
+        "[AMQPD_AUTH_MECHANISMS, default PLAIN,AMQPLAIN as RabbitMQ's auth_mechanisms]",
+    )
+    group.add_argument(
+        "--server-property",
+        action="append",
+        metavar="KEY=VALUE",
+        default=[p for p in (_env("SERVER_PROPERTIES", "") or "").split(";") if p],
+        help="a Connection.Start server property to announce instead of the default "
+        "(product, version, platform, copyright, information, cluster_name, or a new key); "
+        "repeatable [AMQPD_SERVER_PROPERTIES: KEY=VALUE;KEY=VALUE]",
+    )
     group = parser.add_argument_group("limits and alarms")
     group.add_argument(
         "--connection-max",
@@ -138,6 +155,8 @@ def apply_options(args: argparse.Namespace) -> Applied:
     )
     applied.broker["disk_free_limit"] = resources.parse_size(args.disk_free_limit) or None
     applied.server["definitions"] = args.definitions
+    applied.broker["auth_mechanisms"] = _mechanisms(args.auth_mechanisms)
+    applied.broker["server_properties"] = _server_properties(args.server_property)
     if args.tls_cert is not None:
         if args.tls_key is None:
             raise ValueError("--tls-cert needs --tls-key")
@@ -152,3 +171,29 @@ def apply_options(args: argparse.Namespace) -> Applied:
         )
         server_context(options)  # refuse a bad certificate, key or CA now, with its reason
     return applied
+
+
+def _mechanisms(value: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(n.strip().upper() for n in value.split(",") if n.strip()))
+    unknown = [n for n in names if n not in handshake.MECHANISMS]
+    if unknown or not names:
+        raise ValueError(
+            f"--auth-mechanisms: {', '.join(unknown) or 'none given'}: expected some of "
+            f"{', '.join(handshake.MECHANISMS)}"
+        )
+    return names
+
+
+def _server_properties(pairs: list[str]) -> tuple[tuple[str, str], ...]:
+    properties: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"--server-property {pair!r}: expected KEY=VALUE")
+        if key == "capabilities":
+            raise ValueError("--server-property: the capabilities table cannot be configured")
+        if len(key.encode()) > 255:
+            raise ValueError(f"--server-property {key[:20]!r}...: keys are at most 255 bytes")
+        properties[key] = value
+    return tuple(properties.items())

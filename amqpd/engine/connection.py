@@ -140,6 +140,7 @@ class Connection:
         # peer_cert_user for a TLS connection with a verified client certificate.
         self.loopback = is_loopback_peer(peer)
         self.peer_cert_user: str | None = None
+        self._mechanisms = ""  # the SASL mechanisms Connection.Start offered
         self.authz = _NO_ACCESS
         self.paused = False  # blocked by a resource alarm: the shell stops reading
         self._published = False  # a content frame arrived in the current chunk
@@ -265,7 +266,11 @@ class Connection:
             self._refuse_protocol()
             return b""
         self.state = State.AWAIT_START_OK
-        self.send(codec.encode_method(0, handshake.start_method(self.peer_cert_user)))
+        config = self.broker.config
+        self._mechanisms = handshake.offered_mechanisms(config.auth_mechanisms, self.peer_cert_user)
+        properties = handshake.server_properties(config.server_properties)
+        start = handshake.start_method(properties, self._mechanisms)
+        self.send(codec.encode_method(0, start))
         return rest
 
     def _refuse_protocol(self) -> None:
@@ -391,7 +396,9 @@ class Connection:
     def _on_start_ok(self, method: spec.Connection.StartOk) -> None:
         self.client_properties = dict(method.client_properties or {})
         mechanism = self.auth_mechanism = method.mechanism
-        user, password = handshake.credentials(mechanism, method.response, self.peer_cert_user)
+        user, password = handshake.credentials(
+            mechanism, method.response, self.peer_cert_user, self._mechanisms
+        )
         refusal = self._login_refusal(user, password)
         if refusal is not None:
             log.info("%s login refused from %s: %s", mechanism, self.peer, refusal)

@@ -68,6 +68,8 @@ class BrokerConfig:
     memory_high_watermark: int | None = None  # bytes; None: no memory alarm
     disk_free_limit: int | None = None  # bytes; None: no disk alarm
     write_ahead_limit: int = 4 * 1024 * 1024  # unflushed output before deliveries pause
+    auth_mechanisms: tuple[str, ...] = ("PLAIN", "AMQPLAIN")  # RabbitMQ's; EXTERNAL if listed
+    server_properties: tuple[tuple[str, str], ...] = ()  # Connection.Start overrides
 
 
 class Broker:

@@ -43,7 +43,7 @@ from amqpd.model.queue import HOT_WINDOW
 from amqpd.model.statistics import NodeSample
 from amqpd.shell import node_sample, resources
 from amqpd.shell.admin_socket import AdminReply, serve_admin
-from amqpd.shell.tls import TLSOptions, certificate_identity, server_context
+from amqpd.shell.tls import TLSOptions, certificate_identity, server_context, tls_failure_reason
 from persistence.errors import StoreError
 from persistence.group_commit import GroupCommitter
 from persistence.journal import Journal
@@ -433,7 +433,7 @@ class Server:
                     standard_compatible=False,
                 )
         except (OSError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:  # ssl, timeout
-            log.info("TLS handshake with %s failed: %s", peer_name, exc or type(exc).__name__)
+            log.info("TLS handshake with %s failed: %s", peer_name, tls_failure_reason(exc))
             with suppress(Exception):
                 await stream.aclose()
             return None
