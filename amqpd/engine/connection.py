@@ -21,8 +21,9 @@ Handshake states, each accepting exactly one method on channel 0::
 A wrong protocol header is answered with ours and the socket closed. A handshake that has
 not reached OPEN within ``handshake_timeout`` is dropped. Once open, heartbeats are sent
 when we have been silent for half the negotiated interval and the peer is dropped after two
-intervals without a single byte from it. Hard errors (5xx, 320) close the connection, soft
-ones only the channel (see amqpd/errors.py).
+intervals without a single byte from it. Each tick announces the connection's next deadline
+on the broker's clock, so the shell wakes in time for it (`Clock.wake`). Hard errors (5xx,
+320) close the connection, soft ones only the channel (see amqpd/errors.py).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ log = logging.getLogger(__name__)
 
 FRAME_MIN_SIZE: Final = 4096
 CLOSE_TIMEOUT: Final = 3.0
+HEARTBEAT_MARGIN: Final = 0.01  # the dead-peer check is "more than two intervals"
 FLOW_MAX_PAUSE: Final = 0.05  # seconds a flooding publisher may be left unread per chunk
 FLOW_POLL: Final = 0.001  # seconds between checks whether its queues caught up
 
@@ -131,6 +133,9 @@ class Connection:
         self._sent = False
         self._last_rx = now
         self._last_tx = now
+        self._last_tick = now
+        self.next_deadline = math.inf  # when tick() next has something to do
+        self._wake(now + config.handshake_timeout)
         self._close_deadline = 0.0
         self._close_armed = False
         self._desynchronised = False
@@ -464,6 +469,8 @@ class Connection:
         self.heartbeat = method.heartbeat
         self._reader.frame_max = frame_max
         self.state = State.AWAIT_OPEN
+        if self.heartbeat:
+            self._wake(self._clock.now + self.heartbeat / 2)
 
     def _on_open(self, method: spec.Connection.Open) -> None:
         vhost = self.broker.vhosts.get(method.virtual_host)
@@ -614,14 +621,31 @@ class Connection:
     # ------------------------------------------------------------------------------------
     # Time
     # ------------------------------------------------------------------------------------
+    def _wake(self, when: float) -> None:
+        """This connection's timers want a tick at ``when`` (`next_deadline`; also told to
+        the clock, so a sleeping shell re-plans)."""
+        if when < self.next_deadline:
+            self.next_deadline = when
+            self._clock.wake(when)
+
     def tick(self, now: float) -> None:
-        """Advance timers: handshake timeout, heartbeats, close handshake timeout."""
+        """Advance timers: handshake timeout, heartbeats, close handshake timeout; then
+        set ``next_deadline``, when this connection next wants a tick.
+
+        Heartbeats follow rabbit_heartbeat: we send one when we have been silent for half
+        the negotiated interval, so a heartbeat=1 client never waits a second. Output is
+        noted per write, not timed: what was written since the last tick is taken to have
+        gone out at that tick (the earlier bound), so silence is never underestimated."""
+        last_tick = self._last_tick
+        self._last_tick = now
         if self._received:
             self._received = False
             self._last_rx = now
         if self._sent:
             self._sent = False
-            self._last_tx = now
+            self._last_tx = last_tick
+        self.next_deadline = math.inf
+        wake = self._wake
         state = self.state
         if state is State.OPEN:
             heartbeat = self.heartbeat
@@ -634,19 +658,29 @@ class Connection:
                     )
                     self.connection_lost()
                     return
-                if now - self._last_tx >= heartbeat / 2 and not self._out:
+                if self._out:
+                    wake(now + heartbeat / 2)  # output queued: silent from now at most
+                elif now - self._last_tx >= heartbeat / 2:
                     self.send(codec.HEARTBEAT_FRAME)
+                    wake(now + heartbeat / 2)
+                else:
+                    wake(self._last_tx + heartbeat / 2)
+                wake(self._last_rx + 2 * heartbeat + HEARTBEAT_MARGIN)
         elif state is State.CLOSING:
             if not self._close_armed:
                 self._close_armed = True
                 self._close_deadline = now + CLOSE_TIMEOUT
             elif now >= self._close_deadline:
                 self._finish()
-        elif (
-            state is not State.CLOSED and now - self.created >= self.broker.config.handshake_timeout
-        ):
-            log.info("handshake timeout from %s; closing", self.peer)
-            self._finish()
+                return
+            wake(self._close_deadline)
+        elif state is not State.CLOSED:
+            deadline = self.created + self.broker.config.handshake_timeout
+            if now >= deadline:
+                log.info("handshake timeout from %s; closing", self.peer)
+                self._finish()
+            else:
+                wake(deadline)
 
     # ------------------------------------------------------------------------------------
     # Confirms

@@ -214,11 +214,13 @@ class Broker:
         return [queue] if queue is not None else []
 
     def tick(self, now: float) -> None:
-        """Run queue timers: message TTL expiry and x-expires deletion of unused queues.
+        """Run queue timers: message TTL expiry and x-expires deletion of unused queues,
+        then announce each watched queue's next deadline on the clock (`Clock.wake`).
 
         One queue's failure (a bug: storage errors are contained by the queue itself) is
         logged and the others still run; it must not take the broker down."""
-        self.clock.now = now
+        clock = self.clock
+        clock.now = now
         for vhost in list(self.vhosts.values()):
             watched = vhost.watch_queues
             for queue in list(watched):
@@ -230,6 +232,11 @@ class Broker:
                         watched.discard(queue)
                     elif not queue.needs_ticks:
                         watched.discard(queue)
+                    else:
+                        deadline = queue.next_deadline()
+                        if deadline is not None and deadline > now:  # not yet due; a due
+                            clock.wake(deadline)  # one it could not act on (an unreadable
+                            # body) is retried by the periodic tick, not in a busy loop
                 except Exception:
                     log.exception("timers of %r failed", queue)
 

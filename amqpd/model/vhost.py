@@ -315,6 +315,7 @@ class VirtualHost:
             queue.dead_letter = self.dead_letter
         if queue.settings.expires is not None:
             queue.watch()
+            self.clock.wake(self.clock.now + queue.settings.expires / 1000)
         return queue
 
     def attach_store(self, queue: Queue) -> None:
