@@ -145,7 +145,9 @@ class Channel:
             spec.Tx.Commit.index: self._on_tx_commit,
             spec.Tx.Rollback.index: self._on_tx_rollback,
             **self.topology.handlers(),
+            spec.Queue.Delete.index: self._on_queue_delete,
         }
+        self._held_cancels: list[Method] | None = None  # see _on_queue_delete
 
     # ------------------------------------------------------------------------------------
     # Frame entry points (called by Connection)
@@ -464,9 +466,24 @@ class Channel:
         if self.state is ChannelState.OPEN and self.conn.client_capability(
             "consumer_cancel_notify"
         ):
-            self._send_method(
-                codec.build(spec.Basic.Cancel, consumer_tag=consumer.tag, nowait=True)
-            )
+            cancel = codec.build(spec.Basic.Cancel, consumer_tag=consumer.tag, nowait=True)
+            if self._held_cancels is not None:
+                self._held_cancels.append(cancel)
+            else:
+                self._send_method(cancel)
+
+    def _on_queue_delete(self, method: spec.Queue.Delete) -> None:
+        """queue.delete, as RabbitMQ orders it: Delete-Ok first, then the Basic.Cancel of
+        this channel's own consumers on the queue (py-amqp/kombu raise ConsumerCancelled
+        out of ``delete()`` when the Cancel comes first)."""
+        held: list[Method] = []
+        self._held_cancels = held
+        try:
+            self.topology.queue_delete(method)
+        finally:
+            self._held_cancels = None
+        for cancel in held:
+            self._send_method(cancel)
 
     def resume_deliveries(self) -> None:
         """Let the queues this channel consumes from deliver again (credit came back)."""

@@ -18,6 +18,9 @@ Handshake states, each accepting exactly one method on channel 0::
         --tune-ok--> AWAIT_OPEN --open--> OPEN --close/close-ok--> CLOSED
     any state --hard error--> CLOSING (we sent Connection.Close) --close-ok / 3 s--> CLOSED
 
+After the client's Connection.Close we answer Close-Ok and stay CLOSED but readable (input
+discarded) until the client closes the socket or up to 30 s pass, as RabbitMQ does.
+
 A wrong protocol header is answered with ours and the socket closed. A handshake that has
 not reached OPEN within ``handshake_timeout`` is dropped. Once open, heartbeats are sent
 when we have been silent for half the negotiated interval and the peer is dropped after two
@@ -64,6 +67,7 @@ log = logging.getLogger(__name__)
 
 FRAME_MIN_SIZE: Final = 4096
 CLOSE_TIMEOUT: Final = 3.0
+CLOSING_TIMEOUT: Final = 30.0  # rabbit_reader: the longest wait for a closed client's EOF
 HEARTBEAT_MARGIN: Final = 0.01  # the dead-peer check is "more than two intervals"
 FLOW_MAX_PAUSE: Final = 0.05  # seconds a flooding publisher may be left unread per chunk
 FLOW_POLL: Final = 0.001  # seconds between checks whether its queues caught up
@@ -137,6 +141,7 @@ class Connection:
         self.next_deadline = math.inf  # when tick() next has something to do
         self._wake(now + config.handshake_timeout)
         self._close_deadline = 0.0
+        self._linger_until = math.inf  # after the client's Connection.Close (see _linger)
         self._close_armed = False
         self._desynchronised = False
         self._confirm_channels: dict[Channel, None] = {}
@@ -379,7 +384,7 @@ class Connection:
         elif isinstance(method, spec.Connection.Close):
             self.release()
             self.send(codec.encode_method(0, spec.Connection.CloseOk()))
-            self._finish()
+            self._linger()
         elif isinstance(method, spec.Connection.CloseOk):
             self._finish()
         elif isinstance(method, spec.Connection.UpdateSecret):
@@ -590,6 +595,18 @@ class Connection:
             f"CONNECTION_FORCED - broker forced connection closure with reason '{reason}'",
         )
 
+    def _linger(self) -> None:
+        """The client closed: Close-Ok is sent; like rabbit_reader (close_connection), keep
+        reading and discarding what the client still sends until it closes the socket, at
+        most the negotiated heartbeat or CLOSING_TIMEOUT. Closing at once while its earlier
+        frames are still arriving makes the kernel reset the connection, and the client
+        (amqplib, Go's amqp091) never sees the Close-Ok."""
+        self.state = State.CLOSED
+        heartbeat = self.heartbeat
+        timeout = heartbeat if 0 < heartbeat < CLOSING_TIMEOUT else CLOSING_TIMEOUT
+        self._linger_until = self._clock.now + timeout
+        self._wake(self._linger_until)
+
     def _finish(self) -> None:
         self.release()
         self.state = State.CLOSED
@@ -674,7 +691,13 @@ class Connection:
                 self._finish()
                 return
             wake(self._close_deadline)
-        elif state is not State.CLOSED:
+        elif state is State.CLOSED:
+            if not self.should_close:
+                if now >= self._linger_until:
+                    self._set_should_close()
+                else:
+                    wake(self._linger_until)
+        else:
             deadline = self.created + self.broker.config.handshake_timeout
             if now >= deadline:
                 log.info("handshake timeout from %s; closing", self.peer)

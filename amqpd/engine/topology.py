@@ -41,7 +41,8 @@ class Topology:
         self.last_queue: str | None = None
 
     def handlers(self) -> dict[int, Callable[[Any], None]]:
-        """Method index -> handler, for the channel's dispatch table."""
+        """Method index -> handler, for the channel's dispatch table (queue.delete is the
+        channel's own, around `queue_delete`)."""
         return {
             spec.Exchange.Declare.index: self._exchange_declare,
             spec.Exchange.Delete.index: self._exchange_delete,
@@ -51,7 +52,6 @@ class Topology:
             spec.Queue.Bind.index: self._queue_bind,
             spec.Queue.Unbind.index: self._queue_unbind,
             spec.Queue.Purge.index: self._queue_purge,
-            spec.Queue.Delete.index: self._queue_delete,
         }
 
     def queue_name(self, name: str) -> str:
@@ -171,7 +171,8 @@ class Topology:
         if not method.nowait:
             self._reply(spec.Queue.PurgeOk(message_count=count))
 
-    def _queue_delete(self, method: spec.Queue.Delete) -> None:
+    def queue_delete(self, method: spec.Queue.Delete) -> None:
+        """queue.delete (the channel's handler calls it: it orders the replies)."""
         name = self.queue_name(method.queue)
         queue = self.vhost.queues.get(name)
         count = 0

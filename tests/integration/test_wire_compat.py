@@ -6,14 +6,18 @@ installable here (rabbitpy's frame_max-sized body frames).
 from __future__ import annotations
 
 import asyncio
+import socket
 import struct
 from pathlib import Path
 
 import aiormq
+import amqp
+import amqp.exceptions
 import pika
 import pika.exceptions
 import pytest
 from pamqp import commands
+from pamqp import frame as pamqp_frame
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
@@ -132,3 +136,49 @@ def test_header_frame_before_tuning_is_checked_from_its_header(server: Server) -
         client.send_bytes(struct.pack(">BHI", 1, 0, 128 * 1024))
         close = client.expect_connection_close(501, answer=False)
         assert "{frame_too_large,131072,4088}" in close.reply_text
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. After the client's Connection.Close the broker reads on until the client closes
+# ---------------------------------------------------------------------------------------------
+def test_close_followed_by_more_frames_gets_close_ok_without_a_reset(server: Server) -> None:
+    """amqplib writes Connection.Close and then flushes the publishes it had queued; closing
+    the socket right after Close-Ok made the kernel reset it (the client lost its close
+    callback). Like RabbitMQ, amqpd discards what follows and waits for the client's EOF."""
+    with RawClient.open(server.port) as client:
+        client.open_channel(1)
+        client.rpc(1, commands.Queue.Declare(queue="late"), commands.Queue.DeclareOk)
+        close = commands.Connection.Close(reply_code=200, reply_text="", class_id=0, method_id=0)
+        late = client.publish_frames(1, b"x" * 60_000, routing_key="late")
+        data = pamqp_frame.marshal(close, 0) + b"".join(
+            pamqp_frame.marshal(f, 1) for f in late * 40
+        )  # ~2.4 MB after the Close
+        client.send_bytes(data)
+        client.expect(commands.Connection.CloseOk, channel=0)
+        client.sock.shutdown(socket.SHUT_WR)  # now we close our side: so does the broker
+        assert client.recv_until_closed(timeout=TIMEOUT) == b""
+    with RawClient.open(server.port) as other:  # nothing after the Close was published
+        other.open_channel(1)
+        ok = other.rpc(
+            1, commands.Queue.Declare(queue="late", passive=True), commands.Queue.DeclareOk
+        )
+        assert ok.message_count == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. queue.delete with the deleting channel's own consumer: Delete-Ok before Basic.Cancel
+# ---------------------------------------------------------------------------------------------
+def test_py_amqp_deletes_a_queue_it_consumes_from(server: Server) -> None:
+    conn = amqp.Connection(f"127.0.0.1:{server.port}", userid="guest", password="guest")
+    conn.connect()
+    try:
+        channel = conn.channel()
+        channel.queue_declare("consumed-and-deleted")
+        channel.basic_publish(amqp.Message("m"), routing_key="consumed-and-deleted")
+        channel.basic_consume("consumed-and-deleted", callback=lambda message: None)
+        # py-amqp raised ConsumerCancelled out of queue_delete when Cancel came first
+        assert channel.queue_delete("consumed-and-deleted") == 0
+        with pytest.raises(amqp.exceptions.ConsumerCancelled):
+            conn.drain_events(timeout=5)  # the Basic.Cancel comes after the Delete-Ok
+    finally:
+        conn.close()

@@ -978,9 +978,55 @@ def test_connection_close_from_the_client_is_answered_with_close_ok() -> None:
     close = commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
     client.send(0, close)
     assert [(c, type(v)) for c, v in client.received()] == [(0, commands.Connection.CloseOk)]
-    assert client.conn.should_close and client.conn.state is State.CLOSED
+    assert client.conn.state is State.CLOSED
     assert broker.connections == set()
     assert_serves(broker)
+
+
+def test_after_the_clients_close_the_broker_reads_on_until_the_client_goes() -> None:
+    """rabbit_reader keeps reading (and discarding) after Close-Ok: closing the socket while
+    the client's earlier frames still arrive resets the connection (amqplib writes Close
+    and then flushes queued publishes; Go's amqp091 closes concurrently)."""
+    broker = Broker()
+    client = connect(broker)
+    declare(client, 1, "kept", durable=False)
+    close = commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
+    client.send(0, close)
+    client.send(1, *publish_frames("kept", b"after close"))  # still arriving: discarded
+    assert [(c, type(v)) for c, v in client.received()] == [(0, commands.Connection.CloseOk)]
+    assert not client.conn.should_close  # the socket stays open for the client to close
+    other = connect(broker)
+    assert counts(other, 1, "kept") == (0, 0)
+    client.conn.connection_lost()  # the client closed its end
+    assert client.conn.should_close
+
+
+def test_a_closed_client_that_never_closes_its_socket_is_dropped_after_30_s() -> None:
+    broker = Broker()
+    client = connect(broker)
+    advance(broker, 0.0, client)
+    client.send(
+        0, commands.Connection.Close(reply_code=200, reply_text="", class_id=0, method_id=0)
+    )
+    client.received()
+    advance(broker, 29.0, client)
+    assert not client.conn.should_close
+    advance(broker, 30.0, client)
+    assert client.conn.should_close
+
+
+def test_the_linger_after_close_is_the_heartbeat_when_shorter() -> None:
+    broker = Broker()
+    client = tuned(broker, heartbeat=5)
+    advance(broker, 0.0, client)
+    client.send(
+        0, commands.Connection.Close(reply_code=200, reply_text="", class_id=0, method_id=0)
+    )
+    client.received()
+    advance(broker, 4.5, client)
+    assert not client.conn.should_close
+    advance(broker, 5.0, client)
+    assert client.conn.should_close
 
 
 def test_channel_close_from_the_client_is_answered_with_close_ok() -> None:
