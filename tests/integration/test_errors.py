@@ -9,6 +9,7 @@ code, that the reply text names the object concerned, and that the broker keeps 
 
 from __future__ import annotations
 
+import socket
 import struct
 import time
 from collections.abc import Callable, Iterator
@@ -946,6 +947,11 @@ def test_connection_close_from_client_is_answered_with_close_ok(server: Server) 
             0, commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
         )
         client.expect(commands.Connection.CloseOk, channel=0)
+        # like RabbitMQ, the broker leaves closing the socket to the client (it waits up
+        # to 30 s for it): once we close our side, it closes too
+        with pytest.raises(TimeoutError):
+            client.read_frame(timeout=0.5)
+        client.sock.shutdown(socket.SHUT_WR)
         assert client.read_until_closed() == []
     assert_broker_serves(server.port)
 
