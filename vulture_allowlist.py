@@ -25,7 +25,6 @@ _.return_unroutable
 _.deliver_get
 _.capture_signals  # overrides uvicorn.Server.capture_signals (amqpd/shell/http_listener.py)
 _.should_exit  # uvicorn.Server.should_exit, read by uvicorn's main loop (http_listener.py)
-serve_http  # amqpd/shell/http_listener.py: used by the management and metrics listeners
 
 # -- interop.jms: public API documented in docs/jms.md, called by applications ----------------
 _.from_url  # ConnectionFactory.from_url (interop/jms/connection.py)
@@ -63,3 +62,8 @@ tb  # the traceback argument of __exit__ / __aexit__ (interop/jms/messages.py, p
 
 # -- amqpd: used only where vulture does not look ---------------------------------------------
 buffered  # FrameReader.buffered: tests assert a reader keeps no bytes (test_codec, test_engine)
+_.require_policymaker  # management auth: for the policies endpoints (operations work)
+_.redirect_slashes  # Starlette's Router reads it (management app: answer, never redirect)
+
+# -- amqpd.shell: called by libraries ----------------------------------------------------------
+_.collect  # prometheus_client Collector.collect, called by generate_latest (shell/metrics.py)

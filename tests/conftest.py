@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -12,6 +13,12 @@ import pytest
 
 from amqpd.model.broker import BrokerConfig
 from amqpd.shell.server import Server, ServerConfig, background_server
+
+# Brokers that tests start as subprocesses (`python -m amqpd`) serve the management API and
+# Prometheus metrics by default on RabbitMQ's fixed ports; tests run beside other tests, so
+# they take free ports instead (a test that needs a known port passes it explicitly).
+os.environ.setdefault("AMQPD_MANAGEMENT_PORT", "0")
+os.environ.setdefault("AMQPD_PROMETHEUS_PORT", "0")
 
 
 @contextmanager

@@ -98,6 +98,32 @@ def build_parser() -> argparse.ArgumentParser:
         default=int(_env("MAX_MESSAGE_SIZE", str(128 << 20))),
         help="largest accepted message body in bytes [AMQPD_MAX_MESSAGE_SIZE, default 128 MiB]",
     )
+    parser.add_argument(
+        "--management-port",
+        type=int,
+        default=int(_env("MANAGEMENT_PORT", "15672")),
+        help="port of the management HTTP API and dashboard, on --host "
+        "[AMQPD_MANAGEMENT_PORT, default 15672]",
+    )
+    parser.add_argument(
+        "--no-management",
+        action="store_true",
+        default=_env("NO_MANAGEMENT", "") == "true",
+        help="do not serve the management API and dashboard [AMQPD_NO_MANAGEMENT=true]",
+    )
+    parser.add_argument(
+        "--prometheus-port",
+        type=int,
+        default=int(_env("PROMETHEUS_PORT", "15692")),
+        help="port of the Prometheus endpoint (/metrics), on --host "
+        "[AMQPD_PROMETHEUS_PORT, default 15692]",
+    )
+    parser.add_argument(
+        "--no-prometheus",
+        action="store_true",
+        default=_env("NO_PROMETHEUS", "") == "true",
+        help="do not serve Prometheus metrics [AMQPD_NO_PROMETHEUS=true]",
+    )
     add_options(parser)  # TLS, access control, limits and alarms (amqpd/security_cli.py)
     return parser
 
@@ -133,6 +159,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         port=args.port,
         data_dir=args.data_dir,
         synchronous=args.sync.upper(),
+        management_port=None if args.no_management else args.management_port,
+        prometheus_port=None if args.no_prometheus else args.prometheus_port,
         **applied.server,
     )
     backend_options = {}

@@ -342,12 +342,14 @@ class Connection:
                 index & 0xFFFF,
             )
         self.channels[number] = Channel(self, number)
+        self.broker.statistics.churn.channels_opened += 1
         self.send(codec.encode_method(number, codec.CHANNEL_OPEN_OK))
 
     def channel_closed(self, channel: Channel) -> None:
         """Forget a channel whose close handshake finished (its number is free again)."""
         if self.channels.get(channel.number) is channel:
             del self.channels[channel.number]
+            self.broker.statistics.churn.channels_closed += 1
         self._confirm_channels.pop(channel, None)
 
     # ------------------------------------------------------------------------------------
@@ -625,6 +627,7 @@ class Connection:
         for channel in list(self.channels.values()):
             channel.release()
             channel.state = ChannelState.CLOSED
+        self.broker.statistics.churn.channels_closed += len(self.channels)
         self.channels.clear()
         self._confirm_channels.clear()
         self.broker.connection_released(self)

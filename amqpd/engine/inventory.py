@@ -75,11 +75,15 @@ def _rate(stats: MessageStats, name: str) -> float:
     return stats.rate(name)
 
 
+_DETAILS: Final = {name: f"{name}_details" for name in (*_CHANNEL_STATS, *_EXCHANGE_STATS)}
+
+
 def _message_stats(stats: MessageStats, names: tuple[str, ...]) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    sampled = bool(stats.rates)  # an idle object (the usual case) has no rates to round
     for name in names:
         out[name] = getattr(stats, name)
-        out[f"{name}_details"] = {"rate": _rate(stats, name)}
+        out[_DETAILS[name]] = {"rate": _rate(stats, name) if sampled else 0.0}
     return out
 
 
@@ -142,6 +146,11 @@ def _unacked_by_queue(broker: Broker) -> dict[Queue, tuple[int, int]]:
                 count, size = totals.get(record.queue, (0, 0))
                 totals[record.queue] = (count + 1, size + record.entry.message.body_size)
     return totals
+
+
+def unacked_by_queue(broker: Broker) -> dict[Queue, tuple[int, int]]:
+    """Per queue: deliveries awaiting an ack and their body bytes (for the exporter)."""
+    return _unacked_by_queue(broker)
 
 
 # -- names -----------------------------------------------------------------------------------
@@ -259,6 +268,41 @@ def _queue(broker: Broker, queue: Queue, unacked: tuple[int, int]) -> dict[str, 
     return item
 
 
+# -- vhosts ----------------------------------------------------------------------------------
+def vhosts(broker: Broker) -> list[dict[str, Any]]:
+    """``/api/vhosts`` items: each vhost's definition and its message counts."""
+    unacked = _unacked_by_queue(broker)
+    node = _node(broker)
+    items = []
+    for info in broker.access.state.vhosts.values():
+        host = broker.vhosts.get(info.name)
+        queues_here = list(host.queues.values()) if host is not None else []
+        ready = sum(len(q.ready) for q in queues_here)
+        unacked_count = sum(unacked.get(q, (0, 0))[0] for q in queues_here)
+        stats = MessageStats()
+        for q in queues_here:
+            stats.add(q.stats)
+        items.append(
+            {
+                "name": info.name,
+                "description": info.description,
+                "tags": list(info.tags),
+                "default_queue_type": "undefined",
+                "metadata": {"description": info.description, "tags": list(info.tags)},
+                "tracing": False,
+                "cluster_state": {node: "running"},
+                "messages": ready + unacked_count,
+                "messages_details": {"rate": 0.0},
+                "messages_ready": ready,
+                "messages_ready_details": {"rate": 0.0},
+                "messages_unacknowledged": unacked_count,
+                "messages_unacknowledged_details": {"rate": 0.0},
+                "message_stats": _message_stats(stats, _QUEUE_STATS),
+            }
+        )
+    return items
+
+
 # -- exchanges and bindings ------------------------------------------------------------------
 def exchanges(broker: Broker, vhost: str | None = None) -> list[dict[str, Any]]:
     """``/api/exchanges`` items (the default exchange is listed with name "")."""
@@ -295,7 +339,7 @@ def _quote_binding(text: str) -> str:
     return text.replace("%", "%25").replace("/", "%2F").replace("~", "%7E")
 
 
-def _properties_key(routing_key: str, arguments: Mapping[str, Any]) -> str:
+def properties_key(routing_key: str, arguments: Mapping[str, Any]) -> str:
     """RabbitMQ's binding ``properties_key`` (rabbit_mgmt_format:pack_binding_props): the
     quoted routing key (``~`` for an empty one without arguments), plus ``~`` and a digest
     of the arguments when there are any (stable across restarts)."""
@@ -325,6 +369,31 @@ def bindings(broker: Broker, vhost: str | None = None) -> list[dict[str, Any]]:
     return items
 
 
+def find_binding(
+    broker: Broker, vhost: str, source: str, kind: str, destination: str, key: str
+) -> tuple[str, Mapping[str, Any]] | None:
+    """The routing key and (raw) arguments of the binding from exchange ``source`` to the
+    ``kind`` ("queue" / "exchange") ``destination`` whose ``properties_key`` is ``key``."""
+    host = broker.vhosts.get(vhost)
+    exchange = host.exchanges.get(source) if host is not None else None
+    if exchange is None:
+        return None
+    if exchange.is_default:
+        queue = host.queues.get(destination) if host is not None else None
+        if kind == "queue" and queue is not None and key == properties_key(destination, {}):
+            return destination, {}
+        return None
+    wanted = Queue if kind == "queue" else Exchange
+    for target, routing_key, arguments in exchange.router.bindings():
+        if (
+            isinstance(target, wanted)
+            and target.name == destination
+            and properties_key(routing_key, arguments) == key
+        ):
+            return routing_key, arguments
+    return None
+
+
 def _binding(
     vhost: str, source: str, destination: str, kind: str, key: str, arguments: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -335,7 +404,7 @@ def _binding(
         "destination_type": kind,
         "routing_key": key,
         "arguments": _json_value(arguments),
-        "properties_key": _properties_key(key, arguments),
+        "properties_key": properties_key(key, arguments),
     }
 
 

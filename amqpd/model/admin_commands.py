@@ -79,6 +79,14 @@ class _Args:
             raise AdminError(f"{name} must be a string")
         return value
 
+    def optional_text(self, name: str) -> str | None:
+        if self._request.get(name) is None:
+            return None
+        return self.text(name)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._request
+
     def texts(self, name: str) -> tuple[str, ...]:
         value = self._request.get(name, [])
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
@@ -145,6 +153,30 @@ def _users_add(broker: Broker, args: _Args) -> Outcome:
         raise AdminError(f"user '{name}' already exists")
     state.users[name] = User(name, _password_hash(args), DEFAULT_HASHING, args.texts("tags"))
     return _changed(broker, state, f"Added user '{name}'.")
+
+
+def _users_put(broker: Broker, args: _Args) -> Outcome:
+    """Create or update a user (the management API's PUT /api/users/{name}): a given
+    ``password_hash`` (``hashing_algorithm``, default sha256) replaces the password, the
+    tags are set. A new user without a hash cannot log in with a password."""
+    state = _copy(broker)
+    name = args.text("name")
+    algorithm = args.text("hashing_algorithm", default=DEFAULT_HASHING)
+    password_hash = args.optional_text("password_hash")
+    if password_hash is not None:
+        try:
+            validate_hash(password_hash, algorithm)
+        except ValueError as exc:
+            raise AdminError(str(exc)) from exc
+    user = state.users.get(name)
+    if user is None:
+        state.users[name] = User(name, password_hash or "", algorithm, args.texts("tags"))
+        return _changed(broker, state, f"Added user '{name}'.")
+    if password_hash is not None:
+        user.password_hash = password_hash
+        user.hashing_algorithm = algorithm
+    user.tags = args.texts("tags")
+    return _changed(broker, state, f"Updated user '{name}'.")
 
 
 def _users_delete(broker: Broker, args: _Args) -> Outcome:
@@ -225,6 +257,22 @@ def _vhosts_add(broker: Broker, args: _Args) -> Outcome:
     return _changed(broker, state, f"Added vhost '{name}'.")
 
 
+def _vhosts_put(broker: Broker, args: _Args) -> Outcome:
+    """Create a vhost or update its description and tags (PUT /api/vhosts/{name})."""
+    state = _copy(broker)
+    name = args.text("name")
+    info = state.vhosts.get(name)
+    if info is None:
+        state.vhosts[name] = VhostInfo(
+            name, args.text("description", default=""), args.texts("tags")
+        )
+        return _changed(broker, state, f"Added vhost '{name}'.")
+    info.description = args.text("description", default=info.description)
+    if "tags" in args:
+        info.tags = args.texts("tags")
+    return _changed(broker, state, f"Updated vhost '{name}'.")
+
+
 def _vhosts_limit(broker: Broker, args: _Args) -> Outcome:
     state = _copy(broker)
     name = args.text("name")
@@ -278,6 +326,7 @@ def _import(broker: Broker, args: _Args) -> Outcome:
 
 _COMMANDS: dict[tuple[str, str], Callable[[Broker, _Args], Outcome]] = {
     ("users", "add"): _users_add,
+    ("users", "put"): _users_put,
     ("users", "delete"): _users_delete,
     ("users", "change-password"): _users_password,
     ("users", "set-tags"): _users_tags,
@@ -286,6 +335,7 @@ _COMMANDS: dict[tuple[str, str], Callable[[Broker, _Args], Outcome]] = {
     ("users", "clear-permissions"): _clear_permissions,
     ("users", "list-permissions"): _list_permissions,
     ("vhosts", "add"): _vhosts_add,
+    ("vhosts", "put"): _vhosts_put,
     ("vhosts", "set-max-connections"): _vhosts_limit,
     ("vhosts", "delete"): _vhosts_delete,
     ("vhosts", "list"): _vhosts_list,

@@ -87,6 +87,7 @@ class Broker:
         self.paging_queues: set[Queue] = set()
         self.clock = Clock(now)  # unix time, advanced by tick(now) and the engine's input
         self.body_loader: BodyLoader | None = None
+        self.statistics = NodeStatistics()  # node-wide message totals and rates
         for name in self.config.vhosts:
             self.add_vhost(name)
         self.access = AccessControl(default_access(self.config.vhosts), self.config.loopback_users)
@@ -96,7 +97,6 @@ class Broker:
         self.batch_waits = BatchWaits()  # what confirms and tx.commit-oks wait for
         self.blocked_reason: str | None = None  # set while the store is failing
         self.reply_queues: dict[str, Queue] = {}  # direct reply-to addresses -> pseudo-queue
-        self.statistics = NodeStatistics()  # node-wide message totals and rates
         self._no_vhost = VirtualHost("")  # never registered: there may be no vhost at all
 
     @property
@@ -111,6 +111,7 @@ class Broker:
         if vhost is None:
             vhost = VirtualHost(name)
             vhost.clock = self.clock
+            vhost.churn = self.statistics.churn
             vhost.journal = self.journal
             vhost.paging_queues = self.paging_queues
             vhost.body_loader = self.body_loader
@@ -194,6 +195,7 @@ class Broker:
     def connection_opened(self, connection: ClientHandle) -> None:
         """A connection finished its handshake."""
         self.connections.add(connection)
+        self.statistics.churn.connections_opened += 1
         name = connection.vhost.name
         self.vhost_connections[name] = self.vhost_connections.get(name, 0) + 1
 
@@ -201,6 +203,7 @@ class Broker:
         """A connection is closing or gone: drop its exclusive queues."""
         if connection in self.connections:
             self.connections.discard(connection)
+            self.statistics.churn.connections_closed += 1
             name = connection.vhost.name
             self.vhost_connections[name] -= 1
         vhost = connection.vhost

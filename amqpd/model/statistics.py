@@ -150,6 +150,31 @@ class IOStats(Counters):
         self.ssl = False
 
 
+class Churn:
+    """How many connections, channels and queues came and went (RabbitMQ's
+    ``connection_churn_metrics``, Prometheus' ``rabbitmq_*_opened_total`` ...): one ``+= 1``
+    per open, close, declare or delete, never per message."""
+
+    __slots__ = (
+        "channels_closed",
+        "channels_opened",
+        "connections_closed",
+        "connections_opened",
+        "queues_created",
+        "queues_declared",
+        "queues_deleted",
+    )
+
+    def __init__(self) -> None:
+        self.connections_opened = 0  # handshakes that finished (connection.open-ok)
+        self.connections_closed = 0  # of those, closed or lost
+        self.channels_opened = 0
+        self.channels_closed = 0
+        self.queues_declared = 0  # non-passive queue.declare (new or existing), API declares
+        self.queues_created = 0  # declarations that made a new queue
+        self.queues_deleted = 0  # deleted for any reason (delete, auto-delete, expiry, owner)
+
+
 @dataclass(slots=True)
 class NodeStatistics:
     """Node-wide counters: channels that closed are folded into ``closed`` so totals
@@ -157,6 +182,7 @@ class NodeStatistics:
 
     node: str = "amqpd@localhost"  # the node name the shell chose
     closed: MessageStats = field(default_factory=MessageStats)
+    churn: Churn = field(default_factory=Churn)
     totals: MessageStats = field(default_factory=MessageStats)
     depth_rates: dict[str, float] = field(default_factory=dict)
     last_depth: tuple[int, int] | None = None

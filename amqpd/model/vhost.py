@@ -10,7 +10,7 @@ from amqpd.model.deadletter import dead_letter_header, is_cycle
 from amqpd.model.message import Clock, Message
 from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.queue_args import InvalidQueueArgument, amqp_type_name
-from amqpd.model.statistics import MessageStats
+from amqpd.model.statistics import Churn, MessageStats
 from amqpd.wire.codec import encode_shortstr, peek_header
 from amqpd.wire.errors import (
     COMMAND_INVALID,
@@ -108,6 +108,14 @@ def _flag(value: object) -> str:
     return "true" if value else "false"
 
 
+def _survives(destination: Queue | Exchange) -> bool:
+    """Whether a queue or exchange is durable (and a queue not exclusive): what a restart
+    keeps with a store, and what a definitions export lists (with or without a store)."""
+    if isinstance(destination, Queue):
+        return destination.durable and destination.exclusive_owner is None
+    return destination.durable
+
+
 def generated_name(prefix: str) -> str:
     """A server-generated name like RabbitMQ's ``amq.gen-…`` / ``amq.ctag-…``."""
     return prefix + base64.urlsafe_b64encode(secrets.token_bytes(16)).decode().rstrip("=")
@@ -131,6 +139,7 @@ class VirtualHost:
         self.paging_queues: set[Queue] | None = None
         self.clock = Clock()  # shared with the broker, which replaces it
         self.watch_queues: set[Queue] = set()  # queues with timers (TTL, x-expires)
+        self.churn = Churn()  # the broker's node-wide counters replace this one
 
     # -- exchanges -------------------------------------------------------------------------
     def get_exchange(self, name: str) -> Exchange:
@@ -246,6 +255,7 @@ class VirtualHost:
             self.check_exclusive_access(existing, owner)
             existing.last_used = self.clock.now  # RabbitMQ: a passive declare renews x-expires
             return existing
+        self.churn.queues_declared += 1
         if existing is not None:
             existing.last_used = self.clock.now
             # rabbit_amqqueue:assert_equivalence: exclusivity is checked strictly and first,
@@ -288,6 +298,7 @@ class VirtualHost:
                         f"invalid property '{flag}' for queue '{name}' in vhost '{self.name}'"
                     )
         self.queues[name] = queue
+        self.churn.queues_created += 1
         if exclusive:
             assert owner is not None, "an exclusive queue needs an owner"
             owner.exclusive_queues.append(queue)
@@ -344,6 +355,7 @@ class VirtualHost:
         if queue.deleted:
             return 0
         count = queue.message_count
+        self.churn.queues_deleted += 1
         if queue.journal is not None:
             queue.journal.delete_queue(self.name, queue.name)  # cascades messages, bindings
         queue.deleted = True
@@ -365,8 +377,8 @@ class VirtualHost:
                 self._remove_exchange(exchange)
 
     def durable_definitions(self) -> tuple[list[ExchangeDef], list[QueueDef], list[BindingDef]]:
-        """The exchanges, queues and bindings that survive a restart, in their stored form
-        (what a definitions export lists)."""
+        """The durable exchanges, queues and bindings in their stored form (what a
+        definitions export lists; with a store, what survives a restart)."""
         exchanges = [
             ExchangeDef(self.name, ex.name, ex.type_name, ex.auto_delete, ex.internal, ex.arguments)
             for ex in self.exchanges.values()
@@ -375,14 +387,21 @@ class VirtualHost:
         queues = [
             QueueDef(self.name, queue.name, queue.auto_delete, queue.arguments)
             for queue in self.queues.values()
-            if queue.journal is not None
+            if _survives(queue)
         ]
         bindings = [
-            binding
+            BindingDef(
+                self.name,
+                exchange.name,
+                "queue" if isinstance(destination, Queue) else "exchange",
+                destination.name,
+                key,
+                arguments,
+            )
             for exchange in self.exchanges.values()
+            if exchange.durable and not exchange.is_default
             for destination, key, arguments in exchange.router.bindings()
-            if isinstance(destination, Queue | Exchange)
-            and (binding := self._binding_def(exchange, destination, key, arguments)) is not None
+            if isinstance(destination, Queue | Exchange) and _survives(destination)
         ]
         return exchanges, queues, bindings
 

@@ -4,12 +4,12 @@ Each accepted socket gets two tasks: a reader that feeds every received chunk (u
 to its `Connection`, and a writer that sleeps until the engine reports output and then sends
 everything pending in one write. The engine never calls back: after every piece of input
 (a chunk, a tick, a storage batch, an alarm change, an admin command, a lost socket) the
-shell calls `_after_core`, the one place that wakes the writers of the connections the
+shell calls `after_core`, the one place that wakes the writers of the connections the
 engine's `Outbox` lists, resumes readers, and wakes the group committer if the journal has
 work. Because the reader processes a whole chunk before it next awaits, all frames produced
 for any connection during that chunk go out in one write per connection. One ticker task
 drives every timer: it sleeps until the core's next deadline (`Clock.wake_at`) and at most a
-tick interval (1 s); `_after_core` wakes it early when input brought an earlier deadline.
+tick interval (1 s); `after_core` wakes it early when input brought an earlier deadline.
 The core gets the time with its input: unix seconds (``time.time()``), one time base for
 heartbeats, TTLs and x-expires alike.
 """
@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import signal
+import socket
 import ssl
 import time
 from collections.abc import Callable, Iterator
@@ -43,8 +44,9 @@ from amqpd.model.broker import Broker, BrokerConfig
 from amqpd.model.definitions import DefinitionsError, import_definitions
 from amqpd.model.queue import HOT_WINDOW
 from amqpd.model.statistics import NodeSample
-from amqpd.shell import node_sample, resources
+from amqpd.shell import management, metrics, node_sample, resources
 from amqpd.shell.admin_socket import AdminReply, serve_admin
+from amqpd.shell.http_listener import bind, serve_http
 from amqpd.shell.tls import TLSOptions, certificate_identity, server_context, tls_failure_reason
 from persistence.errors import StoreError
 from persistence.group_commit import GroupCommitter
@@ -75,6 +77,8 @@ class ServerConfig:
     memory_check_interval: float = 0.1  # seconds between memory measurements
     memory_probe: Callable[[], int] = resources.rss_bytes  # bytes the broker uses
     disk_probe: Callable[[Path], int] = resources.disk_free  # free bytes at the data dir
+    management_port: int | None = None  # management API + dashboard (RabbitMQ: 15672); None: off
+    prometheus_port: int | None = None  # Prometheus /metrics (RabbitMQ: 15692); None: off
 
 
 class _Peer:
@@ -110,6 +114,8 @@ class Server:
         self.config = config or ServerConfig()
         self.port = 0
         self.tls_port = 0
+        self.management_port = 0  # bound ports, once serving (0: that listener is off)
+        self.prometheus_port = 0
         self._tls_context: ssl.SSLContext | None = None
         self._peers: dict[Connection, _Peer] = {}
         self._outbox: Outbox[Connection] = Outbox()
@@ -143,6 +149,7 @@ class Server:
             self._tls_context = server_context(self.config.tls)
         store = await self._open_store()
         tls_listener: anyio.abc.Listener[anyio.abc.SocketStream] | None = None
+        http_sockets: dict[str, socket.socket] = {}
         try:
             await self._import_definitions(store)
             listener = await anyio.create_tcp_listener(
@@ -155,6 +162,7 @@ class Server:
                     local_host=self.config.host, local_port=self.config.tls_port, reuse_port=False
                 )
                 self.tls_port = tls_listener.extra(SocketAttribute.local_port)
+            http_sockets = self._bind_http()
             self._add_listener("amqp", self.port)
             if tls_listener is not None:
                 self._add_listener("amqp/ssl", self.tls_port)
@@ -170,17 +178,50 @@ class Server:
                     group.start_soon(tls_listener.serve, partial(self._handle, tls=True), group)
                     log.info("listening for AMQPS on %s:%d", self.config.host, self.tls_port)
                 if store is not None and self.config.data_dir is not None:
-                    await group.start(serve_admin, self.config.data_dir, self._admin_request)
+                    await group.start(serve_admin, self.config.data_dir, self.admin_request)
+                await self._serve_http(group, http_sockets)
                 log.info("listening on %s:%d", self.config.host, self.port)
                 task_status.started(self.port)
                 await anyio.sleep(math.inf)
         finally:
+            for sock in http_sockets.values():
+                sock.close()  # closed by serve_http already unless serving never started
             if tls_listener is not None:
                 with anyio.CancelScope(shield=True):
                     await tls_listener.aclose()
             if store is not None:
                 with anyio.CancelScope(shield=True):
                     await self._close_store(store)
+
+    def _bind_http(self) -> dict[str, socket.socket]:
+        """Bind the HTTP listeners that are on (so a port in use fails before serving)."""
+        config = self.config
+        sockets: dict[str, socket.socket] = {}
+        try:
+            if config.management_port is not None:
+                sockets["http"] = bind(config.host, config.management_port)
+            if config.prometheus_port is not None:
+                sockets["http/prometheus"] = bind(config.host, config.prometheus_port)
+        except BaseException:
+            for sock in sockets.values():
+                sock.close()
+            raise
+        return sockets
+
+    async def _serve_http(
+        self, group: anyio.abc.TaskGroup, sockets: dict[str, socket.socket]
+    ) -> None:
+        """Start the management API and the Prometheus endpoint on their bound sockets."""
+        for protocol, sock in sockets.items():
+            if protocol == "http":
+                self.management_port = await group.start(
+                    serve_http, management.create_app(self), sock
+                )
+                self._add_listener(protocol, self.management_port)
+            else:
+                self.prometheus_port = await group.start(serve_http, metrics.create_app(self), sock)
+                self._add_listener(protocol, self.prometheus_port)
+            log.info("listening for %s on %s:%d", protocol, self.config.host, sock.getsockname()[1])
 
     def _add_listener(self, protocol: str, port: int) -> None:
         self.listeners.append(
@@ -202,7 +243,7 @@ class Server:
                 log.exception("sampling statistics failed")
             await anyio.sleep(SAMPLE_INTERVAL)
 
-    def _after_core(self) -> None:
+    def after_core(self) -> None:
         """Act on what the core reported after it was handed input: wake the writer of
         every connection with output (or closing), resume readers the engine unpaused, and
         wake the group committer if the journal has work (the one place that does)."""
@@ -228,11 +269,11 @@ class Server:
 
     def _batch_committed(self, batch: int) -> None:
         self.broker.batch_committed(batch)
-        self._after_core()
+        self.after_core()
 
     def _batch_failed(self, batch: int, error: Exception) -> None:
         self.broker.batch_failed(batch, error)
-        self._after_core()
+        self.after_core()
 
     async def _open_store(self) -> Store | None:
         journal = self._journal
@@ -261,7 +302,7 @@ class Server:
         self._store = store
         return store
 
-    async def _admin_request(self, request: dict[str, Any]) -> AdminReply:
+    async def admin_request(self, request: dict[str, Any]) -> AdminReply:
         """An ``amqpd users|vhosts|definitions`` command from the admin socket: carried out
         on the live broker, then persisted after everything it journaled (a deleted vhost's
         queues) has been committed."""
@@ -271,14 +312,14 @@ class Server:
             except AdminError as exc:
                 return AdminReply(False, str(exc))
             finally:
-                self._after_core()  # a closed connection's Connection.Close
+                self.after_core()  # a closed connection's Connection.Close
             return AdminReply(True, json.dumps(answer))
         try:
             outcome = execute(self.broker, request)
         except AdminError as exc:
             return AdminReply(False, str(exc))
         finally:
-            self._after_core()  # closed connections, journaled deletions
+            self.after_core()  # closed connections, journaled deletions
         log.info("admin: %s %s", request.get("group"), request.get("command"))
         store, committer = self._store, self._committer
         if outcome.changed and store is not None and committer is not None:
@@ -343,7 +384,7 @@ class Server:
         peers = list(self._peers.values())
         for peer in peers:
             peer.conn.close_forced(reason)
-        self._after_core()
+        self.after_core()
         with anyio.move_on_after(SHUTDOWN_GRACE):
             for peer in peers:
                 await peer.done.wait()
@@ -355,7 +396,7 @@ class Server:
         ``tick_interval``: queue deadlines (a head's TTL, x-expires) come from the clock
         (`Clock.wake_at`), each connection's (heartbeats, timeouts) from its
         ``next_deadline``; a due deadline ticks the broker and the due connections, the
-        periodic tick everything. `_after_core` wakes it when input brings an earlier
+        periodic tick everything. `after_core` wakes it when input brings an earlier
         deadline; deadline ticks are at least TIMER_RESOLUTION apart."""
         clock = self.broker.clock
         interval = self.config.tick_interval
@@ -388,7 +429,7 @@ class Server:
                         conn.tick(now)
             except Exception:  # a bug in a timer must not take the broker down
                 log.exception("timers failed")
-            self._after_core()
+            self.after_core()
 
     async def _resource_monitor(self) -> None:
         """Measure memory (every memory_check_interval) and the data directory's free space
@@ -401,7 +442,7 @@ class Server:
             now = anyio.current_time()
             if alarms.memory_limit is not None:
                 broker.memory_used(config.memory_probe())
-                self._after_core()  # connection.unblocked, readers resumed
+                self.after_core()  # connection.unblocked, readers resumed
                 if "memory" in alarms.active and now >= next_trim:
                     next_trim = now + 1.0
                     resources.release_free_memory()  # so the RSS can fall below the mark
@@ -411,7 +452,7 @@ class Server:
                     broker.disk_free(config.disk_probe(config.data_dir))
                 except OSError as exc:
                     log.warning("cannot measure free disk space: %s", exc)
-                self._after_core()
+                self.after_core()
             await anyio.sleep(config.memory_check_interval)
 
     async def _handle(self, stream: anyio.abc.SocketStream, tls: bool = False) -> None:
@@ -453,7 +494,7 @@ class Server:
             except Exception:
                 log.exception("releasing connection from %s failed", peer_name)
             del self._peers[conn]
-            self._after_core()
+            self.after_core()
             with suppress(Exception):
                 await peer.stream.aclose()
             peer.done.set()
@@ -493,7 +534,7 @@ class Server:
                     continue
                 data = await stream.receive(READ_SIZE)
                 conn.receive_data(data, time.time())
-                self._after_core()
+                self.after_core()
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             conn.connection_lost()
 
@@ -509,7 +550,7 @@ class Server:
                     conn.write_started(len(data))
                     await stream.send(data)
                     conn.write_finished()  # may dispatch again (write-ahead limit)
-                    self._after_core()
+                    self.after_core()
                 if conn.should_close and not conn.output_pending:
                     break
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):

@@ -495,10 +495,17 @@ def _cell(value: float | None, fmt: str) -> str:
 
 def results_table(workloads: list[Workload], results: dict[str, Runs], names: list[str]) -> str:
     """The markdown table of medians, one row per figure (paired figures share a row)."""
-    rival = names[1] if len(names) > 1 else None
+    baseline = next((n for n in names if n.startswith("amqpd@")), None)
+    rival = next((n for n in names if not n.startswith("amqpd")), None)
     other = rival or "RabbitMQ"
     head = f"| workload | figure | amqpd | {other} | amqpd / {other} | goal |"
     lines = [head, "| --- | --- | ---: | ---: | ---: | --- |"]
+    if baseline is not None:
+        head = (
+            f"| workload | figure | amqpd | {baseline} | {other} | amqpd / {other} "
+            f"| {baseline} / {other} | goal |"
+        )
+        lines = [head, "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     for w in workloads:
         runs = results.get(w.name)
         if runs is None:
@@ -510,7 +517,8 @@ def results_table(workloads: list[Workload], results: dict[str, Runs], names: li
             fig = figures[i]
             pair = figures[i + 1] if i + 1 < len(figures) and figures[i + 1].label == "" else None
             cells, ratios = [], []
-            for name in ["amqpd", rival]:
+            columns = ["amqpd", rival] if baseline is None else ["amqpd", baseline, rival]
+            for name in columns:
                 if name is None:
                     cells.append("skipped")
                     continue
@@ -519,13 +527,17 @@ def results_table(workloads: list[Workload], results: dict[str, Runs], names: li
                 if pair is not None:
                     text += " / " + _cell(runs.median(name, pair.key), pair.fmt)
                 cells.append(text)
-            for f in [fig] + ([pair] if pair else []):
-                a = runs.median("amqpd", f.key)
-                b = runs.median(rival, f.key) if rival else None
-                ratios.append(f"{a / b:.2f}x" if a is not None and b else "n/a")
+            ratio_cells = []
+            for ours in columns[:-1]:
+                ratios = []
+                for f in [fig] + ([pair] if pair else []):
+                    a = runs.median(ours, f.key)
+                    b = runs.median(rival, f.key) if rival else None
+                    ratios.append(f"{a / b:.2f}x" if a is not None and b else "n/a")
+                ratio_cells.append(" / ".join(ratios))
             label = f"**{w.name}** {w.title}" if first else ""
             lines.append(
-                f"| {label} | {fig.label} | {cells[0]} | {cells[1]} | {' / '.join(ratios)} "
+                f"| {label} | {fig.label} | {' | '.join(cells)} | {' | '.join(ratio_cells)} "
                 f"| {fig.goal} |"
             )
             first = False
@@ -556,22 +568,26 @@ def runs_table(workloads: list[Workload], results: dict[str, Runs]) -> str:
 BROKER_PACKAGES = ["amqpd", "exchanges", "confirms", "persistence"]
 
 
-def snapshot(code: str, work_dir: Path) -> tuple[Path, str]:
-    """Copy the broker's packages (from git HEAD, or the working tree) to run them unchanged
-    for the whole comparison, whatever happens to the checkout meanwhile.
+def snapshot(code: str, work_dir: Path, folder: str = "src") -> tuple[Path, str]:
+    """Copy the broker's packages (from git HEAD, another git revision, or the working tree)
+    to run them unchanged for the whole comparison, whatever happens to the checkout meanwhile.
 
     Returns:
         The directory to run ``python -m amqpd`` in, and a description of the code.
     """
-    src = work_dir / "src"
+    src = work_dir / folder
     shutil.rmtree(src, ignore_errors=True)
     src.mkdir(parents=True)
     sha = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
     ).stdout.strip()
-    if code == "head":
+    if code != "worktree":
+        rev = "HEAD" if code == "head" else code
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short", rev], cwd=REPO, capture_output=True, text=True
+        ).stdout.strip()
         archive = subprocess.run(
-            ["git", "archive", "HEAD", *BROKER_PACKAGES], cwd=REPO, capture_output=True, check=True
+            ["git", "archive", rev, *BROKER_PACKAGES], cwd=REPO, capture_output=True, check=True
         ).stdout
         subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
         label = f"commit {sha}"
@@ -677,6 +693,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=20.0,
         help="longest wait for that, seconds; 0 never waits [20]",
     )
+    p.add_argument(
+        "--baseline",
+        default="",
+        help="also run amqpd from this git revision, interleaved, as a third column "
+        "(before/after figures measured in one run)",
+    )
     p.add_argument("--no-rabbitmq", action="store_true", help="run amqpd only")
     p.add_argument(
         "--profile",
@@ -715,6 +737,12 @@ def main(argv: list[str] | None = None) -> int:
         Amqpd(free_port(), opts.work_dir / "amqpd" / "data", opts.sync, source)
     ]
     notes: list[str] = []
+    if opts.baseline:
+        base_source, base_label = snapshot(opts.baseline, opts.work_dir, "baseline-src")
+        baseline = f"amqpd@{opts.baseline}"
+        data = opts.work_dir / "baseline" / "data"
+        brokers.append(Amqpd(free_port(), data, opts.sync, base_source, baseline))
+        notes.append(f"{baseline}: the same workloads on {base_label}, interleaved.")
     if opts.no_rabbitmq:
         notes.append("RabbitMQ skipped (--no-rabbitmq).")
     elif not RabbitMQ.installed():

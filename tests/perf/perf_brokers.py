@@ -47,15 +47,19 @@ def _alive(pid: int) -> bool:
 class Amqpd:
     """``python -m amqpd`` as a subprocess."""
 
-    name = "amqpd"
-
     def __init__(
-        self, port: int, data_dir: Path, sync: str = "full", source: Path | None = None
+        self,
+        port: int,
+        data_dir: Path,
+        sync: str = "full",
+        source: Path | None = None,
+        name: str = "amqpd",
     ) -> None:
         self.port = port
         self.data_dir = data_dir
         self.sync = sync
         self.source = source  # a directory holding the amqpd packages to run, if not ours
+        self.name = name
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -74,7 +78,8 @@ class Amqpd:
         shutil.rmtree(self.data_dir, ignore_errors=True)
         self.data_dir.mkdir(parents=True)
         log = (self.data_dir.parent / "amqpd.log").open("ab")
-        env = dict(os.environ)
+        # the HTTP listeners (management, Prometheus) stay on, as a user runs it, on free ports
+        env = dict(os.environ, AMQPD_MANAGEMENT_PORT="0", AMQPD_PROMETHEUS_PORT="0")
         if self.source is not None:
             env["PYTHONPATH"] = str(self.source)
         self.process = subprocess.Popen(

@@ -1,0 +1,170 @@
+// The single-page dashboard: the login form, hash routing between pages, a refresh every
+// five seconds (RabbitMQ's UI default), and the resource-alarm banner on every page.
+
+import { ApiError, api, forget, loggedIn, remember, username } from "./api.js";
+import { h } from "./dom.js";
+import { adminPage, connectionsPage, exchangesPage } from "./lists.js";
+import { overviewPage } from "./overview.js";
+import { queuePage, queuesPage } from "./queues.js";
+
+const REFRESH_MS = 5000;
+const $ = (id) => document.getElementById(id);
+
+let current = null; // {name, page}
+let timer = null;
+let generation = 0; // a page switch makes older refreshes' results stale
+
+function notify(text, isError = false) {
+  const status = $("status");
+  status.textContent = text;
+  status.className = isError ? "error" : "ok";
+  status.hidden = false;
+  clearTimeout(notify.timer);
+  notify.timer = setTimeout(() => {
+    status.hidden = true;
+  }, 6000);
+}
+
+function route() {
+  const parts = window.location.hash.replace(/^#\/?/, "").split("/");
+  const [name = "", ...rest] = parts;
+  switch (name) {
+    case "queues":
+      if (rest.length >= 2) {
+        const vhost = decodeURIComponent(rest[0]);
+        const queue = decodeURIComponent(rest.slice(1).join("/"));
+        return { name: "queues", page: queuePage(vhost, queue, notify) };
+      }
+      return { name: "queues", page: queuesPage(notify) };
+    case "exchanges":
+      return { name: "exchanges", page: exchangesPage() };
+    case "connections":
+    case "channels":
+      return { name: "connections", page: connectionsPage(notify) };
+    case "admin":
+    case "users":
+      return { name: "admin", page: adminPage() };
+    default:
+      return { name: "overview", page: overviewPage() };
+  }
+}
+
+function showLogin(message) {
+  generation += 1;
+  clearTimeout(timer);
+  $("nav").hidden = true;
+  $("session").hidden = true;
+  $("page").replaceChildren();
+  $("alarms").hidden = true;
+  const form = $("login");
+  form.hidden = false;
+  const error = $("login-error");
+  error.hidden = !message;
+  error.textContent = message || "";
+  form.elements.username.focus();
+}
+
+async function refreshAlarms() {
+  const banner = $("alarms");
+  try {
+    const nodes = await api("/nodes");
+    const alarms = [];
+    for (const node of nodes) {
+      if (node.mem_alarm) {
+        alarms.push(`Memory alarm on ${node.name}: ${node.mem_used} bytes used, limit ${node.mem_limit}. Publishers are blocked.`);
+      }
+      if (node.disk_free_alarm) {
+        alarms.push(`Disk alarm on ${node.name}: ${node.disk_free} bytes free, limit ${node.disk_free_limit}. Publishers are blocked.`);
+      }
+    }
+    banner.replaceChildren(...alarms.map((text) => h("div", { className: "alarm-line" }, h("b", {}, "Resource alarm "), text)));
+    banner.hidden = alarms.length === 0;
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 401) throw error;
+    banner.hidden = true;
+  }
+}
+
+async function refresh() {
+  const mine = generation;
+  clearTimeout(timer);
+  try {
+    await current.page.refresh();
+    await refreshAlarms();
+    if (mine !== generation) return;
+    $("refreshed").textContent = `last at ${new Date().toLocaleTimeString()}`;
+  } catch (error) {
+    if (mine !== generation) return;
+    if (error instanceof ApiError && error.status === 401) {
+      forget();
+      showLogin("Login failed or the session ended.");
+      return;
+    }
+    if (error instanceof ApiError && error.status === 404 && current.name === "queues") {
+      window.location.hash = "#/queues"; // the queue is gone
+      return;
+    }
+    notify(error.message, true);
+  }
+  if (mine === generation) timer = setTimeout(refresh, REFRESH_MS);
+}
+
+function show() {
+  generation += 1;
+  current = route();
+  $("login").hidden = true;
+  $("nav").hidden = false;
+  $("session").hidden = false;
+  $("who").textContent = `User ${username()}`;
+  for (const link of document.querySelectorAll("#nav a")) {
+    link.classList.toggle("active", link.dataset.page === current.name);
+  }
+  $("page").replaceChildren(current.page.element);
+  refresh();
+}
+
+async function login(event) {
+  event.preventDefault();
+  const form = event.currentTarget;
+  remember(form.elements.username.value, form.elements.password.value);
+  try {
+    const who = await api("/whoami");
+    form.reset();
+    $("node-name").textContent = "";
+    if (who && who.name) show();
+  } catch (error) {
+    forget();
+    showLogin(error instanceof ApiError && error.status === 401 ? "Login failed" : error.message);
+  }
+}
+
+async function nodeName() {
+  try {
+    const overview = await api("/overview");
+    $("node-name").textContent = overview.node ? `node ${overview.node}` : "";
+  } catch {
+    $("node-name").textContent = "";
+  }
+}
+
+$("login").addEventListener("submit", async (event) => {
+  await login(event);
+  if (loggedIn()) nodeName();
+});
+$("logout").addEventListener("click", () => {
+  forget();
+  showLogin("");
+});
+window.addEventListener("hashchange", () => {
+  if (loggedIn()) show();
+});
+window.addEventListener("resize", () => {
+  if (current && current.page.resize) current.page.resize();
+});
+
+if (loggedIn()) {
+  show();
+  nodeName();
+} else {
+  showLogin("");
+}

@@ -1,0 +1,117 @@
+"""Take a screenshot of each dashboard page into docs/dashboard/ (run by hand, not by tests).
+
+Starts a broker on free loopback ports, gives it some traffic (queues with messages, a
+consumer, a confirm-mode publisher), opens the dashboard in Debian's chromium through
+Playwright, logs in as guest, lets the overview charts collect a few samples and saves
+overview.png, queues.png, queue.png, exchanges.png, connections.png and admin.png.
+
+    PYTHONPATH=$PWD .venv/bin/python scripts/dashboard_screenshots.py [--out docs/dashboard]
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from pathlib import Path
+
+import pika
+from playwright.sync_api import sync_playwright
+
+from amqpd.model.broker import BrokerConfig
+from amqpd.shell.server import ServerConfig, background_server
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def _traffic(port: int, stop: threading.Event) -> None:
+    """Publish steadily to two queues and consume one of them until ``stop``."""
+    params = pika.ConnectionParameters(
+        "127.0.0.1", port, client_properties={"connection_name": "orders-service"}
+    )
+    conn = pika.BlockingConnection(params)
+    publisher = conn.channel()
+    publisher.confirm_delivery()
+    publisher.exchange_declare("orders", "topic", durable=True)
+    for name in ("orders.created", "orders.audit", "invoices"):
+        publisher.queue_declare(name, durable=True)
+    publisher.queue_bind("orders.created", "orders", "order.created.#")
+    publisher.queue_bind("orders.audit", "orders", "order.#")
+    consumer = conn.channel()
+    consumer.basic_qos(prefetch_count=20)
+    consumer.basic_consume("orders.created", lambda ch, m, p, b: ch.basic_ack(m.delivery_tag))
+    for i in range(40):
+        publisher.basic_publish("", "invoices", f"invoice {i}".encode())
+    sent = 0
+    while not stop.is_set():
+        for _ in range(25):
+            publisher.basic_publish(
+                "orders", "order.created.eu", f'{{"order": {sent}, "total": 12.50}}'.encode()
+            )
+            sent += 1
+        conn.process_data_events(time_limit=0.2)
+    conn.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path("docs/dashboard"))
+    parser.add_argument("--samples", type=int, default=8, help="overview refreshes to wait")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    config = ServerConfig(port=0, management_port=0, prometheus_port=0)
+    with background_server(BrokerConfig(), config) as server:
+        stop = threading.Event()
+        worker = threading.Thread(target=_traffic, args=(server.port, stop), daemon=True)
+        worker.start()
+        base = f"http://127.0.0.1:{server.management_port}/"
+        try:
+            with sync_playwright() as playwright:
+                browser = playwright.chromium.launch(
+                    executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
+                )
+                page = browser.new_page(viewport={"width": 1360, "height": 900})
+                page.goto(base)
+                page.fill("input[name=username]", "guest")
+                page.fill("input[name=password]", "guest")
+                page.click("form#login button[type=submit]")
+                page.wait_for_selector("#chart-rates")
+                deadline = time.monotonic() + 5 * args.samples + 30
+                while time.monotonic() < deadline:
+                    samples = page.get_attribute("#chart-rates", "data-samples") or "0"
+                    if int(samples) >= args.samples:
+                        break
+                    page.wait_for_timeout(1000)
+                page.screenshot(path=str(args.out / "overview.png"), full_page=True)
+                for name, hash_, selector in (
+                    ("queues", "#/queues", "#queues tbody tr td"),
+                    ("queue", "#/queues/%2F/invoices", "#get-messages"),
+                    ("exchanges", "#/exchanges", "#bindings tbody tr td"),
+                    ("connections", "#/connections", "#channels tbody tr td"),
+                    ("admin", "#/admin", "#permissions tbody tr td"),
+                ):
+                    page.goto(base + hash_)
+                    page.wait_for_selector(selector)
+                    if name == "queue":
+                        page.fill("#get-messages input[name=count]", "2")
+                        page.click("#get-messages button[type=submit]")
+                        page.wait_for_selector("#messages .message")
+                    page.screenshot(path=str(args.out / f"{name}.png"), full_page=True)
+                browser.close()
+        finally:
+            stop.set()
+            worker.join(timeout=30)
+    print(f"screenshots in {args.out}")
+
+
+if __name__ == "__main__":
+    main()
