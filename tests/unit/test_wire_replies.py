@@ -134,7 +134,14 @@ def check_names_round_trip(name: str) -> None:
         commands.Exchange.DeclareOk,
         commands.Queue.BindOk,
     ]
-    # consume with the name as consumer tag; a delivery through the named exchange
+    # consume with the name as consumer tag and cancel: Consume-Ok and Cancel-Ok name it
+    send(client, 1, loose(commands.Basic.Consume, queue=name, consumer_tag=name))
+    send(client, 1, loose(commands.Basic.Cancel, consumer_tag=name))
+    assert [(type(m), m.consumer_tag) for _c, m in client.received()] == [
+        (commands.Basic.ConsumeOk, name),
+        (commands.Basic.CancelOk, name),
+    ]
+    # consume again (the tag is free); a delivery through the named exchange
     send(client, 1, loose(commands.Basic.Consume, queue=name, consumer_tag=name, no_ack=True))
     [(_c, consume_ok)] = client.received()
     assert consume_ok.consumer_tag == name
