@@ -65,7 +65,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FRAME_MIN_SIZE: Final = 4096
 CLOSE_TIMEOUT: Final = 3.0
 CLOSING_TIMEOUT: Final = 30.0  # rabbit_reader: the longest wait for a closed client's EOF
 HEARTBEAT_MARGIN: Final = 0.01  # the dead-peer check is "more than two intervals"
@@ -130,7 +129,7 @@ class Connection:
         self.should_close = False  # the shell closes the socket once output is flushed
         # rabbit_reader: frame_min_size until Tune-Ok, so an unauthenticated peer cannot make
         # the broker buffer more than that per frame
-        self._reader = codec.FrameReader(FRAME_MIN_SIZE)
+        self._reader = codec.FrameReader(handshake.FRAME_MIN_SIZE)
         self._header = b""
         self._out: list[bytes] = []
         self._received = False
@@ -411,7 +410,7 @@ class Connection:
         user, password = handshake.credentials(
             mechanism, method.response, self.peer_cert_user, self._mechanisms
         )
-        refusal = self._login_refusal(user, password)
+        refusal = handshake.login_refusal(self.broker.access, user, password, self.loopback)
         if refusal is not None:
             log.info("%s login refused from %s: %s", mechanism, self.peer, refusal)
             error = AMQPError(
@@ -439,38 +438,8 @@ class Connection:
             )
         )
 
-    def _login_refusal(self, user: str, password: str | None) -> str | None:
-        """Why a login is refused (for the log only: the client always gets the same
-        text, so it cannot tell an unknown user from a bad password), or None."""
-        access = self.broker.access
-        if password is None:  # EXTERNAL: the certificate was verified; the user must exist
-            if user not in access.state.users:
-                return f"user '{user}' - not found"
-        elif access.authenticate(user, password) is None:
-            return f"user '{user}' - invalid credentials"
-        if not self.loopback and access.loopback_only(user):
-            return f"user '{user}' can only connect via localhost"
-        return None
-
     def _on_tune_ok(self, method: spec.Connection.TuneOk) -> None:
-        config = self.broker.config
-        frame_max = method.frame_max or config.frame_max
-        if frame_max < FRAME_MIN_SIZE:
-            raise AMQPError(
-                NOT_ALLOWED, f"frame_max={frame_max} < {FRAME_MIN_SIZE} min size", 10, 31
-            )
-        if frame_max > config.frame_max:
-            raise AMQPError(
-                NOT_ALLOWED, f"frame_max={frame_max} > {config.frame_max} max size", 10, 31
-            )
-        channel_max = method.channel_max or config.channel_max
-        if channel_max > config.channel_max:
-            raise AMQPError(
-                NOT_ALLOWED,
-                f"channel_max={channel_max} > {config.channel_max} max channels",
-                10,
-                31,
-            )
+        frame_max, channel_max = handshake.negotiate(method, self.broker.config)
         self.frame_max = frame_max
         self.channel_max = channel_max
         self.heartbeat = method.heartbeat

@@ -1,6 +1,7 @@
 """The connection handshake's pure parts: what the broker announces in Connection.Start
-(server properties, offered SASL mechanisms) and how a Start-Ok response (PLAIN, AMQPLAIN,
-EXTERNAL) yields a user and password."""
+(server properties, offered SASL mechanisms), how a Start-Ok response (PLAIN, AMQPLAIN,
+EXTERNAL) yields a user and password and whether that login is refused, and what a Tune-Ok
+settles on."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pamqp import commands as spec
 from pamqp import decode
 
 import amqpd
-from amqpd.wire.errors import ACCESS_REFUSED, AMQPError
+from amqpd.model.auth import AccessControl
+from amqpd.model.broker import BrokerConfig
+from amqpd.wire.errors import ACCESS_REFUSED, NOT_ALLOWED, AMQPError
 
 SERVER_CAPABILITIES: Final = {  # rabbit_reader:server_capabilities, in its order
     "publisher_confirms": True,
@@ -36,6 +39,7 @@ SERVER_CAPABILITIES: Final = {  # rabbit_reader:server_capabilities, in its orde
 # (`BrokerConfig.server_properties`, RabbitMQ's ``server_properties``).
 RABBITMQ_VERSION: Final = "3.10.8"
 MECHANISMS: Final = ("PLAIN", "AMQPLAIN", "EXTERNAL")
+FRAME_MIN_SIZE: Final = 4096  # the frame size limit until Tune-Ok, and the least allowed
 
 
 def server_properties(configured: Iterable[tuple[str, str]] = ()) -> dict[str, Any]:
@@ -107,3 +111,38 @@ def credentials(
     raise AMQPError(
         ACCESS_REFUSED, f"unsupported authentication mechanism '{mechanism}' ({offered})", 10, 11
     )
+
+
+def login_refusal(
+    access: AccessControl, user: str, password: str | None, loopback: bool
+) -> str | None:
+    """Why a login is refused (for the log only: the client always gets the same text, so
+    it cannot tell an unknown user from a bad password), or None. ``password`` None is
+    EXTERNAL: the certificate was verified, the user must exist."""
+    if password is None:
+        if user not in access.state.users:
+            return f"user '{user}' - not found"
+    elif access.authenticate(user, password) is None:
+        return f"user '{user}' - invalid credentials"
+    if not loopback and access.loopback_only(user):
+        return f"user '{user}' can only connect via localhost"
+    return None
+
+
+def negotiate(method: spec.Connection.TuneOk, config: BrokerConfig) -> tuple[int, int]:
+    """The (frame_max, channel_max) a Tune-Ok settles on (0: the broker's own).
+
+    Raises:
+        AMQPError: 530 for a value outside what the broker allows.
+    """
+    frame_max = method.frame_max or config.frame_max
+    if frame_max < FRAME_MIN_SIZE:
+        raise AMQPError(NOT_ALLOWED, f"frame_max={frame_max} < {FRAME_MIN_SIZE} min size", 10, 31)
+    if frame_max > config.frame_max:
+        raise AMQPError(NOT_ALLOWED, f"frame_max={frame_max} > {config.frame_max} max size", 10, 31)
+    channel_max = method.channel_max or config.channel_max
+    if channel_max > config.channel_max:
+        raise AMQPError(
+            NOT_ALLOWED, f"channel_max={channel_max} > {config.channel_max} max channels", 10, 31
+        )
+    return frame_max, channel_max
