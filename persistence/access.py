@@ -1,4 +1,5 @@
-"""Access-control records and their SQL (schema 2): users, vhosts, permissions.
+"""Access-control records and their SQL (schema 2): users, vhosts, permissions; policies,
+operator policies and global parameters (schema 3).
 
 Pure: the statements and row conversions live here; :class:`persistence.store.Store` runs
 them (``load_access`` / ``save_access``). The tables are small and are rewritten whole in
@@ -8,6 +9,7 @@ one transaction whenever they change (at startup for a definitions import, or by
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -16,6 +18,7 @@ __all__ = [
     "LOAD_SQL",
     "AccessState",
     "Permission",
+    "PolicyRecord",
     "User",
     "VhostInfo",
     "rows_to_state",
@@ -54,13 +57,28 @@ class VhostInfo:
     max_connections: int | None = None  # None or negative: unlimited; 0: no connections
 
 
+@dataclass(slots=True, frozen=True)
+class PolicyRecord:
+    """A policy or operator policy as RabbitMQ defines it (``definition`` is JSON-able)."""
+
+    vhost: str
+    name: str
+    pattern: str
+    apply_to: str = "all"
+    priority: int = 0
+    definition: dict[str, Any] = field(default_factory=dict)
+
+
 @dataclass(slots=True)
 class AccessState:
-    """Everything access control stores: what the store loads and saves."""
+    """Everything the small definition tables hold: what the store loads and saves."""
 
     users: dict[str, User] = field(default_factory=dict)
     vhosts: dict[str, VhostInfo] = field(default_factory=dict)
     permissions: dict[tuple[str, str], Permission] = field(default_factory=dict)
+    policies: dict[tuple[str, str], PolicyRecord] = field(default_factory=dict)  # (vhost, name)
+    operator_policies: dict[tuple[str, str], PolicyRecord] = field(default_factory=dict)
+    global_parameters: dict[str, Any] = field(default_factory=dict)  # name -> JSON value
 
 
 LOAD_SQL: Final = {
@@ -68,7 +86,11 @@ LOAD_SQL: Final = {
     "vhosts": "SELECT name, description, tags, max_connections FROM vhosts ORDER BY name",
     "permissions": "SELECT user, vhost, configure, write, read FROM permissions"
     " ORDER BY user, vhost",
+    "policies": "SELECT kind, vhost, name, pattern, apply_to, priority, definition FROM policies"
+    " ORDER BY kind, vhost, name",
+    "global_parameters": "SELECT name, value FROM global_parameters ORDER BY name",
 }
+_POLICY_KINDS: Final = ("policy", "operator")
 
 
 def _tags(text: str) -> tuple[str, ...]:
@@ -84,12 +106,37 @@ def rows_to_state(rows: dict[str, list[Any]]) -> AccessState:
         state.vhosts[name] = VhostInfo(name, description, _tags(tags), max_connections)
     for user, vhost, configure, write, read in rows["permissions"]:
         state.permissions[(user, vhost)] = Permission(configure, write, read)
+    for kind, vhost, name, pattern, apply_to, priority, definition in rows["policies"]:
+        table = state.policies if kind == "policy" else state.operator_policies
+        table[(vhost, name)] = PolicyRecord(
+            vhost, name, pattern, apply_to, priority, json.loads(definition)
+        )
+    for name, value in rows["global_parameters"]:
+        state.global_parameters[name] = json.loads(value)
     return state
 
 
 def state_to_statements(state: AccessState) -> list[tuple[str, list[tuple[Any, ...]]]]:
     """``(sql, rows)`` pairs that replace the stored access state with ``state``."""
+    policy_rows = [
+        (kind, p.vhost, p.name, p.pattern, p.apply_to, p.priority, json.dumps(p.definition))
+        for kind, table in zip(
+            _POLICY_KINDS, (state.policies, state.operator_policies), strict=True
+        )
+        for p in table.values()
+    ]
     return [
+        ("DELETE FROM policies", [()]),
+        ("DELETE FROM global_parameters", [()]),
+        (
+            "INSERT INTO policies (kind, vhost, name, pattern, apply_to, priority, definition)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            policy_rows,
+        ),
+        (
+            "INSERT INTO global_parameters (name, value) VALUES (?, ?)",
+            [(name, json.dumps(value)) for name, value in state.global_parameters.items()],
+        ),
         ("DELETE FROM permissions", [()]),
         ("DELETE FROM users", [()]),
         ("DELETE FROM vhosts", [()]),

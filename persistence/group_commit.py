@@ -30,6 +30,12 @@ each batch's take-apply-report holds, it commits what is pending now, then runs 
 So it never overlaps a batch, and it lands after every mutation journaled before it (a
 deleted vhost's queues are gone from the store before the vhost is).
 
+When the journal is empty after a round, ``run`` does idle work in small steps (the
+``idle`` callback: the store giving free pages back after a backlog drained): each step
+only after `IDLE_DELAY` without a wake-up, under the lock and only while nothing is
+pending, so it stays out of busy periods (a drain, a publishing burst) and a commit waits
+for at most one step.
+
 Cancelling :meth:`run` does not interrupt a transaction in progress (the store shields it)
 and its outcome is still reported. :meth:`drain` commits whatever is left once ``run`` has
 stopped, for an orderly shutdown.
@@ -51,6 +57,8 @@ from persistence.records import Batch
 __all__ = ["BatchStore", "GroupCommitter"]
 
 log = logging.getLogger(__name__)
+
+IDLE_DELAY = 0.05  # seconds without a wake-up before each step of idle work
 
 
 class BatchStore(Protocol):
@@ -78,7 +86,9 @@ class GroupCommitter:
         journal: Journal,
         on_committed: Callable[[int], None],
         on_failed: Callable[[int, StoreError], None],
+        idle: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
+        self._idle = idle  # one step of idle work; True while more remains
         self._store = store
         self._journal = journal
         self._on_committed = on_committed
@@ -109,6 +119,7 @@ class GroupCommitter:
                 await self._wakeup.wait()
                 self._wakeup = anyio.Event()
                 await self._commit_pending()
+                await self._idle_work()
         finally:
             self._running = False
 
@@ -150,6 +161,27 @@ class GroupCommitter:
             async with self._lock:
                 if not await self._commit_one():
                     return
+
+    async def _idle_work(self) -> None:
+        """Steps of idle work while the journal stays empty and nobody woke us."""
+        idle = self._idle
+        if idle is None:
+            return
+        while not self._wakeup.is_set():
+            with anyio.move_on_after(IDLE_DELAY):  # only once the broker is quiet for a bit
+                await self._wakeup.wait()
+            if self._wakeup.is_set():
+                return
+            async with self._lock:
+                if self._journal.pending or self._wakeup.is_set():
+                    return
+                try:
+                    more = await idle()
+                except StoreError as exc:
+                    log.warning("idle store work failed: %s", exc)
+                    return
+            if not more:
+                return
 
     async def _commit_one(self) -> bool:
         """Take, write and report the open batch (caller holds the lock); False if empty."""

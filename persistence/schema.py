@@ -26,6 +26,9 @@ Tables (schema 1):
 Tables added by schema 2 (access control, see :mod:`persistence.access`): ``vhosts``,
 ``users`` (RabbitMQ-format password hashes, never plain text) and ``permissions`` (three
 regular expressions per user and vhost). Small, rewritten whole when they change.
+
+Tables added by schema 3: ``policies`` (policies and operator policies, RabbitMQ's JSON
+definition as text) and ``global_parameters``; rewritten with the access tables.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from persistence.errors import StoreError
 
 __all__ = [
     "APPLICATION_ID",
+    "AUTO_VACUUM_INCREMENTAL",
     "DB_FILENAME",
     "MIGRATIONS",
     "PAGE_SIZE",
@@ -57,6 +61,9 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 
 PAGE_SIZE = 8192
 """Page size of a new store (cannot change once the file exists in WAL mode)."""
+
+AUTO_VACUUM_INCREMENTAL = 2
+"""``PRAGMA auto_vacuum`` of a store at schema 4 or later."""
 
 SYNCHRONOUS_MODES = ("FULL", "NORMAL", "EXTRA")
 """Accepted ``PRAGMA synchronous`` settings. ``NORMAL`` in WAL mode survives a crash of the
@@ -149,7 +156,41 @@ _MIGRATION_2 = (
     "INSERT INTO permissions VALUES ('guest', '/', '.*', '.*', '.*')",
 )
 
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: _MIGRATION_1, 2: _MIGRATION_2}
+# Schema 3: policies and operator policies (``kind`` 'policy' / 'operator'; the definition
+# is RabbitMQ's JSON object) and global runtime parameters (a JSON value each), so that
+# definitions move between RabbitMQ and amqpd without losing them.
+_MIGRATION_3 = (
+    """
+    CREATE TABLE policies (
+        kind       TEXT    NOT NULL CHECK (kind IN ('policy', 'operator')),
+        vhost      TEXT    NOT NULL,
+        name       TEXT    NOT NULL,
+        pattern    TEXT    NOT NULL,
+        apply_to   TEXT    NOT NULL,
+        priority   INTEGER NOT NULL,
+        definition TEXT    NOT NULL,
+        PRIMARY KEY (kind, vhost, name)
+    ) WITHOUT ROWID
+    """,
+    """
+    CREATE TABLE global_parameters (
+        name  TEXT NOT NULL PRIMARY KEY,
+        value TEXT NOT NULL
+    ) WITHOUT ROWID
+    """,
+)
+
+# Schema 4: ``PRAGMA auto_vacuum = INCREMENTAL``, so the committer can give free pages back
+# after a backlog drained (persistence.store.Store.reclaim). No statements: a new store sets
+# it before its first table; an older one is converted by one VACUUM (Store.open).
+_MIGRATION_4: tuple[str, ...] = ()
+
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: _MIGRATION_1,
+    2: _MIGRATION_2,
+    3: _MIGRATION_3,
+    4: _MIGRATION_4,
+}
 """Statements that take a store from version ``n - 1`` to version ``n``."""
 
 SCHEMA_VERSION = max(MIGRATIONS)

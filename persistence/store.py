@@ -114,6 +114,8 @@ _READ_BODIES = (
 _FETCH_ROWS = 8192  # rows per fetchmany while loading
 _DEDUP_LIMIT = 65536  # entries in the load-time string/header dedup cache before it resets
 _WRITER_CACHE_KIB = 16384
+RECLAIM_STEP = 64  # pages (512 KiB) given back per step between batches
+RECLAIM_KEEP = 256  # free pages kept for reuse: the file stays within 2 MiB of its content
 
 
 class Store:
@@ -138,6 +140,7 @@ class Store:
         self._lock = lock
         self._closed = False
         self._applying = False
+        self.created = False  # the file was created (initialised) by this open
 
     @property
     def path(self) -> Path:
@@ -182,7 +185,7 @@ class Store:
         try:
             schema.check_file_header(path)
             writer = await aiosqlite.connect(path, isolation_level=None)
-            await _prepare(writer, path, sync)
+            created = await _prepare(writer, path, sync) == 0
             reader = await aiosqlite.connect(path, isolation_level=None)
             await reader.execute("PRAGMA query_only = ON")
         except BaseException as exc:
@@ -196,7 +199,9 @@ class Store:
                 raise StoreError(f"cannot open {path}: {exc}") from exc
             raise
         log.info("opened store %s (schema %d, synchronous=%s)", path, schema.SCHEMA_VERSION, sync)
-        return cls(path, writer, reader, lock)
+        store = cls(path, writer, reader, lock)
+        store.created = created
+        return store
 
     async def __aenter__(self) -> Store:
         return self
@@ -247,6 +252,34 @@ class Store:
                 ) from exc
             finally:
                 self._applying = False
+
+    async def reclaim(self, pages: int = RECLAIM_STEP, keep: int = RECLAIM_KEEP) -> bool:
+        """Give free pages back to the file system, at most ``pages`` per call
+        (``PRAGMA incremental_vacuum``), while more than ``keep`` pages are free. The
+        group committer calls it between batches when the journal is idle, so a commit
+        waits at most for one small step.
+
+        Returns:
+            True if more free pages are left to give back.
+
+        Raises:
+            StoreError: SQLite failed or the store is closed.
+        """
+        db = self._writer
+        if self._closed:
+            raise StoreError(f"store {self._path} is closed")
+        if self._applying:
+            raise RuntimeError("Store.reclaim called while an apply is in flight")
+        self._applying = True
+        more = False
+        try:
+            with anyio.CancelScope(shield=True):
+                more = await db._execute(_reclaim, db, pages, keep)  # type: ignore[no-untyped-call]
+        except (sqlite3.Error, OSError, ValueError) as exc:
+            raise StoreError(f"could not reclaim free space in {self._path}: {exc}") from exc
+        finally:
+            self._applying = False
+        return more
 
     async def load(self, body_window: int | None = None, messages: bool = True) -> RecoveredState:
         """Read everything back: definitions and every message, in ``seq`` order per queue.
@@ -407,6 +440,20 @@ def _write_batch(db: aiosqlite.Connection, ops: list[tuple[OpKind, list[Any]]]) 
     _write_statements(db, ((sql, rows) for kind, rows in ops for sql in _SQL[kind]))
 
 
+def _reclaim(db: aiosqlite.Connection, pages: int, keep: int) -> bool:
+    """Run on the writer thread: one bounded incremental vacuum step if enough is free."""
+    conn = db._conn
+    free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+    if free <= keep:
+        return False
+    # executescript steps the statement to the end; execute() would free one page only.
+    conn.executescript(f"PRAGMA incremental_vacuum({int(min(pages, free - keep))});")
+    left = conn.execute("PRAGMA freelist_count").fetchone()[0]
+    if left <= keep:  # done: let the next checkpoint shrink the file
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    return bool(left > keep)
+
+
 def _write_statements(
     db: aiosqlite.Connection, statements: Iterable[tuple[str, list[Any]]]
 ) -> None:
@@ -455,8 +502,9 @@ async def _scalar(db: aiosqlite.Connection, sql: str) -> Any:
     return None if row is None else row[0]
 
 
-async def _prepare(db: aiosqlite.Connection, path: Path, synchronous: str) -> None:
-    """Check the database's identity, configure the connection, migrate the schema."""
+async def _prepare(db: aiosqlite.Connection, path: Path, synchronous: str) -> int:
+    """Check the database's identity, configure the connection, migrate the schema; the
+    schema version it had (0: created now)."""
     try:
         application_id = await _scalar(db, "PRAGMA application_id")
         user_version = await _scalar(db, "PRAGMA user_version")
@@ -469,6 +517,7 @@ async def _prepare(db: aiosqlite.Connection, path: Path, synchronous: str) -> No
     version = schema.check_identity(path, application_id, user_version, n_objects)
     if version == 0:
         await db.execute(f"PRAGMA page_size = {schema.PAGE_SIZE}")
+        await db.execute("PRAGMA auto_vacuum = INCREMENTAL")  # before the first table
     mode = await _scalar(db, "PRAGMA journal_mode = WAL")
     if str(mode).lower() != "wal":
         raise StoreError(f"cannot put {path} in WAL mode (journal_mode is {mode!r})")
@@ -476,7 +525,7 @@ async def _prepare(db: aiosqlite.Connection, path: Path, synchronous: str) -> No
     await db.execute(f"PRAGMA cache_size = -{_WRITER_CACHE_KIB}")
     await db.execute("PRAGMA journal_size_limit = 67108864")
     if version == schema.SCHEMA_VERSION:
-        return
+        return version
     await db.execute("BEGIN IMMEDIATE")
     try:
         for target in range(version + 1, schema.SCHEMA_VERSION + 1):
@@ -490,6 +539,13 @@ async def _prepare(db: aiosqlite.Connection, path: Path, synchronous: str) -> No
     except BaseException:
         await _rollback_quietly(db)
         raise
+    if await _scalar(db, "PRAGMA auto_vacuum") != schema.AUTO_VACUUM_INCREMENTAL:
+        # Schema 4: a store created before it switches to incremental vacuum, which needs
+        # one full VACUUM (a copy of the file, once).
+        log.info("converting %s to incremental vacuum (one full VACUUM, once)", path)
+        await db.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        await db.execute("VACUUM")
+    return version
 
 
 async def _rollback_quietly(db: aiosqlite.Connection) -> None:

@@ -3,7 +3,8 @@
 Starts a broker on free loopback ports, gives it some traffic (queues with messages, a
 consumer, a confirm-mode publisher), opens the dashboard in Debian's chromium through
 Playwright, logs in as guest, lets the overview charts collect a few samples and saves
-overview.png, queues.png, queue.png, exchanges.png, connections.png and admin.png.
+overview.png, queues.png, queue.png, exchanges.png, connections.png, admin.png, and
+alarm.png (the memory alarm banner, after lowering the watermark below the broker's memory).
 
     PYTHONPATH=$PWD .venv/bin/python scripts/dashboard_screenshots.py [--out docs/dashboard]
 """
@@ -22,6 +23,8 @@ from amqpd.model.broker import BrokerConfig
 from amqpd.shell.server import ServerConfig, background_server
 
 CHROMIUM = "/usr/bin/chromium"
+WATERMARK = 1 << 30  # 1 GiB; lowered to ALARM_WATERMARK for the alarm screenshot
+ALARM_WATERMARK = 16 << 20  # below any broker's resident memory
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -58,7 +61,7 @@ def _traffic(port: int, stop: threading.Event) -> None:
                 "orders", "order.created.eu", f'{{"order": {sent}, "total": 12.50}}'.encode()
             )
             sent += 1
-        conn.process_data_events(time_limit=0.2)
+        conn.sleep(0.2)  # serves the consumer meanwhile; a steady ~100 msg/s
     conn.close()
 
 
@@ -69,7 +72,7 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     config = ServerConfig(port=0, management_port=0, prometheus_port=0)
-    with background_server(BrokerConfig(), config) as server:
+    with background_server(BrokerConfig(memory_high_watermark=WATERMARK), config) as server:
         stop = threading.Event()
         worker = threading.Thread(target=_traffic, args=(server.port, stop), daemon=True)
         worker.start()
@@ -106,6 +109,13 @@ def main() -> None:
                         page.click("#get-messages button[type=submit]")
                         page.wait_for_selector("#messages .message")
                     page.screenshot(path=str(args.out / f"{name}.png"), full_page=True)
+                # the broker's next memory check raises the alarm (a screenshot aid only:
+                # the watermark is set from this thread)
+                server.broker.alarms.memory_limit = ALARM_WATERMARK
+                page.goto(base + "#/")
+                page.wait_for_selector("#alarms:not([hidden])")
+                page.wait_for_selector("#nodes td.alarm")
+                page.screenshot(path=str(args.out / "alarm.png"))
                 browser.close()
         finally:
             stop.set()

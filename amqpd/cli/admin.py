@@ -22,8 +22,9 @@ Commands (RabbitMQ's ``rabbitmqctl`` equivalents in brackets):
     vhosts set-max-connections NAME N             [set_vhost_limits] (negative: no limit)
     vhosts delete NAME                            [delete_vhost] (with everything in it)
     vhosts list                                   [list_vhosts]
-    definitions export [FILE]                     [export_definitions] (stdout without FILE)
-    definitions import FILE                       [import_definitions]
+    definitions export [FILE]                     [export_definitions] (stdout without FILE or -)
+    definitions import FILE                       [import_definitions] (- is stdin); exit 1 and
+                                                  a list if something could not be applied
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from amqpd.model.admin_commands import AdminError, Outcome, execute
+from amqpd.model.admin_commands import AdminError, Outcome, execute, problems_text
 from amqpd.model.auth import hash_password
 from amqpd.model.broker import Broker, BrokerConfig
 from amqpd.shell.admin_socket import AdminSocketError, send_request
@@ -114,9 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command", required=True
     )
     p = definitions.add_parser("export", parents=[data_dir], help="write the definitions")
-    p.add_argument("file", nargs="?", type=Path, help="standard output if omitted")
+    p.add_argument("file", nargs="?", type=Path, help="standard output if omitted or -")
     p = definitions.add_parser("import", parents=[data_dir], help="import a definitions file")
-    p.add_argument("file", type=Path)
+    p.add_argument("file", type=Path, help="- reads standard input")
     return parser
 
 
@@ -127,13 +128,7 @@ def main(argv: Sequence[str], stdin: TextIO | None = None, stdout: TextIO | None
     out = stdout or sys.stdout
     try:
         request = _request(args, stdin)
-        reply = send_request(args.data_dir, request)
-        if reply is None:
-            outcome = asyncio.run(_run_on_store(args.data_dir, request))
-        elif not reply.ok:
-            raise AdminError(reply.text)
-        else:
-            outcome = Outcome(reply.text)
+        outcome = run_request(args.data_dir, request)
     except AdminError as exc:
         print(f"amqpd: {exc}", file=sys.stderr)
         return 1
@@ -151,16 +146,37 @@ def main(argv: Sequence[str], stdin: TextIO | None = None, stdout: TextIO | None
         else:
             print(f"amqpd: cannot open the store: {exc}", file=sys.stderr)
         return 2
-    if args.group == "definitions" and args.command == "export" and args.file is not None:
+    to_file = args.group == "definitions" and args.command == "export" and args.file is not None
+    if to_file and str(args.file) != "-":
         try:
             args.file.write_text(outcome.output + "\n")
         except OSError as exc:
             print(f"amqpd: cannot write {args.file}: {exc}", file=sys.stderr)
             return 1
         print(f"Exported definitions to {args.file}.", file=out)
-    else:
+    elif not outcome.problems:
         print(outcome.output, file=out)
+    if outcome.problems:
+        print(f"amqpd: {problems_text(outcome)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def run_request(data_dir: Path, request: dict[str, Any]) -> Outcome:
+    """Carry a request out on the broker running on ``data_dir`` (its admin socket) or, if
+    none runs, on the directory's store.
+
+    Raises:
+        AdminError: the command was refused.
+        AdminSocketError: a broker is there but did not answer.
+        StoreError: the store cannot be opened.
+    """
+    reply = send_request(data_dir, request)
+    if reply is None:
+        return asyncio.run(_run_on_store(data_dir, request))
+    if not reply.ok:
+        raise AdminError(reply.text)
+    return Outcome(reply.text)
 
 
 def _request(args: argparse.Namespace, stdin: TextIO | None) -> dict[str, Any]:
@@ -180,7 +196,8 @@ def _request(args: argparse.Namespace, stdin: TextIO | None) -> dict[str, Any]:
         request["password_hash"] = hash_password(_password(args.password, stdin))
     elif args.group == "definitions" and args.command == "import":
         try:
-            request["definitions"] = json.loads(args.file.read_text())
+            text = (stdin or sys.stdin).read() if str(args.file) == "-" else args.file.read_text()
+            request["definitions"] = json.loads(text)
         except (OSError, ValueError) as exc:
             raise AdminError(f"cannot read {args.file}: {exc}") from exc
     return request

@@ -20,6 +20,12 @@ Commands (``rabbitmqctl`` equivalents in brackets):
                                                                     list-connections name
     status                                     [status]
     ping                                       [ping]
+    set-policy [-p V] [--priority N] [--apply-to T] NAME PATTERN DEFINITION   [set_policy]
+    clear-policy [-p V] NAME                   [clear_policy]
+    list-policies [-p V]                       [list_policies]
+    set-operator-policy / clear-operator-policy / list-operator-policies     [same, operator]
+
+The policy commands also work on a stopped broker's data directory (like ``amqpd users``).
 
 Exit status: 0 success; 1 the broker refused the command (unknown column, vhost or
 connection); 69 (EX_UNAVAILABLE) no broker answers on the data directory; 75 (EX_TEMPFAIL)
@@ -36,8 +42,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, TextIO
 
+from amqpd.cli import admin
 from amqpd.engine.ctl_commands import LISTINGS
+from amqpd.model.admin_commands import AdminError
 from amqpd.shell.admin_socket import AdminSocketError, send_request, socket_path
+from persistence.errors import StoreError
 
 EX_UNAVAILABLE: Final = 69
 EX_TEMPFAIL: Final = 75
@@ -87,15 +96,81 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub.add_argument("name", help="the connection's name, as list-connections name shows it")
     sub.add_argument("reason", nargs="?", default="", help="told to the client")
+    _add_policy_commands(commands, common)
     commands.add_parser("status", parents=[common], help="node status, alarms and totals")
     commands.add_parser("ping", parents=[common], help="exit 0 if the broker answers")
     return parser
+
+
+def _add_policy_commands(commands: Any, common: argparse.ArgumentParser) -> None:
+    for kind in ("policy", "operator-policy"):
+        what = "an operator policy (overrides limits)" if kind != "policy" else "a policy"
+        sub = commands.add_parser(f"set-{kind}", parents=[common], help=f"set {what}")
+        sub.add_argument("-p", "--vhost", default="/", help="virtual host (default /)")
+        sub.add_argument("--priority", type=int, default=0, help="higher wins (default 0)")
+        sub.add_argument(
+            "--apply-to",
+            default="all",
+            help="queues, classic_queues, quorum_queues, exchanges or all (default all)",
+        )
+        sub.add_argument("name")
+        sub.add_argument("pattern", help="regular expression over queue/exchange names")
+        sub.add_argument("definition", help="JSON object, e.g. '{\"max-length\":1000}'")
+        sub = commands.add_parser(f"clear-{kind}", parents=[common], help=f"delete {what}")
+        sub.add_argument("-p", "--vhost", default="/", help="virtual host (default /)")
+        sub.add_argument("name")
+        plural = "policies" if kind == "policy" else "operator-policies"
+        sub = commands.add_parser(f"list-{plural}", parents=[common], help=f"list {plural}")
+        sub.add_argument("-p", "--vhost", default="/", help="virtual host (default /)")
+
+
+def _policy_command(args: argparse.Namespace, out: TextIO) -> int:
+    request: dict[str, Any] = {
+        key: value
+        for key, value in vars(args).items()
+        if key in ("command", "vhost", "name", "pattern", "definition", "priority", "apply_to")
+    }
+    request["group"] = "policies"
+    try:
+        outcome = admin.run_request(args.data_dir, request)
+    except AdminError as exc:
+        text = str(exc)
+        print(f"Error:\n{text}" if "\n" in text else f"Error: {text}", file=sys.stderr)
+        return 1
+    except (AdminSocketError, StoreError) as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return EX_UNAVAILABLE
+    lines = outcome.output.split("\n")
+    if args.quiet:
+        lines = lines[1:]
+    if args.no_table_headers and len(lines) > 1 and lines[0].startswith("vhost\t"):
+        lines = lines[1:]
+    if args.command.startswith("list-") and args.format == "json":
+        lines = [_json_rows(lines[1 if not args.quiet else 0 :])]
+    if lines:
+        print("\n".join(lines), file=out)
+    return 0
+
+
+def _json_rows(lines: list[str]) -> str:
+    if not lines:
+        return "[\n]"
+    columns = lines[0].split("\t")
+    objects = []
+    for line in lines[1:]:
+        row: dict[str, Any] = dict(zip(columns, line.split("\t"), strict=True))
+        row["definition"] = json.loads(row["definition"])
+        row["priority"] = int(row["priority"])
+        objects.append(json.dumps(row, separators=(",", ":")))
+    return "[\n" + ",\n".join(objects) + "\n]"
 
 
 def main(argv: Sequence[str], stdout: TextIO | None = None) -> int:
     """Run one ``amqpd ctl`` command (``argv`` after ``ctl``); the exit status."""
     args = build_parser().parse_args(argv)
     out = stdout or sys.stdout
+    if "polic" in args.command:
+        return _policy_command(args, out)
     request: dict[str, Any] = {"group": "ctl", "command": args.command}
     if args.command in LISTINGS:
         request["columns"] = args.columns

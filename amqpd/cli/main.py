@@ -6,7 +6,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -14,26 +14,36 @@ import anyio
 
 from amqpd import __version__
 from amqpd.cli import admin, ctl
-from amqpd.cli.logs import configure_logging
-from amqpd.cli.security import add_options, apply_options
+from amqpd.cli.config_file import read_config
+from amqpd.cli.logs import configure_logging, reopen_logs
+from amqpd.cli.options import SETTINGS
+from amqpd.cli.security import apply_options
+from amqpd.cli.settings import (
+    SettingError,
+    add_arguments,
+    apply_plain_option,
+    check_data_dir,
+    resolve,
+)
 from amqpd.model.broker import BrokerConfig
 from amqpd.model.definitions import DefinitionsError
 from amqpd.shell.server import ServerConfig, run
 from persistence.errors import StoreError
+from persistence.schema import DB_FILENAME
 
 log = logging.getLogger("amqpd")
 E = TypeVar("E", bound=BaseException)
-
-
-def _env(name: str, default: str) -> str:
-    return os.environ.get(f"AMQPD_{name}", default)
+STORE_FILES = (DB_FILENAME, DB_FILENAME + "-wal", DB_FILENAME + "-shm")
 
 
 SUBCOMMANDS = """\
 subcommands (each has its own --help):
   amqpd ctl COMMAND ...        inspect a running broker: list-queues, list-exchanges,
                                list-bindings, list-connections, list-channels,
-                               list-consumers, close-connection, status, ping
+                               list-consumers, close-connection, status, ping,
+                               set-policy, clear-policy, list-policies,
+                               set-operator-policy, clear-operator-policy,
+                               list-operator-policies
   amqpd users COMMAND ...      users and permissions: add, delete, change-password,
                                set-tags, list, set-permissions, clear-permissions,
                                list-permissions
@@ -50,81 +60,20 @@ def build_parser() -> argparse.ArgumentParser:
         usage="amqpd [options]  |  amqpd {ctl,users,vhosts,definitions,perf} ...",
         description="An AMQP 0-9-1 message broker that RabbitMQ clients use unchanged.\n"
         "Without a subcommand it runs the broker. Every option can also be set with the\n"
-        "environment variable shown.",
+        "environment variable shown, or in the --config file.",
         epilog=SUBCOMMANDS,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"amqpd {__version__}")
     parser.add_argument(
-        "--host",
-        default=_env("HOST", "127.0.0.1"),
-        help="address to listen on [AMQPD_HOST, default 127.0.0.1]",
-    )
-    parser.add_argument(
-        "--port",
-        type=int,
-        default=int(_env("PORT", "5672")),
-        help="AMQP port; 0 picks a free one [AMQPD_PORT, default 5672]",
-    )
-    parser.add_argument(
-        "--data-dir",
+        "--config",
         type=Path,
-        default=Path(_env("DATA_DIR", "./data")),
-        help="directory of the SQLite store [AMQPD_DATA_DIR, default ./data]",
+        default=None,
+        metavar="FILE",
+        help="a rabbitmq.conf-style file (key = value lines; docs/configuration.md lists the "
+        "keys). Precedence: flag > AMQPD_* variable > config file > default [AMQPD_CONFIG]",
     )
-    parser.add_argument(
-        "--sync",
-        default=_env("SYNC", "full").lower(),
-        choices=["full", "normal"],
-        help="SQLite synchronous mode: full survives power loss; normal is faster and can "
-        "lose the last commits on power loss (never on a crash of amqpd alone) "
-        "[AMQPD_SYNC, default full]",
-    )
-    parser.add_argument(
-        "--log-level",
-        default=_env("LOG_LEVEL", "info"),
-        choices=["debug", "info", "warning", "error"],
-        help="log verbosity [AMQPD_LOG_LEVEL, default info]",
-    )
-    parser.add_argument(
-        "--heartbeat",
-        type=int,
-        default=int(_env("HEARTBEAT", "60")),
-        help="heartbeat interval offered to clients, seconds; 0 disables [AMQPD_HEARTBEAT]",
-    )
-    parser.add_argument(
-        "--max-message-size",
-        type=int,
-        default=int(_env("MAX_MESSAGE_SIZE", str(128 << 20))),
-        help="largest accepted message body in bytes [AMQPD_MAX_MESSAGE_SIZE, default 128 MiB]",
-    )
-    parser.add_argument(
-        "--management-port",
-        type=int,
-        default=int(_env("MANAGEMENT_PORT", "15672")),
-        help="port of the management HTTP API and dashboard, on --host "
-        "[AMQPD_MANAGEMENT_PORT, default 15672]",
-    )
-    parser.add_argument(
-        "--no-management",
-        action="store_true",
-        default=_env("NO_MANAGEMENT", "") == "true",
-        help="do not serve the management API and dashboard [AMQPD_NO_MANAGEMENT=true]",
-    )
-    parser.add_argument(
-        "--prometheus-port",
-        type=int,
-        default=int(_env("PROMETHEUS_PORT", "15692")),
-        help="port of the Prometheus endpoint (/metrics), on --host "
-        "[AMQPD_PROMETHEUS_PORT, default 15692]",
-    )
-    parser.add_argument(
-        "--no-prometheus",
-        action="store_true",
-        default=_env("NO_PROMETHEUS", "") == "true",
-        help="do not serve Prometheus metrics [AMQPD_NO_PROMETHEUS=true]",
-    )
-    add_options(parser)  # TLS, access control, limits and alarms (amqpd/security_cli.py)
+    add_arguments(parser, SETTINGS)
     return parser
 
 
@@ -139,26 +88,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         return admin.main(argv)
     if argv and argv[0] == "ctl":
         return ctl.main(argv[1:])
-    args = build_parser().parse_args(argv)
-    configure_logging(args.log_level)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
-        args.data_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        log.error("cannot create data directory %s: %s; pass --data-dir", args.data_dir, exc)
-        return 2
-    try:
+        args = settings_from(parser, args)
+        try:
+            configure_logging(args.log_level, args.log_format, args.log_file)
+        except OSError as exc:
+            raise SettingError(
+                f"invalid setting --log-file {args.log_file}: cannot open it: {exc.strerror}"
+            ) from None
+        check_data_dir(args.data_dir, STORE_FILES)
         applied = apply_options(args)
-    except (ValueError, OSError) as exc:
-        log.error("%s", exc)
+    except (SettingError, ValueError) as exc:
+        print(f"amqpd: {exc}", file=sys.stderr)
         return 2
     broker_config = BrokerConfig(
-        heartbeat=args.heartbeat, max_message_size=args.max_message_size, **applied.broker
+        heartbeat=args.heartbeat,
+        max_message_size=args.max_message_size,
+        frame_max=args.frame_max,
+        channel_max=args.channel_max,
+        **applied.broker,
     )
     server_config = ServerConfig(
         host=args.host,
         port=args.port,
         data_dir=args.data_dir,
         synchronous=args.sync.upper(),
+        reopen_logs=reopen_logs,
+        default_user=(args.default_user, args.default_pass) if args.default_user else None,
         management_port=None if args.no_management else args.management_port,
         prometheus_port=None if args.no_prometheus else args.prometheus_port,
         **applied.server,
@@ -196,6 +154,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def settings_from(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    environ: Mapping[str, str] | None = None,
+) -> argparse.Namespace:
+    """Resolve every setting (flag > AMQPD_* > --config file > default) and check it.
+
+    Raises:
+        SettingError: the first refused value, as one line.
+    """
+    env = os.environ if environ is None else environ
+    config_path = args.config or (Path(env["AMQPD_CONFIG"]) if env.get("AMQPD_CONFIG") else None)
+    conf = read_config(config_path) if config_path is not None else None
+    resolve(args, SETTINGS, conf.settings if conf is not None else {}, env)
+    if conf is not None:
+        for dest, entry in conf.plain.items():
+            if not apply_plain_option(parser, args, dest, entry):
+                log.warning(
+                    "config file: %s (%s) is not supported by this build", entry.key, entry.where
+                )
+    if (args.default_user is None) != (args.default_pass is None):
+        raise SettingError("invalid setting --default-user/--default-pass: give both or neither")
+    return args
 
 
 def _find(exc: BaseException, kind: type[E]) -> E | None:

@@ -125,6 +125,7 @@ class Connection:
         self.vhost: VirtualHost = broker.default_vhost
         self.client_properties: dict[str, Any] = {}
         self.auth_mechanism = ""
+        self.close_reason: str | None = None  # for the audit log line (None: TCP dropped)
         self.stats = IOStats()  # octets and reads/writes for the management API
         self.should_close = False  # the shell closes the socket once output is flushed
         # rabbit_reader: frame_min_size until Tune-Ok, so an unauthenticated peer cannot make
@@ -383,6 +384,7 @@ class Connection:
         elif isinstance(method, spec.Connection.Open):
             self._on_open(method)
         elif isinstance(method, spec.Connection.Close):
+            self.close_reason = "client closed the connection"
             self.release()
             self.send(codec.encode_method(0, spec.Connection.CloseOk()))
             self._linger()
@@ -411,7 +413,11 @@ class Connection:
             mechanism, method.response, self.peer_cert_user, self._mechanisms
         )
         refusal = handshake.login_refusal(self.broker.access, user, password, self.loopback)
-        if refusal is not None:
+        churn = self.broker.statistics.churn
+        if refusal is None:
+            churn.auth_succeeded += 1
+        else:
+            churn.auth_failed += 1
             log.info("%s login refused from %s: %s", mechanism, self.peer, refusal)
             error = AMQPError(
                 ACCESS_REFUSED,
@@ -463,6 +469,12 @@ class Connection:
         self.vhost = vhost
         self.state = State.OPEN
         self.broker.connection_opened(self)
+        log.info(
+            "connection %s: user '%s' authenticated and granted access to vhost '%s'",
+            self.audit_label(),
+            self.user,
+            vhost.name,
+        )
         self.send(codec.encode_method(0, spec.Connection.OpenOk()))
         if self.broker.blocked_reason is not None:
             self.notify_blocked(self.broker.blocked_reason)
@@ -523,6 +535,14 @@ class Connection:
         self._flow_until = None
         return None
 
+    def audit_label(self) -> str:
+        """``(peer -> local - client-provided name)``, as RabbitMQ's connection log lines."""
+        name = self.client_properties.get("connection_name")
+        if isinstance(name, bytes | bytearray):
+            name = bytes(name).decode("utf-8", "replace")
+        suffix = f" - {name[:256]}" if isinstance(name, str) and name else ""
+        return f"({self.peer} -> {self.stats.host}:{self.stats.port}{suffix})"
+
     def client_capability(self, name: str) -> bool:
         """Whether the client announced a capability in its Start-Ok properties."""
         capabilities = self.client_properties.get("capabilities")
@@ -541,6 +561,7 @@ class Connection:
         """Start the close handshake from the broker's side (sends Connection.Close)."""
         if self.state in (State.CLOSING, State.CLOSED) or self.should_close:
             return
+        self.close_reason = f"{reply_code} {reply_text}"
         if self.state is State.AWAIT_HEADER:
             self._finish()
             return

@@ -35,6 +35,7 @@ from amqpd import __version__
 from amqpd.engine.channel import Channel, ChannelState, Mode
 from amqpd.engine.connection import Connection, State
 from amqpd.model.broker import Broker
+from amqpd.model.policies import merge
 from amqpd.model.queue import Consumer, Queue
 from amqpd.model.statistics import MessageStats, NodeSample
 from amqpd.model.vhost import Exchange, VirtualHost
@@ -212,9 +213,11 @@ def _queue(broker: Broker, queue: Queue, unacked: tuple[int, int]) -> dict[str, 
         "type": queue.settings.queue_type,
         "state": "running",
         "node": node,
-        "policy": None,
-        "operator_policy": None,
-        "effective_policy_definition": {},
+        "policy": queue.policy.name if queue.policy is not None else None,
+        "operator_policy": (
+            queue.operator_policy.name if queue.operator_policy is not None else None
+        ),
+        "effective_policy_definition": merge(queue.policy, queue.operator_policy),
         "messages": ready + unacked_count,
         "messages_ready": ready,
         "messages_unacknowledged": unacked_count,
@@ -330,7 +333,7 @@ def _exchange(host: VirtualHost, exchange: Exchange) -> dict[str, Any]:
         "internal": exchange.internal,
         "arguments": _json_value(exchange.arguments),
         "user_who_performed_action": "",
-        "policy": None,
+        "policy": exchange.policy.name if exchange.policy is not None else None,
         "message_stats": _message_stats(exchange.stats, _EXCHANGE_STATS),
     }
 
@@ -432,7 +435,7 @@ def _connection(broker: Broker, connection: Connection) -> dict[str, Any]:
     stats = connection.stats
     peer_host, peer_port = _split_address(connection.peer)
     properties = _json_value(connection.client_properties)
-    return {
+    item: dict[str, Any] = {
         "name": connection_name(connection),
         "node": _node(broker),
         "type": "network",
@@ -455,7 +458,6 @@ def _connection(broker: Broker, connection: Connection) -> dict[str, Any]:
         "ssl_cipher": None,
         "ssl_hash": None,
         "client_properties": properties,
-        "user_provided_name": properties.get("connection_name"),
         "connected_at": int(connection.created * 1000),
         "channels": len(connection.channels),
         "channel_max": connection.channel_max,
@@ -471,6 +473,10 @@ def _connection(broker: Broker, connection: Connection) -> dict[str, Any]:
         "reductions": 0,
         "garbage_collection": {},
     }
+    name = properties.get("connection_name")
+    if name is not None:  # RabbitMQ has the key only when the client named the connection
+        item["user_provided_name"] = name
+    return item
 
 
 def _channel_details(broker: Broker, channel: Channel, connection: Connection) -> dict[str, Any]:
@@ -564,7 +570,6 @@ def _consumer(consumer: Consumer, channel_details: dict[str, Any]) -> dict[str, 
         "arguments": _json_value(consumer.arguments),
         "active": active,
         "activity_status": "up" if active else "waiting",
-        "consumer_timeout": None,
     }
 
 

@@ -11,6 +11,10 @@ exactly as a client's. Refusals are `AMQPError`s (404, 403, 406, ...) for the ca
 translate. The caller (the shell) must call its ``after_core`` afterwards: consumers may
 have been handed messages and the journal may have work.
 
+Each request acts like RabbitMQ's short-lived management channel: its message counters
+(publish, get, ack ...) go where a closed channel's go, ``broker.statistics.closed``, so
+the node totals (/api/overview ``message_stats``) include them.
+
 Nothing is ever exclusive here: there is no owning connection, so a queue declared by an
 operator is shared, and another connection's exclusive queue is 405 RESOURCE_LOCKED.
 """
@@ -101,17 +105,20 @@ def get_messages(
         raise ValueError(f"unknown ackmode {ackmode!r}")
     authz.read("queue", name)
     queue = usable_queue(vhost, name)
-    stats = queue.stats
+    stats, node = queue.stats, broker.statistics.closed
     taken: list[QueueEntry] = []
     got: list[Got] = []
     for _ in range(count):
         entry = queue.take()
         if entry is None:
             stats.get_empty += 1
+            node.get_empty += 1
             break
         stats.get += 1
+        node.get += 1
         if entry.redelivered:
             stats.redeliver += 1
+            node.redeliver += 1
         queue.delivered(entry)
         taken.append(entry)
         got.append(Got(entry.message, entry.redelivered, queue.message_count))
@@ -120,6 +127,7 @@ def get_messages(
     elif ackmode == "ack_requeue_false":
         for entry in taken:
             stats.ack += 1
+            node.ack += 1
             queue.settled(entry)
     else:
         for entry in taken:
@@ -189,9 +197,12 @@ def publish(
         set(),
     )
     exchange.stats.publish_in += 1
+    node = broker.statistics.closed
+    node.publish += 1
     if queues:
         exchange.stats.publish_out += len(queues)
         return True, storage_batch(broker.journal, message, queues)
+    node.drop_unroutable += 1
     return False, None
 
 

@@ -13,7 +13,7 @@ integer counters of model/statistics.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -56,8 +56,28 @@ def _churn(broker: Broker, node: NodeSample, vhosts: Collection[str] | None) -> 
     )
 
 
+def _auth(broker: Broker, node: NodeSample, vhosts: Collection[str] | None) -> Iterator[Row]:
+    churn = broker.statistics.churn
+    yield Row(
+        {"protocol": "amqp091"},
+        {
+            "attempts": churn.auth_succeeded + churn.auth_failed,
+            "succeeded": churn.auth_succeeded,
+            "failed": churn.auth_failed,
+        },
+    )
+
+
 def _node_coarse(broker: Broker, node: NodeSample, vhosts: Collection[str] | None) -> Iterator[Row]:
-    yield Row({}, {"fd_used": node.fd_used, "mem_used": node.mem_used, "disk_free": node.disk_free})
+    yield Row(
+        {},
+        {
+            "fd_used": node.fd_used,
+            "sockets_used": node.sockets_used,
+            "mem_used": node.mem_used,
+            "disk_free": node.disk_free,
+        },
+    )
 
 
 def _node(broker: Broker, node: NodeSample, vhosts: Collection[str] | None) -> Iterator[Row]:
@@ -65,6 +85,7 @@ def _node(broker: Broker, node: NodeSample, vhosts: Collection[str] | None) -> I
         {},
         {
             "fd_total": node.fd_total,
+            "sockets_total": node.sockets_total,
             "mem_limit": node.mem_limit,
             "disk_free_limit": node.disk_free_limit,
             "uptime": node.uptime / 1000,
@@ -187,8 +208,24 @@ def _connection(broker: Broker, node: NodeSample, vhosts: Collection[str] | None
         )
 
 
+def _queue_exchange(
+    broker: Broker, node: NodeSample, vhosts: Collection[str] | None
+) -> Iterator[Row]:
+    """Messages routed into queues, per exchange (RabbitMQ keeps them per channel, queue
+    and exchange; amqpd counts an exchange's routed copies, ``publish_out``)."""
+    for host in list(broker.vhosts.values()):
+        if vhosts is not None and host.name not in vhosts:
+            continue
+        for exchange in list(host.exchanges.values()):
+            yield Row(
+                {"exchange_vhost": host.name, "exchange": exchange.name},
+                {"publish_out": exchange.stats.publish_out},
+            )
+
+
 TABLES: Final[dict[str, _Reader]] = {
     "connection_churn_metrics": _churn,
+    "auth_attempt_metrics": _auth,
     "node_coarse_metrics": _node_coarse,
     "node_metrics": _node,
     "queue_coarse_metrics": _queue_rows,
@@ -198,6 +235,7 @@ TABLES: Final[dict[str, _Reader]] = {
     "channel_queue_metrics": _channel_queue,
     "connection_coarse_metrics": _connection,
     "connection_metrics": _connection,
+    "channel_queue_exchange_metrics": _queue_exchange,
 }
 
 
@@ -230,12 +268,20 @@ def cluster_table(broker: Broker, name: str) -> list[Row]:
     return list(CLUSTER_TABLES[name](broker))
 
 
-def table(
-    broker: Broker, node: NodeSample, name: str, vhosts: Collection[str] | None = None
-) -> list[Row]:
-    """The rows of RabbitMQ's table ``name`` (see `TABLES`); ``vhosts``: only objects of
-    these virtual hosts (queues, channels and connections), None: all."""
-    return list(TABLES[name](broker, node, vhosts))
+def tables(
+    broker: Broker, node: NodeSample, names: Iterable[str], vhosts: Collection[str] | None = None
+) -> dict[str, list[Row]]:
+    """The rows of RabbitMQ's tables ``names`` (see `TABLES`), each distinct reader run
+    once (the queue tables share one pass, so do the connection tables); ``vhosts``: only
+    objects of these virtual hosts, None: all."""
+    read: dict[_Reader, list[Row]] = {}
+    out: dict[str, list[Row]] = {}
+    for name in names:
+        reader = TABLES[name]
+        if reader not in read:
+            read[reader] = list(reader(broker, node, vhosts))
+        out[name] = read[reader]
+    return out
 
 
 @dataclass(slots=True)
@@ -249,6 +295,7 @@ class Totals:
     queues: int
     publishers: int  # open channels that have published (RabbitMQ counts them so)
     counters: dict[str, int]
+    dead_lettered: dict[str, dict[str, int]]  # strategy -> reason -> messages
 
 
 def totals(broker: Broker) -> Totals:
@@ -286,4 +333,6 @@ def totals(broker: Broker) -> Totals:
         "messages_acknowledged": stats.ack,
     }
     queues = sum(len(host.queues) for host in broker.vhosts.values())
-    return Totals(connections, channels, consumers, queues, publishers, counters)
+    dead = broker.statistics.dead_letters
+    dead_lettered = {"disabled": dict(dead.disabled), "at_most_once": dict(dead.at_most_once)}
+    return Totals(connections, channels, consumers, queues, publishers, counters, dead_lettered)

@@ -33,8 +33,19 @@ from amqpd.model.auth import (
     validate_regex,
 )
 from amqpd.model.broker import Broker
-from amqpd.model.definitions import DefinitionsError, export_definitions, import_definitions
-from persistence.records import BindingDef, ExchangeDef, QueueDef
+from amqpd.model.definitions import (
+    DefinitionsError,
+    export_definitions,
+    import_definitions,
+    topology,
+)
+from amqpd.model.policy_admin import (
+    PolicyError,
+    PolicyNotFound,
+    clear_policy,
+    list_policies,
+    set_policy,
+)
 
 __all__ = ["AdminError", "Outcome", "execute"]
 
@@ -49,6 +60,14 @@ class Outcome:
 
     output: str
     changed: bool = False
+    problems: tuple[str, ...] = ()  # what could not be applied (the command fails)
+
+
+def problems_text(outcome: Outcome) -> str:
+    """The output of a command that was partly applied, with what was not."""
+    lines = [outcome.output, f"{len(outcome.problems)} definition(s) could not be applied:"]
+    lines += [f"  {problem}" for problem in outcome.problems]
+    return "\n".join(lines)
 
 
 def execute(broker: Broker, request: Mapping[str, Any]) -> Outcome:
@@ -288,6 +307,9 @@ def _vhosts_delete(broker: Broker, args: _Args) -> Outcome:
     _vhost(state, name)
     del state.vhosts[name]
     _drop_permissions(state, vhost=name)
+    for table in (state.policies, state.operator_policies):
+        for key in [key for key in table if key[0] == name]:
+            del table[key]
     return _changed(broker, state, f"Deleted vhost '{name}' and everything in it.")
 
 
@@ -300,15 +322,7 @@ def _vhosts_list(broker: Broker, _args: _Args) -> Outcome:
 
 
 def _export(broker: Broker, _args: _Args) -> Outcome:
-    exchanges: list[ExchangeDef] = []
-    queues: list[QueueDef] = []
-    bindings: list[BindingDef] = []
-    for vhost in broker.vhosts.values():
-        vhost_exchanges, vhost_queues, vhost_bindings = vhost.durable_definitions()
-        exchanges += vhost_exchanges
-        queues += vhost_queues
-        bindings += vhost_bindings
-    document = export_definitions(broker.access.state, exchanges, queues, bindings)
+    document = export_definitions(broker.access.state, *topology(broker))
     return Outcome(json.dumps(document, indent=2))
 
 
@@ -316,15 +330,86 @@ def _import(broker: Broker, args: _Args) -> Outcome:
     document = args.document("definitions")
     if not isinstance(document, dict):
         raise AdminError("a definitions document is a JSON object")
+    problems: list[str] = []
     try:
-        counts = import_definitions(broker, document)
+        counts = import_definitions(broker, document, problems)
     except DefinitionsError as exc:
         raise AdminError(str(exc)) from exc
     summary = ", ".join(f"{count} {section}" for section, count in counts.items())
-    return Outcome(f"Imported {summary}.", changed=True)
+    return Outcome(f"Imported {summary}.", changed=True, problems=tuple(problems))
+
+
+def _policy_kind(args: _Args) -> tuple[bool, str]:
+    operator = args.text("command").endswith("operator-policy") or args.text("command").endswith(
+        "operator-policies"
+    )
+    return operator, "operator policy" if operator else "policy"
+
+
+def _set_policy(broker: Broker, args: _Args) -> Outcome:
+    operator, _kind = _policy_kind(args)
+    vhost, name = args.text("vhost"), args.text("name")
+    pattern, text = args.text("pattern"), args.text("definition")
+    try:
+        definition = json.loads(text)
+    except ValueError as exc:
+        raise AdminError(f"Validation failed\n\ndefinition is not valid JSON: {exc}\n") from exc
+    priority = args.limit("priority") if args.limit("priority") is not None else 0
+    body = {
+        "pattern": pattern,
+        "definition": definition,
+        "priority": priority,
+        "apply-to": args.text("apply_to", default="all"),
+    }
+    try:
+        set_policy(broker, vhost, name, body, operator)
+    except (PolicyError, PolicyNotFound) as exc:
+        raise AdminError(str(exc).rstrip("\n")) from exc
+    what = "operator policy override" if operator else "policy"
+    return Outcome(
+        f'Setting {what} "{name}" for pattern "{pattern}" to "{text}" with priority '
+        f'"{priority}" for vhost "{vhost}" ...',
+        changed=True,
+    )
+
+
+def _clear_policy(broker: Broker, args: _Args) -> Outcome:
+    operator, kind = _policy_kind(args)
+    vhost, name = args.text("vhost"), args.text("name")
+    try:
+        clear_policy(broker, vhost, name, operator)
+    except PolicyNotFound as exc:
+        raise AdminError(str(exc)) from exc
+    return Outcome(f'Clearing {kind} "{name}" on vhost "{vhost}" ...', changed=True)
+
+
+def _list_policies(broker: Broker, args: _Args) -> Outcome:
+    operator, _kind = _policy_kind(args)
+    vhost = args.text("vhost")
+    try:
+        items = list_policies(broker, vhost, operator)
+    except PolicyNotFound as exc:
+        raise AdminError(str(exc)) from exc
+    what = "operator policy overrides" if operator else "policies"
+    lines = [f'Listing {what} for vhost "{vhost}" ...']
+    if items:
+        lines.append("vhost\tname\tpattern\tapply-to\tdefinition\tpriority")
+    for item in items:
+        definition = json.dumps(item["definition"], separators=(",", ":"))
+        lines.append(
+            f"{item['vhost']}\t{item['name']}\t{item['pattern']}\t{item['apply-to']}\t"
+            f"{definition}\t{item['priority']}"
+        )
+    return Outcome("\n".join(lines))
 
 
 _COMMANDS: dict[tuple[str, str], Callable[[Broker, _Args], Outcome]] = {
+    ("policies", "set-policy"): _set_policy,
+    ("policies", "clear-policy"): _clear_policy,
+    ("policies", "list-policies"): _list_policies,
+    ("policies", "set-operator-policy"): _set_policy,
+    ("policies", "clear-operator-policy"): _clear_policy,
+    ("policies", "list-operator-policies"): _list_policies,
     ("users", "add"): _users_add,
     ("users", "put"): _users_put,
     ("users", "delete"): _users_delete,

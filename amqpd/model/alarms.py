@@ -3,9 +3,16 @@
 Theory of operation
 -------------------
 The shell measures (its own RSS several times a second, the data directory's free space
-once a second) and passes the numbers in; nothing here reads a clock or the system. As in
-RabbitMQ, the memory alarm is on while the broker uses more than the watermark and the disk
-alarm while the free space is below the limit, with no hysteresis.
+once a second) and passes the numbers in; nothing here reads a clock or the system. The
+disk alarm is on while the free space is below the limit, as in RabbitMQ.
+
+The memory alarm has hysteresis: it goes on at the first reading above the watermark, but
+goes off only after `CLEAR_READINGS` consecutive readings below `CLEAR_FRACTION` of it.
+Without that, a publisher blocked at the watermark lets the RSS dip just below it (the
+shell trims the heap while the alarm is on), is unblocked, pushes it above again, and so
+on: publishers saw five blocked/unblocked cycles in three seconds. With it they see one
+pair per real crossing - the alarm clears once consumers have really made room (RabbitMQ
+also shows one pair, thanks to its slower, smoothed memory readings).
 
 While any alarm is on, a connection that publishes is blocked (``rabbit_reader``'s throttle):
 after the chunk holding the publish it is sent ``connection.blocked`` (reason "low on
@@ -26,17 +33,20 @@ log = logging.getLogger(__name__)
 
 MEMORY: Final = "memory"
 DISK: Final = "disk"
+CLEAR_FRACTION: Final = 0.9  # the memory alarm clears below 90 % of the watermark ...
+CLEAR_READINGS: Final = 5  # ... on this many consecutive readings (0.5 s in the shell)
 
 
 class ResourceAlarms:
     """Which resource alarms are on, from the measurements the shell passes in."""
 
-    __slots__ = ("active", "disk_free_limit", "memory_limit")
+    __slots__ = ("_below", "active", "disk_free_limit", "memory_limit")
 
     def __init__(self, memory_limit: int | None, disk_free_limit: int | None) -> None:
         self.memory_limit = memory_limit
         self.disk_free_limit = disk_free_limit
         self.active: dict[str, None] = {}  # insertion-ordered set
+        self._below = 0  # consecutive memory readings under the clearing level
 
     @property
     def reason(self) -> str:
@@ -45,9 +55,16 @@ class ResourceAlarms:
 
     def memory_used(self, used: int) -> bool:
         """Record the broker's memory use (bytes); True if the memory alarm changed."""
-        if self.memory_limit is None:
+        limit = self.memory_limit
+        if limit is None:
             return False
-        return self._set(MEMORY, used > self.memory_limit, "used", used, self.memory_limit)
+        if MEMORY not in self.active:
+            self._below = 0
+            return self._set(MEMORY, used > limit, "used", used, limit)
+        self._below = self._below + 1 if used < limit * CLEAR_FRACTION else 0
+        if self._below < CLEAR_READINGS:
+            return False
+        return self._set(MEMORY, False, "used", used, limit)
 
     def disk_free(self, free: int) -> bool:
         """Record the data directory's free space (bytes); True if the disk alarm changed."""

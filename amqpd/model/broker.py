@@ -112,6 +112,7 @@ class Broker:
             vhost = VirtualHost(name)
             vhost.clock = self.clock
             vhost.churn = self.statistics.churn
+            vhost.dead_letters = self.statistics.dead_letters
             vhost.journal = self.journal
             vhost.paging_queues = self.paging_queues
             vhost.body_loader = self.body_loader
@@ -127,6 +128,7 @@ class Broker:
                 del self.vhosts[name]
         for name in state.vhosts:
             self.add_vhost(name)
+        self.install_policies()
 
     def replace_access(self, state: AccessState) -> None:
         """Adopt changed access definitions while clients are connected, as RabbitMQ does:
@@ -139,6 +141,7 @@ class Broker:
             self.delete_vhost(name)
         for name in state.vhosts:
             self.add_vhost(name)
+        self.install_policies()
         for connection in list(self.connections):
             user = connection.user
             if user not in state.users:
@@ -147,6 +150,17 @@ class Broker:
             vhost = connection.vhost.name
             authz = self.access.authz(user, vhost)
             connection.authz = authz or Authz(user, vhost, Permission("", "", ""))
+
+    def install_policies(self) -> None:
+        """Give each vhost its policies from the access state; where they changed, every
+        queue and exchange of the vhost is re-evaluated at once (model/policies.py)."""
+        state = self.access.state
+        for name, vhost in self.vhosts.items():
+            policies = [p for p in state.policies.values() if p.vhost == name]
+            operator = [p for p in state.operator_policies.values() if p.vhost == name]
+            if policies != vhost.policies or operator != vhost.operator_policies:
+                vhost.policies, vhost.operator_policies = policies, operator
+                vhost.apply_policies()
 
     def delete_vhost(self, name: str) -> None:
         """Delete a vhost: close its connections, drop its queues and exchanges (journaled)."""
@@ -315,6 +329,8 @@ class Broker:
             )
             if source is not None and destination is not None:
                 vhost.restore_binding(source, destination, b.routing_key, dict(b.arguments))
+        for vhost in self.vhosts.values():
+            vhost.apply_policies()  # recovered exchanges (queues got theirs when created)
         message_count = 0
         for (vhost_name, queue_name), records in state.messages.items():
             vhost = self._vhost_for(vhost_name)
@@ -357,6 +373,8 @@ class Broker:
                 queue.restore(entry)
             if records:
                 queue.next_seq = records[-1][0] + 1
+            if queue.max_length is not None or queue.max_length_bytes is not None:
+                queue.reconfigure(queue.settings)  # a limit lowered while stopped applies now
             message_count += len(records)
         return queue_count, message_count
 

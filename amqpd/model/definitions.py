@@ -13,8 +13,15 @@ and amqpd both ways:
 * permissions: ``user``, ``vhost``, ``configure``, ``write``, ``read``;
 * exchanges, queues, bindings: as declared by a client (``arguments`` are a field table).
 
-Importing adds or updates, it never deletes (like RabbitMQ). Policies, topic permissions,
-global parameters and operator policies are accepted and ignored (logged).
+* policies, operator_policies: RabbitMQ's policy objects (model/policies.py), applied at
+  once to existing queues and exchanges;
+* global_parameters: name / value pairs, kept and exported again.
+
+Importing adds or updates, it never deletes (like RabbitMQ). What cannot be applied - an
+invalid policy, a queue the vhost refuses, a runtime parameter of a plugin amqpd does not
+have (federation, shovel), topic permissions - is skipped and reported in the list of
+problems, which the ``amqpd definitions import`` command prints before exiting with
+status 1. Export lists every non-exclusive queue, durable or not, as RabbitMQ does.
 """
 
 from __future__ import annotations
@@ -36,6 +43,9 @@ from amqpd.model.auth import (
     validate_hash,
     validate_regex,
 )
+from amqpd.model.policies import PolicyError, policy_json, validate
+from amqpd.model.queue import Queue
+from amqpd.model.vhost import Exchange
 from amqpd.wire.errors import AMQPError
 from persistence.records import BindingDef, ExchangeDef, QueueDef
 
@@ -43,8 +53,6 @@ if TYPE_CHECKING:
     from amqpd.model.broker import Broker
 
 log = logging.getLogger(__name__)
-
-IGNORED_SECTIONS = ("policies", "topic_permissions", "global_parameters", "operator_policies")
 
 
 class DefinitionsError(ValueError):
@@ -89,7 +97,14 @@ def parse_access(data: Mapping[str, Any], into: AccessState) -> AccessState:
     """
     if not isinstance(data, Mapping):
         raise DefinitionsError("a definitions file is a JSON object")
-    state = AccessState(dict(into.users), dict(into.vhosts), dict(into.permissions))
+    state = AccessState(
+        dict(into.users),
+        dict(into.vhosts),
+        dict(into.permissions),
+        dict(into.policies),
+        dict(into.operator_policies),
+        dict(into.global_parameters),
+    )
     for item in _items(data, "vhosts"):
         name = _text(item, "name", "vhosts")
         old = state.vhosts.get(name)
@@ -133,8 +148,7 @@ def parse_access(data: Mapping[str, Any], into: AccessState) -> AccessState:
         state.permissions[(user, vhost)] = Permission(*regexes)
     for item in _items(data, "parameters"):
         if item.get("component") != "vhost-limits":
-            log.warning("definitions: ignoring parameter %r (not supported)", item.get("name"))
-            continue
+            continue  # reported by import_definitions
         vhost = _text(item, "vhost", "parameters")
         info = state.vhosts.get(vhost)
         if info is None:
@@ -144,17 +158,55 @@ def parse_access(data: Mapping[str, Any], into: AccessState) -> AccessState:
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
             raise DefinitionsError(f"vhost-limits of '{vhost}': max-connections must be a number")
         info.max_connections = limit
-    for section in IGNORED_SECTIONS:
-        if data.get(section):
-            log.warning("definitions: ignoring section '%s' (not supported)", section)
+    for item in _items(data, "global_parameters"):
+        state.global_parameters[_text(item, "name", "global_parameters")] = item.get("value")
     return state
 
 
-def import_definitions(broker: Broker, data: Mapping[str, Any]) -> dict[str, int]:
+def _parse_policies(
+    data: Mapping[str, Any], state: AccessState, problems: list[str]
+) -> dict[str, int]:
+    """Add the document's policies and operator policies to ``state``; invalid ones (or of
+    a vhost that does not exist) are reported in ``problems`` and skipped."""
+    counts = {}
+    for section, operator in (("policies", False), ("operator_policies", True)):
+        table = state.operator_policies if operator else state.policies
+        counts[section] = 0
+        for item in _items(data, section):
+            vhost, name = str(item.get("vhost", "/")), item.get("name")
+            what = f"{section[:-3]}y {name!r} in vhost {vhost!r}"
+            if vhost not in state.vhosts:
+                problems.append(f"{what}: no vhost {vhost!r}")
+                continue
+            try:
+                policy = validate(
+                    vhost,
+                    name,
+                    item.get("pattern"),
+                    item.get("definition"),
+                    item.get("priority", 0),
+                    item.get("apply-to", "all"),
+                    operator,
+                )
+            except PolicyError as exc:
+                problems.append(f"{what}: {' '.join(str(exc).split())}")
+                continue
+            table[(vhost, policy.name)] = policy
+            counts[section] += 1
+    return counts
+
+
+def import_definitions(
+    broker: Broker, data: Mapping[str, Any], problems: list[str] | None = None
+) -> dict[str, int]:
     """Apply a definitions document to the broker: access control first (all or nothing),
-    then exchanges, queues and bindings (an entry the broker refuses, e.g. an inequivalent
-    redeclaration, is logged and skipped). Durable entities are journaled as if a client had
-    declared them. The caller persists ``broker.access.state`` when it has a store.
+    then policies (applied to existing queues at once), exchanges, queues and bindings.
+    Durable entities are journaled as if a client had declared them. The caller persists
+    ``broker.access.state`` when it has a store.
+
+    What cannot be applied (an invalid policy, an entry the broker refuses such as an
+    inequivalent redeclaration, an unsupported runtime parameter, topic permissions) is
+    skipped and described in ``problems``.
 
     Returns:
         How many entries of each section were applied.
@@ -162,38 +214,62 @@ def import_definitions(broker: Broker, data: Mapping[str, Any]) -> dict[str, int
     Raises:
         DefinitionsError: malformed access definitions (nothing was applied).
     """
+    problems = [] if problems is None else problems
     state = parse_access(data, broker.access.state)
-    for section in ("exchanges", "queues", "bindings"):
+    for section in ("exchanges", "queues", "bindings", "policies", "operator_policies"):
         _items(data, section)  # validate the shape before changing anything
-    broker.replace_access(state)  # creates the new vhosts; live permissions change too
+    for item in _items(data, "parameters"):
+        component = item.get("component")
+        if component != "vhost-limits":
+            problems.append(
+                f"parameter {item.get('name')!r} of component {component!r} in vhost "
+                f"{item.get('vhost')!r}: not supported by amqpd (no such plugin)"
+            )
+    for item in _items(data, "topic_permissions"):
+        problems.append(
+            f"topic permissions of user {item.get('user')!r} in vhost {item.get('vhost')!r}: "
+            "not supported by amqpd"
+        )
+    policy_counts = _parse_policies(data, state, problems)
+    broker.replace_access(state)  # creates the new vhosts; permissions and policies apply
     counts = {
         "users": len(_items(data, "users")),
         "vhosts": len(_items(data, "vhosts")),
         "permissions": len(_items(data, "permissions")),
+        **policy_counts,
+        "global_parameters": len(_items(data, "global_parameters")),
         "exchanges": 0,
         "queues": 0,
         "bindings": 0,
     }
     for item in _items(data, "exchanges"):
-        counts["exchanges"] += _apply(broker, "exchange", item, _declare_exchange)
+        counts["exchanges"] += _apply(broker, "exchange", item, _declare_exchange, problems)
     for item in _items(data, "queues"):
-        counts["queues"] += _apply(broker, "queue", item, _declare_queue)
+        counts["queues"] += _apply(broker, "queue", item, _declare_queue, problems)
     for item in _items(data, "bindings"):
-        counts["bindings"] += _apply(broker, "binding", item, _bind)
+        counts["bindings"] += _apply(broker, "binding", item, _bind, problems)
+    for problem in problems:
+        log.warning("definitions: not applied: %s", problem)
     return counts
 
 
-def _apply(broker: Broker, what: str, item: Mapping[str, Any], action: Any) -> int:
+def _apply(
+    broker: Broker, what: str, item: Mapping[str, Any], action: Any, problems: list[str]
+) -> int:
     vhost = broker.vhosts.get(str(item.get("vhost", "/")))
+    label = (
+        item.get("name")
+        if what != "binding"
+        else f"{item.get('source')}->{item.get('destination')}"
+    )
     if vhost is None:
-        log.warning(
-            "definitions: skipping %s %r: no vhost %r", what, item.get("name"), item.get("vhost")
-        )
+        problems.append(f"{what} {label!r}: no vhost {item.get('vhost')!r}")
         return 0
     try:
         action(vhost, item)
     except (AMQPError, DefinitionsError, ValueError, TypeError) as exc:
-        log.warning("definitions: skipping %s %r: %s", what, dict(item), exc)
+        text = exc.reply_text if isinstance(exc, AMQPError) else str(exc)
+        problems.append(f"{what} {label!r} in vhost {vhost.name!r}: {text}")
         return 0
     return 1
 
@@ -259,14 +335,52 @@ def _json_value(value: Any) -> Any:
     return value
 
 
+def topology(
+    broker: Broker,
+) -> tuple[list[tuple[ExchangeDef, bool]], list[tuple[QueueDef, bool]], list[BindingDef]]:
+    """What a definitions export lists of the live topology, as RabbitMQ's does: every
+    exchange but the default and ``amq.*`` ones, every non-exclusive queue (durable or not),
+    every binding between them."""
+    exchanges: list[tuple[ExchangeDef, bool]] = []
+    queues: list[tuple[QueueDef, bool]] = []
+    bindings: list[BindingDef] = []
+    for vhost in broker.vhosts.values():
+        for ex in vhost.exchanges.values():
+            if ex.name and not ex.name.startswith("amq."):
+                exchange = ExchangeDef(
+                    vhost.name, ex.name, ex.type_name, ex.auto_delete, ex.internal, ex.arguments
+                )
+                exchanges.append((exchange, ex.durable))
+        for queue in vhost.queues.values():
+            if queue.exclusive_owner is None:
+                definition = QueueDef(vhost.name, queue.name, queue.auto_delete, queue.arguments)
+                queues.append((definition, queue.durable))
+        for ex in vhost.exchanges.values():
+            if not ex.name:
+                continue  # the default exchange's bindings are implicit
+            for destination, key, arguments in ex.router.bindings():
+                if isinstance(destination, Exchange):
+                    binding = BindingDef(
+                        vhost.name, ex.name, "exchange", destination.name, key, arguments
+                    )
+                elif isinstance(destination, Queue) and destination.exclusive_owner is None:
+                    binding = BindingDef(
+                        vhost.name, ex.name, "queue", destination.name, key, arguments
+                    )
+                else:
+                    continue
+                bindings.append(binding)
+    return exchanges, queues, bindings
+
+
 def export_definitions(
     access: AccessState,
-    exchanges: Iterable[ExchangeDef] = (),
-    queues: Iterable[QueueDef] = (),
+    exchanges: Iterable[tuple[ExchangeDef, bool]] = (),
+    queues: Iterable[tuple[QueueDef, bool]] = (),
     bindings: Iterable[BindingDef] = (),
 ) -> dict[str, Any]:
-    """A definitions document (RabbitMQ's layout) of the access state and the durable
-    topology read from a store."""
+    """A definitions document (RabbitMQ's layout) of the definitions tables and the
+    topology (`topology`)."""
     return {
         "rabbit_version": "3.13.0",
         "rabbitmq_version": "3.13.0",
@@ -312,29 +426,36 @@ def export_definitions(
             for info in access.vhosts.values()
             if info.max_connections is not None
         ],
-        "global_parameters": [],
-        "policies": [],
+        "global_parameters": [
+            {"name": name, "value": value} for name, value in access.global_parameters.items()
+        ],
+        "policies": [policy_json(p) for p in access.policies.values()],
+        **(
+            {"operator_policies": [policy_json(p) for p in access.operator_policies.values()]}
+            if access.operator_policies
+            else {}
+        ),
         "queues": [
             {
                 "name": q.name,
                 "vhost": q.vhost,
-                "durable": True,
+                "durable": durable,
                 "auto_delete": q.auto_delete,
                 "arguments": _json_value(q.arguments),
             }
-            for q in queues
+            for q, durable in queues
         ],
         "exchanges": [
             {
                 "name": x.name,
                 "vhost": x.vhost,
                 "type": x.type_name,
-                "durable": True,
+                "durable": durable,
                 "auto_delete": x.auto_delete,
                 "internal": x.internal,
                 "arguments": _json_value(x.arguments),
             }
-            for x in exchanges
+            for x, durable in exchanges
         ],
         "bindings": [
             {

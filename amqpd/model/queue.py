@@ -40,11 +40,12 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from amqpd.model.message import Clock, Message, QueueEntry
 from amqpd.model.priority import PriorityReady
 from amqpd.model.queue_args import QueueSettings, parse_queue_arguments
-from amqpd.model.statistics import QueueStats
+from amqpd.model.statistics import DeadLetterCounts, QueueStats
 from persistence.records import MessageRecord
 
 if TYPE_CHECKING:
     from amqpd.model.ports import BodyLoader, JournalPort
+    from persistence.access import PolicyRecord
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,7 @@ class Queue:
         "consumer_progress_at",
         "consumers",
         "dead_letter",
+        "dead_letter_counts",
         "deleted",
         "durable",
         "exclusive_owner",
@@ -143,8 +145,10 @@ class Queue:
         "message_ttl",
         "name",
         "next_seq",
+        "operator_policy",
         "pager",
         "paging_set",
+        "policy",
         "read_failing",
         "ready",
         "ready_bytes",
@@ -196,6 +200,7 @@ class Queue:
         # Set by the vhost: dead-lettering (x-dead-letter-exchange), the broker's set of
         # queues that need ticks (TTL, x-expires), and for stored queues the journal/pager.
         self.dead_letter: DeadLetter | None = None
+        self.dead_letter_counts = DeadLetterCounts()  # the vhost shares the broker's
         self.watch_set: set[Queue] | None = None
         self.journal: JournalPort | None = None
         self.store_key = (vhost_name, name)
@@ -205,9 +210,32 @@ class Queue:
         self.read_failing = False  # the last body read from the store failed (logged once)
         self._timed = 0  # ready entries with a deadline (expires_at)
         self.stats = QueueStats()  # counters for the management API (model/statistics.py)
+        self.policy: PolicyRecord | None = None  # set by the vhost (model/policies.py)
+        self.operator_policy: PolicyRecord | None = None
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} in vhost {self.vhost_name!r}>"
+
+    def reconfigure(self, settings: QueueSettings) -> None:
+        """Adopt new effective settings (a policy changed; model/policies.py): a lower
+        length limit drops (or dead-letters) the excess at once, as RabbitMQ does; a TTL
+        applies to messages enqueued from now on."""
+        self.settings = settings
+        self.max_length = settings.max_length
+        self.max_length_bytes = settings.max_length_bytes
+        self.rejects_overflow = settings.overflow != "drop-head" and (
+            self.max_length is not None or self.max_length_bytes is not None
+        )
+        self.message_ttl = settings.message_ttl / 1000 if settings.message_ttl is not None else None
+        if not self.rejects_overflow and (
+            self.max_length is not None or self.max_length_bytes is not None
+        ):
+            self._drop_head_over_limit()
+        if self.needs_ticks:
+            self.watch()
+            deadline = self.next_deadline()  # a policy's x-expires: announce its lease end
+            if deadline is not None:
+                self.clock.wake(deadline)
 
     @property
     def message_count(self) -> int:
@@ -346,7 +374,10 @@ class Queue:
             return
         self.settled(entry)
         if dead_letter is not None:
+            self.dead_letter_counts.at_most_once[reason] += 1
             dead_letter(self, entry.message, reason)
+        else:
+            self.dead_letter_counts.disabled[reason] += 1
 
     def _discard_head(self, reason: str) -> bool:
         """Discard the head entry. False (the entry stays) if it is to be dead-lettered but

@@ -152,10 +152,12 @@ class IOStats(Counters):
 
 class Churn:
     """How many connections, channels and queues came and went (RabbitMQ's
-    ``connection_churn_metrics``, Prometheus' ``rabbitmq_*_opened_total`` ...): one ``+= 1``
-    per open, close, declare or delete, never per message."""
+    ``connection_churn_metrics``, Prometheus' ``rabbitmq_*_opened_total`` ...), and login
+    attempts: one ``+= 1`` per open, close, declare, delete or login, never per message."""
 
     __slots__ = (
+        "auth_failed",
+        "auth_succeeded",
         "channels_closed",
         "channels_opened",
         "connections_closed",
@@ -166,6 +168,8 @@ class Churn:
     )
 
     def __init__(self) -> None:
+        self.auth_succeeded = 0  # AMQP logins (connection.start-ok) accepted
+        self.auth_failed = 0  # and refused (RabbitMQ's auth_attempt_metrics)
         self.connections_opened = 0  # handshakes that finished (connection.open-ok)
         self.connections_closed = 0  # of those, closed or lost
         self.channels_opened = 0
@@ -173,6 +177,22 @@ class Churn:
         self.queues_declared = 0  # non-passive queue.declare (new or existing), API declares
         self.queues_created = 0  # declarations that made a new queue
         self.queues_deleted = 0  # deleted for any reason (delete, auto-delete, expiry, owner)
+
+
+DEAD_LETTER_REASONS = ("maxlen", "expired", "rejected", "delivery_limit")
+
+
+class DeadLetterCounts:
+    """Messages that left a queue unacked, by reason (RabbitMQ's
+    ``rabbitmq_global_messages_dead_lettered_*_total``): ``at_most_once`` when the queue has
+    a dead-letter exchange (the message was republished there), ``disabled`` when it was
+    dropped. One ``+= 1`` per such message, on the discard path only."""
+
+    __slots__ = ("at_most_once", "disabled")
+
+    def __init__(self) -> None:
+        self.at_most_once = dict.fromkeys(DEAD_LETTER_REASONS, 0)
+        self.disabled = dict.fromkeys(DEAD_LETTER_REASONS, 0)
 
 
 @dataclass(slots=True)
@@ -183,6 +203,7 @@ class NodeStatistics:
     node: str = "amqpd@localhost"  # the node name the shell chose
     closed: MessageStats = field(default_factory=MessageStats)
     churn: Churn = field(default_factory=Churn)
+    dead_letters: DeadLetterCounts = field(default_factory=DeadLetterCounts)
     totals: MessageStats = field(default_factory=MessageStats)
     depth_rates: dict[str, float] = field(default_factory=dict)
     last_depth: tuple[int, int] | None = None

@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 from amqpd.model.deadletter import dead_letter_header, is_cycle
 from amqpd.model.message import Clock, Message
+from amqpd.model.policies import PolicyRecord, alternate_exchange, queue_policy, select
 from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.queue_args import InvalidQueueArgument, amqp_type_name
-from amqpd.model.statistics import Churn, MessageStats
+from amqpd.model.statistics import Churn, DeadLetterCounts, MessageStats
 from amqpd.wire.codec import encode_shortstr, peek_header
 from amqpd.wire.errors import (
     COMMAND_INVALID,
@@ -66,6 +67,7 @@ class Exchange:
         "internal",
         "is_default",
         "name",
+        "policy",
         "router",
         "stats",
         "type_name",
@@ -91,6 +93,7 @@ class Exchange:
         self.alternate = alternate if isinstance(alternate, str) and alternate else None
         self.is_default = name == ""
         self.stats = MessageStats()  # publish_in / publish_out (model/statistics.py)
+        self.policy: PolicyRecord | None = None  # set by VirtualHost.apply_policies
 
     def __repr__(self) -> str:
         return f"<Exchange {self.name!r} {self.type_name}>"
@@ -106,14 +109,6 @@ def _is_standard(name: str) -> bool:
 
 def _flag(value: object) -> str:
     return "true" if value else "false"
-
-
-def _survives(destination: Queue | Exchange) -> bool:
-    """Whether a queue or exchange is durable (and a queue not exclusive): what a restart
-    keeps with a store, and what a definitions export lists (with or without a store)."""
-    if isinstance(destination, Queue):
-        return destination.durable and destination.exclusive_owner is None
-    return destination.durable
 
 
 def generated_name(prefix: str) -> str:
@@ -139,7 +134,10 @@ class VirtualHost:
         self.paging_queues: set[Queue] | None = None
         self.clock = Clock()  # shared with the broker, which replaces it
         self.watch_queues: set[Queue] = set()  # queues with timers (TTL, x-expires)
-        self.churn = Churn()  # the broker's node-wide counters replace this one
+        self.policies: list[PolicyRecord] = []  # set by the broker (model/policies.py)
+        self.operator_policies: list[PolicyRecord] = []
+        self.churn = Churn()  # the broker's node-wide counters replace these two
+        self.dead_letters = DeadLetterCounts()
 
     # -- exchanges -------------------------------------------------------------------------
     def get_exchange(self, name: str) -> Exchange:
@@ -187,6 +185,7 @@ class VirtualHost:
             )
             return existing
         exchange = Exchange(name, type_name, durable, auto_delete, internal, arguments)
+        self._apply_exchange_policy(exchange)
         self.exchanges[name] = exchange
         if durable and self.journal is not None:
             self.journal.put_exchange(
@@ -322,12 +321,44 @@ class VirtualHost:
         """
         queue = Queue(name, self.name, durable, owner, auto_delete, arguments, self.clock)
         queue.watch_set = self.watch_queues
+        queue.dead_letter_counts = self.dead_letters
         if queue.settings.dead_letter_exchange is not None:
             queue.dead_letter = self.dead_letter
         if queue.settings.expires is not None:
             queue.watch()
             self.clock.wake(self.clock.now + queue.settings.expires / 1000)
+        if self.policies or self.operator_policies:
+            self._apply_queue_policy(queue)
         return queue
+
+    # -- policies (model/policies.py) ------------------------------------------------------
+    def apply_policies(self) -> None:
+        """Re-evaluate which policy applies to every queue and exchange (they changed)."""
+        for queue in list(self.queues.values()):
+            if not queue.deleted:
+                self._apply_queue_policy(queue)
+        for exchange in self.exchanges.values():
+            self._apply_exchange_policy(exchange)
+
+    def _apply_queue_policy(self, queue: Queue) -> None:
+        policy, operator, settings = queue_policy(
+            queue.name,
+            queue.settings.queue_type,
+            queue.arguments,
+            self.policies,
+            self.operator_policies,
+        )
+        queue.policy, queue.operator_policy = policy, operator
+        if settings != queue.settings:
+            has_dlx = settings.dead_letter_exchange is not None
+            queue.dead_letter = self.dead_letter if has_dlx else None
+            queue.reconfigure(settings)
+
+    def _apply_exchange_policy(self, exchange: Exchange) -> None:
+        if exchange.is_default:
+            return
+        exchange.policy = select(self.policies, "exchange", exchange.name)
+        exchange.alternate = alternate_exchange(exchange.arguments, exchange.policy)
 
     def attach_store(self, queue: Queue) -> None:
         """Make a durable queue journal its persistent messages (and page long tails)."""
@@ -375,35 +406,6 @@ class VirtualHost:
         for exchange in list(self.exchanges.values()):
             if not _is_standard(exchange.name) and exchange.name in self.exchanges:
                 self._remove_exchange(exchange)
-
-    def durable_definitions(self) -> tuple[list[ExchangeDef], list[QueueDef], list[BindingDef]]:
-        """The durable exchanges, queues and bindings in their stored form (what a
-        definitions export lists; with a store, what survives a restart)."""
-        exchanges = [
-            ExchangeDef(self.name, ex.name, ex.type_name, ex.auto_delete, ex.internal, ex.arguments)
-            for ex in self.exchanges.values()
-            if ex.durable and not _is_standard(ex.name)
-        ]
-        queues = [
-            QueueDef(self.name, queue.name, queue.auto_delete, queue.arguments)
-            for queue in self.queues.values()
-            if _survives(queue)
-        ]
-        bindings = [
-            BindingDef(
-                self.name,
-                exchange.name,
-                "queue" if isinstance(destination, Queue) else "exchange",
-                destination.name,
-                key,
-                arguments,
-            )
-            for exchange in self.exchanges.values()
-            if exchange.durable and not exchange.is_default
-            for destination, key, arguments in exchange.router.bindings()
-            if isinstance(destination, Queue | Exchange) and _survives(destination)
-        ]
-        return exchanges, queues, bindings
 
     # -- bindings --------------------------------------------------------------------------
     def bind(

@@ -28,6 +28,7 @@ from collections.abc import Collection, Iterable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from typing import Final
 
+import anyio.to_thread
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -38,6 +39,7 @@ from prometheus_client.core import (
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.gzip import GZipMiddleware
@@ -76,13 +78,23 @@ FAMILIES: Final[dict[str, list[_Def]]] = {
         ("queues_deleted_total", "counter", "Total number of queues deleted",
          "queues_deleted"),
     ],
+    "auth_attempt_metrics": [
+        ("auth_attempts_total", "counter", "Total number of authorization attempts",
+         "attempts"),
+        ("auth_attempts_succeeded_total", "counter",
+         "Total number of successful authentication attempts", "succeeded"),
+        ("auth_attempts_failed_total", "counter",
+         "Total number of failed authentication attempts", "failed"),
+    ],
     "node_coarse_metrics": [
         ("process_open_fds", "gauge", "Open file descriptors", "fd_used"),
+        ("process_open_tcp_sockets", "gauge", "Open TCP sockets", "sockets_used"),
         ("process_resident_memory_bytes", "gauge", "Memory used in bytes", "mem_used"),
         ("disk_space_available_bytes", "gauge", "Disk space available in bytes", "disk_free"),
     ],
     "node_metrics": [
         ("process_max_fds", "gauge", "Open file descriptors limit", "fd_total"),
+        ("process_max_tcp_sockets", "gauge", "Open TCP sockets limit", "sockets_total"),
         ("resident_memory_limit_bytes", "gauge", "Memory high watermark in bytes",
          "mem_limit"),
         ("disk_space_available_limit_bytes", "gauge",
@@ -180,7 +192,14 @@ FAMILIES: Final[dict[str, list[_Def]]] = {
          "Total number of packets sent on a connection", "send_cnt"),
         ("connection_channels", "gauge", "Channels on a connection", "channels"),
     ],
+    "channel_queue_exchange_metrics": [
+        ("queue_messages_published_total", "counter",
+         "Total number of messages published to queues", "publish_out"),
+    ],
 }  # fmt: skip
+
+# one row per protocol, labelled even in the aggregated /metrics (as RabbitMQ's)
+KEYED_BY_PROTOCOL: Final = frozenset({"auth_attempt_metrics"})
 
 # /metrics/detailed only, prefixed rabbitmq_cluster_ (RabbitMQ's METRICS_CLUSTER)
 CLUSTER_FAMILIES: Final[dict[str, list[_Def]]] = {
@@ -237,6 +256,18 @@ _GLOBAL_QUEUE_TYPE: Final = (
 _AnyFamily = CounterMetricFamily | GaugeMetricFamily | UnknownMetricFamily
 
 
+_DEAD_LETTERED: Final = (  # (reason, HELP, the queue type RabbitMQ counts it for)
+    ("maxlen", "Total number of messages dead-lettered due to overflow drop-head or "
+     "reject-publish-dlx", "rabbit_classic_queue"),
+    ("expired", "Total number of messages dead-lettered due to message TTL exceeded",
+     "rabbit_classic_queue"),
+    ("rejected", "Total number of messages dead-lettered due to basic.reject or basic.nack",
+     "rabbit_classic_queue"),
+    ("delivery_limit", "Total number of messages dead-lettered due to delivery-limit exceeded",
+     "rabbit_quorum_queue"),
+)  # fmt: skip
+
+
 def _family(name: str, kind: str, help_text: str, labels: Iterable[str]) -> _AnyFamily:
     names = list(labels)
     if kind == "counter":
@@ -254,8 +285,9 @@ def _table_families(
     for name, kind, help_text, key in defs:
         family = _family(prefix + name, kind, help_text, label_names)
         if per_object:
-            for row in rows:
-                family.add_metric([row.labels[label] for label in label_names], row.values[key])
+            # samples built directly: add_metric's per-sample work dominates large scrapes
+            sample = family.name + "_total" if kind == "counter" else family.name
+            family.samples.extend(Sample(sample, row.labels, row.values[key]) for row in rows)
         else:
             family.add_metric([], sum(row.values[key] for row in rows))
         yield family
@@ -298,11 +330,15 @@ class RabbitCollector(Collector):
         detailed = self.mode == "detailed"
         prefix = DETAILED_PREFIX if detailed else PREFIX
         per_object = self.mode != "aggregated"
-        for table, defs in FAMILIES.items():
-            if detailed and (self.families is None or table not in self.families):
-                continue
-            rows = scrape.table(broker, node, table, self.vhosts if detailed else None)
-            yield from _table_families(rows, defs, prefix, per_object)
+        wanted = [
+            table
+            for table in FAMILIES
+            if not detailed or (self.families is not None and table in self.families)
+        ]
+        read = scrape.tables(broker, node, wanted, self.vhosts if detailed else None)
+        for table in wanted:
+            labelled = per_object or table in KEYED_BY_PROTOCOL
+            yield from _table_families(read[table], FAMILIES[table], prefix, labelled)
         if detailed and self.families:
             for table, defs in CLUSTER_FAMILIES.items():
                 if table in self.families:
@@ -341,6 +377,15 @@ class RabbitCollector(Collector):
                 f"{PREFIX}global_{name}", help_text, labels=["protocol", "queue_type"]
             )
             counter.add_metric([PROTOCOL, QUEUE_TYPE], counters[name])
+            yield counter
+        for reason, help_text, queue_type in _DEAD_LETTERED:
+            counter = CounterMetricFamily(
+                f"{PREFIX}global_messages_dead_lettered_{reason}",
+                help_text,
+                labels=["queue_type", "dead_letter_strategy"],
+            )
+            for strategy in ("disabled", "at_most_once"):
+                counter.add_metric([queue_type, strategy], totals.dead_lettered[strategy][reason])
             yield counter
 
     def _alarms(self) -> Iterator[Metric]:
@@ -405,6 +450,16 @@ def render(collectors: Iterable[Collector]) -> bytes:
     return generate_latest(registry)
 
 
+class _Collected(Collector):
+    """Families already read (on the event loop), rendered later (in a worker thread)."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> list[Metric]:
+        return self.families
+
+
 _PROCESS = ProcessCollector(registry=None)
 _PLATFORM = PlatformCollector(registry=None)
 
@@ -412,20 +467,25 @@ _PLATFORM = PlatformCollector(registry=None)
 def create_app(host: BrokerHost) -> Starlette:
     """The Prometheus endpoints of ``host``'s broker (RabbitMQ's port 15692 layout)."""
 
-    def respond(*collectors: Collector) -> Response:
-        return Response(render(collectors), media_type=CONTENT_TYPE)
+    async def respond(collector: RabbitCollector, *others: Collector) -> Response:
+        # The core is read here, on the broker's loop (it is not thread-safe); turning the
+        # families into text (most of a large per-object scrape) runs in a worker thread,
+        # so the loop keeps serving AMQP meanwhile.
+        families = _Collected(list(collector.collect()))
+        body = await anyio.to_thread.run_sync(render, [families, *others])
+        return Response(body, media_type=CONTENT_TYPE)
 
     async def aggregated(request: Request) -> Response:
-        return respond(RabbitCollector(host), _PROCESS, _PLATFORM)
+        return await respond(RabbitCollector(host), _PROCESS, _PLATFORM)
 
     async def per_object(request: Request) -> Response:
-        return respond(RabbitCollector(host, "per-object"), _PROCESS, _PLATFORM)
+        return await respond(RabbitCollector(host, "per-object"), _PROCESS, _PLATFORM)
 
     async def detailed(request: Request) -> Response:
         params = request.query_params
         families = params.getlist("family")
         vhosts = params.getlist("vhost")
-        return respond(RabbitCollector(host, "detailed", families, vhosts or None))  # only it
+        return await respond(RabbitCollector(host, "detailed", families, vhosts or None))
 
     return Starlette(
         routes=[

@@ -39,7 +39,8 @@ from amqpd.engine import ctl_commands
 from amqpd.engine.connection import Connection
 from amqpd.engine.outbox import Outbox
 from amqpd.engine.rates import SAMPLE_INTERVAL, RateSampler
-from amqpd.model.admin_commands import AdminError, execute
+from amqpd.model.admin_commands import AdminError, execute, problems_text
+from amqpd.model.auth import DEFAULT_HASHING, AccessState, Permission, User, hash_password
 from amqpd.model.broker import Broker, BrokerConfig
 from amqpd.model.definitions import DefinitionsError, import_definitions
 from amqpd.model.queue import HOT_WINDOW
@@ -77,6 +78,8 @@ class ServerConfig:
     memory_check_interval: float = 0.1  # seconds between memory measurements
     memory_probe: Callable[[], int] = resources.rss_bytes  # bytes the broker uses
     disk_probe: Callable[[Path], int] = resources.disk_free  # free bytes at the data dir
+    default_user: tuple[str, str] | None = None  # (name, password) of a new store's admin
+    reopen_logs: Callable[[], bool] | None = None  # on SIGHUP; True if a log file reopened
     management_port: int | None = None  # management API + dashboard (RabbitMQ: 15672); None: off
     prometheus_port: int | None = None  # Prometheus /metrics (RabbitMQ: 15692); None: off
 
@@ -284,7 +287,10 @@ class Server:
         try:
             self._body_reader = BodyReader(store.path)
             self.broker.set_body_loader(self._body_reader)
-            self.broker.load_access(await store.load_access())
+            access_state = await store.load_access()
+            if store.created and self.config.default_user is not None:
+                access_state = await self._first_user(store, access_state)
+            self.broker.load_access(access_state)
             state = await store.load(body_window=HOT_WINDOW)
             queues, messages = self.broker.recover(state)
             del state
@@ -298,9 +304,23 @@ class Server:
             store.path,
             time.perf_counter() - started,
         )
-        self._committer = GroupCommitter(store, journal, self._batch_committed, self._batch_failed)
+        self._committer = GroupCommitter(
+            store, journal, self._batch_committed, self._batch_failed, idle=store.reclaim
+        )
         self._store = store
         return store
+
+    async def _first_user(self, store: Store, state: AccessState) -> AccessState:
+        """A new data directory: RabbitMQ's default_user / default_pass replace guest."""
+        assert self.config.default_user is not None
+        name, password = self.config.default_user
+        state.users.pop("guest", None)
+        state.permissions.pop(("guest", "/"), None)
+        state.users[name] = User(name, hash_password(password), DEFAULT_HASHING, ("administrator",))
+        state.permissions[(name, "/")] = Permission()
+        await store.save_access(state)
+        log.info("created the data directory's first user %r (default_user)", name)
+        return state
 
     async def admin_request(self, request: dict[str, Any]) -> AdminReply:
         """An ``amqpd users|vhosts|definitions`` command from the admin socket: carried out
@@ -321,11 +341,9 @@ class Server:
         finally:
             self.after_core()  # closed connections, journaled deletions
         log.info("admin: %s %s", request.get("group"), request.get("command"))
-        store, committer = self._store, self._committer
-        if outcome.changed and store is not None and committer is not None:
-            broker = self.broker
+        if outcome.changed:
             try:
-                await committer.commit_then(lambda: store.save_access(broker.access.state))
+                await self.save_access()
             except StoreError as exc:
                 log.error("admin: could not save access control: %s", exc)
                 return AdminReply(
@@ -333,7 +351,24 @@ class Server:
                     f"the change is in effect but could not be saved ({exc}); it will be "
                     "lost when the broker restarts unless it is made again",
                 )
+        if outcome.problems:  # partly applied (and saved): the command still fails
+            return AdminReply(False, problems_text(outcome))
         return AdminReply(True, outcome.output)
+
+    async def save_access(self) -> None:
+        """Persist the broker's definitions tables (users, vhosts, permissions, policies,
+        global parameters) after everything journaled so far has been committed; call it
+        after changing them on the live broker (e.g. amqpd/model/policy_admin.py). A
+        memory-only broker has nothing to save.
+
+        Raises:
+            StoreError: the store failed (the change stays in effect until a restart).
+        """
+        store, committer = self._store, self._committer
+        if store is None or committer is None:
+            return
+        broker = self.broker
+        await committer.commit_then(lambda: store.save_access(broker.access.state))
 
     async def _import_definitions(self, store: Store | None) -> None:
         """Import the definitions file (``--definitions``) and persist its access part."""
@@ -344,7 +379,10 @@ class Server:
             data: Any = json.loads(await anyio.Path(path).read_text())
         except (OSError, ValueError) as exc:
             raise DefinitionsError(f"cannot read definitions file {path}: {exc}") from exc
-        counts = import_definitions(self.broker, data)
+        problems: list[str] = []
+        counts = import_definitions(self.broker, data, problems)
+        for problem in problems:
+            log.error("definitions file %s: not applied: %s", path, problem)
         if store is not None:
             await store.save_access(self.broker.access.state)
             if self._committer is not None:
@@ -480,7 +518,7 @@ class Server:
         conn.stats.ssl = tls
         peer = _Peer(conn, byte_stream)
         self._peers[conn] = peer
-        log.debug("accepted connection from %s", peer_name)
+        log.info("accepting AMQP connection %s", conn.audit_label())
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._write_loop, peer)
@@ -498,7 +536,13 @@ class Server:
             with suppress(Exception):
                 await peer.stream.aclose()
             peer.done.set()
-            log.debug("connection from %s closed", peer_name)
+            opened = f", vhost: '{conn.vhost.name}', user: '{conn.user}'" if conn.user else ""
+            log.info(
+                "closing AMQP connection %s%s: %s",
+                conn.audit_label()[:-1],
+                opened + ")",
+                conn.close_reason or "client unexpectedly closed TCP connection",
+            )
 
     async def _tls_handshake(
         self, stream: anyio.abc.SocketStream, peer_name: str
@@ -567,8 +611,19 @@ async def run(broker_config: BrokerConfig, server_config: ServerConfig) -> None:
     async with anyio.create_task_group() as group:
 
         async def watch_signals() -> None:
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            hangups = 0
+            with anyio.open_signal_receiver(
+                signal.SIGINT, signal.SIGTERM, signal.SIGHUP
+            ) as signals:
                 async for signum in signals:
+                    if signum == signal.SIGHUP:  # RabbitMQ ignores it; we reopen the log file
+                        reopen = server_config.reopen_logs
+                        if reopen is not None and reopen():
+                            log.info("received SIGHUP; reopened the log file")
+                        elif hangups == 0:
+                            log.info("received SIGHUP; ignored (and from now on silently)")
+                        hangups += 1
+                        continue
                     log.info("received %s; shutting down", signal.Signals(signum).name)
                     await server.shutdown()
                     group.cancel_scope.cancel()

@@ -4,17 +4,19 @@ and filter, and a purge clicked on the queues page empties the queue (checked ov
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import httpx
 import pika
 import pytest
-from playwright.sync_api import ConsoleMessage, Error, Page, sync_playwright
+from playwright.sync_api import ConsoleMessage, Dialog, Error, Page, sync_playwright
 
 from amqpd.model.broker import BrokerConfig
 from amqpd.shell.server import ServerConfig, background_server
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -27,6 +29,7 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 MIB = 1024 * 1024
+CLOSE_REASON = "closed from the dashboard"
 WAIT_MS = 60_000  # generous: a busy machine, a cold browser
 
 # coloured pixels on a chart: the series were drawn, not only the grey grid and labels
@@ -63,10 +66,29 @@ def _browser_page(errors: list[str]) -> Iterator[Page]:
 
             page.on("console", console)
             page.on("pageerror", page_error)
-            page.on("dialog", lambda dialog: dialog.accept())  # purge / delete confirmations
+            page.on("dialog", _answer)
             yield page
         finally:
             browser.close()
+
+
+def _answer(dialog: Dialog) -> None:
+    """Confirm purges and deletes; give a reason when closing a connection."""
+    if dialog.type == "prompt":
+        dialog.accept(CLOSE_REASON)
+    else:
+        dialog.accept()
+
+
+def _wait_closed(conn: pika.BlockingConnection) -> pika.exceptions.ConnectionClosedByBroker:
+    """Serve ``conn`` until the broker closes it (a deadline); the close."""
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while time.monotonic() < deadline:
+        try:
+            conn.process_data_events(time_limit=1)
+        except pika.exceptions.ConnectionClosedByBroker as closed:
+            return closed
+    raise AssertionError("the broker did not close the connection")
 
 
 def _column(page: Page, table: str, index: int) -> list[str]:
@@ -96,6 +118,14 @@ def test_dashboard_pages_charts_and_purge() -> None:
             base = f"http://127.0.0.1:{server.management_port}/"
             with _browser_page(errors) as page:
                 page.goto(base)
+                # a wrong password: the form says so (no browser login dialog blocks it)
+                page.fill("input[name=username]", "guest")
+                page.fill("input[name=password]", "wrong")
+                page.click("form#login button[type=submit]")
+                page.wait_for_selector("#login-error:not([hidden])")
+                assert page.inner_text("#login-error") == "Login failed"
+                assert all("401" in error for error in errors), errors  # the refused request
+                errors.clear()
                 page.fill("input[name=username]", "guest")
                 page.fill("input[name=password]", "guest")
                 page.click("form#login button[type=submit]")
@@ -127,7 +157,12 @@ def test_dashboard_pages_charts_and_purge() -> None:
                 assert channel.queue_declare("purge-me", passive=True).method.message_count == 0
                 assert channel.queue_declare("also-kept", passive=True).method.message_count == 9
 
-                # one queue's page: get a message back (requeued)
+                # one queue's page: its consumer, and get a message back (requeued)
+                consumer = conn.channel()
+                consumer.basic_consume("also-kept", lambda *args: None, consumer_tag="watcher")
+                page.goto(base + "#/queues/%2F/also-kept")
+                page.wait_for_selector("text=watcher")
+                consumer.close()
                 page.goto(base + "#/queues/%2F/keep-me")
                 page.click("#get-messages button[type=submit]")
                 page.wait_for_selector("#messages .message pre")
@@ -153,6 +188,47 @@ def test_dashboard_pages_charts_and_purge() -> None:
                 assert "Memory alarm" in page.inner_text("#alarms")
                 memory[0] = 10 * MIB
                 page.wait_for_selector("#alarms", state="hidden")
+
+                # force-close the AMQP connection from the connections page
+                page.click("nav a[data-page=connections]")
+                page.click("#connections button.close")
+                page.wait_for_selector("#connections td.empty")
+                closed = _wait_closed(conn)
+                assert closed.reply_code == 320
+                assert CLOSE_REASON in closed.reply_text
         finally:
-            conn.close()
+            if conn.is_open:
+                conn.close()
         assert errors == []
+
+
+def test_a_management_user_sees_what_its_tags_allow() -> None:
+    config = ServerConfig(port=0, management_port=0)
+    with background_server(BrokerConfig(), config) as server:
+        base = f"http://127.0.0.1:{server.management_port}/"
+        with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=30) as admin:
+            made = admin.put("api/users/viewer", json={"password": "s3cret", "tags": "management"})
+            assert made.status_code in (201, 204), made.text
+            allowed = admin.put(
+                "api/permissions/%2F/viewer", json={"configure": ".*", "write": ".*", "read": ".*"}
+            )
+            assert allowed.status_code in (201, 204), allowed.text
+            declared = admin.put("api/queues/%2F/visible", json={"durable": False})
+            assert declared.status_code in (201, 204), declared.text
+        errors: list[str] = []
+        with _browser_page(errors) as page:
+            page.goto(base)
+            page.fill("input[name=username]", "viewer")
+            page.fill("input[name=password]", "s3cret")
+            page.click("form#login button[type=submit]")
+            page.wait_for_selector("text=Node details need the monitoring or administrator tag.")
+            assert page.is_hidden("nav a[data-page=admin]")  # administrators only
+            page.click("nav a[data-page=queues]")
+            page.wait_for_selector("#queues tbody tr td a")
+            assert _column(page, "queues", 2) == ["visible"]
+            # typed by hand: the API refuses, the page says why and stays logged in
+            page.goto(base + "#/admin")
+            page.wait_for_selector("#status.error")
+            assert "Not administrator user" in page.inner_text("#status")
+            assert page.is_visible("#nav")
+        assert all("401" in error for error in errors), errors  # only the refused request

@@ -88,6 +88,7 @@ def test_rabbitmqadmin_lists_declares_publishes_gets_and_closes(
         assert channel == [connection[0] + " (1)", "guest"]
         consumers = admin(broker, "-f", "raw_json", "list", "consumers")
         assert [c["consumer_tag"] for c in json.loads(consumers)] == ["ctag-1"]
+        assert "ctag-1" in admin(broker, "list", "consumers")  # the table of every field
         assert [row[0] for row in tsv(broker, "users", "name", "tags")] == ["guest"]
         assert [row[0] for row in tsv(broker, "vhosts")] == ["/"]
 

@@ -13,9 +13,12 @@ from typing import Any
 
 import httpx
 import pika
+import pytest
 
 from amqpd.model.broker import BrokerConfig
 from amqpd.shell.server import ServerConfig, background_server
+
+pytestmark = pytest.mark.timeout(600)  # several waits, each with its own deadline
 
 PROMETHEUS = "/usr/bin/prometheus"
 DEADLINE = 120.0  # seconds: a busy machine, a first scrape, a TSDB head to open

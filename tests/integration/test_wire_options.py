@@ -1,4 +1,4 @@
-"""``amqpd --server-property`` and ``--auth-mechanisms``: what Connection.Start announces,
+"""``amqpd --server-properties`` and ``--auth-mechanisms``: what Connection.Start announces,
 and a bad value is one clear line and exit status 2."""
 
 from __future__ import annotations
@@ -49,10 +49,8 @@ def test_server_properties_and_mechanisms_are_settings(tmp_path: Path) -> None:
     start = start_of(
         tmp_path,
         [
-            "--server-property",
-            "product=amqpd",
-            "--server-property",
-            "version=0.1.0",
+            "--server-properties",
+            "product=amqpd;version=0.1.0",
             "--auth-mechanisms",
             "plain",
         ],
@@ -74,8 +72,8 @@ def test_server_properties_and_mechanisms_are_settings(tmp_path: Path) -> None:
     ("args", "words"),
     [
         (["--auth-mechanisms", "PLAIN,CRAM-MD5"], ["--auth-mechanisms", "CRAM-MD5"]),
-        (["--server-property", "novalue"], ["--server-property", "KEY=VALUE"]),
-        (["--server-property", "capabilities=x"], ["capabilities"]),
+        (["--server-properties", "novalue"], ["--server-properties", "KEY=VALUE"]),
+        (["--server-properties", "capabilities=x"], ["capabilities"]),
     ],
 )
 def test_a_bad_setting_is_one_line_and_exit_2(

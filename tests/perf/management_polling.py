@@ -4,8 +4,9 @@ are there all along, so each poll lists them. Not part of the pytest run.
 
     .venv/bin/python tests/perf/management_polling.py [--reps 3] [--duration 10]
 
-Prints W1's received msgs/s per run, the medians with and without polling, their ratio,
-and the poll latencies (median / slowest) of GET /api/queues, /api/overview and
+Prints W1's received msgs/s and the broker's CPU seconds per 100k messages (polling
+included) per run, the medians with and without polling and their ratios, and the poll
+latencies (median / slowest) of GET /api/queues, /api/overview and
 /api/connections while W1 ran.
 """
 
@@ -64,7 +65,8 @@ class Poller(threading.Thread):
                 self.stop.wait(max(0.0, 1.0 - (time.monotonic() - started)))
 
 
-def w1(amqp_port: int, broker_pid: int, duration: int) -> float:
+def w1(amqp_port: int, broker_pid: int, duration: int) -> tuple[float, float]:
+    """One W1 run: received msgs/s and the broker's CPU seconds per 100k messages."""
     out = subprocess.run(
         [
             sys.executable,
@@ -96,7 +98,7 @@ def w1(amqp_port: int, broker_pid: int, duration: int) -> float:
         check=True,
     )
     summary = json.loads(out.stdout)
-    return float(summary["consumed_rate"])
+    return float(summary["consumed_rate"]), float(summary["broker"]["cpu_s_per_100k"])
 
 
 def main() -> None:
@@ -155,24 +157,34 @@ def main() -> None:
                     raise SystemExit("the idle connections did not open")
                 time.sleep(0.5)
         rates: dict[bool, list[float]] = {False: [], True: []}
+        cpu: dict[bool, list[float]] = {False: [], True: []}
         poll_latencies: dict[str, list[float]] = {path: [] for path in POLLED}
         for rep in range(args.reps):
             for polled in (False, True):
                 poller = Poller(base) if polled else None
                 if poller is not None:
                     poller.start()
-                rate = w1(amqp_port, broker.pid, args.duration)
+                rate, cpu_per_100k = w1(amqp_port, broker.pid, args.duration)
                 if poller is not None:
                     poller.stop.set()
                     poller.join()
                     for path, values in poller.latencies.items():
                         poll_latencies[path] += values
                 rates[polled].append(rate)
-                print(f"rep {rep + 1} {'polled' if polled else 'quiet '}: W1 {rate:,.0f} msgs/s")
+                cpu[polled].append(cpu_per_100k)
+                print(
+                    f"rep {rep + 1} {'polled' if polled else 'quiet '}: W1 {rate:,.0f} msgs/s, "
+                    f"broker CPU {cpu_per_100k:.2f} s per 100k"
+                )
         quiet, polled_median = statistics.median(rates[False]), statistics.median(rates[True])
         print(
             f"W1 median: quiet {quiet:,.0f} msgs/s, polled every second {polled_median:,.0f} "
             f"msgs/s ({polled_median / quiet:.1%})"
+        )
+        quiet_cpu, polled_cpu = statistics.median(cpu[False]), statistics.median(cpu[True])
+        print(
+            f"broker CPU per 100k messages (polling included): quiet {quiet_cpu:.2f} s, "
+            f"polled {polled_cpu:.2f} s ({polled_cpu / quiet_cpu:.1%})"
         )
         for path, values in poll_latencies.items():
             print(

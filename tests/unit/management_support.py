@@ -3,13 +3,11 @@ transport calls the Starlette app directly (one event loop per request)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import anyio
 import httpx
 
-from amqpd.engine import ctl_commands
 from amqpd.model.admin_commands import AdminError, execute
 from amqpd.model.auth import hash_password
 from amqpd.model.broker import Broker
@@ -41,10 +39,6 @@ class FakeHost:
     async def admin_request(self, request: dict[str, Any]) -> AdminReply:
         self.admin_requests.append(request)
         try:
-            if request.get("group") == "ctl":
-                return AdminReply(
-                    True, json.dumps(ctl_commands.execute(self.broker, request, self.node_sample()))
-                )
             return AdminReply(True, execute(self.broker, request).output)
         except AdminError as exc:
             return AdminReply(False, str(exc))

@@ -135,14 +135,18 @@ def test_refused_commands_change_nothing() -> None:
     assert repr(broker.access.state) == before
 
 
-def test_export_lists_the_live_durable_topology() -> None:
+def test_export_lists_the_live_topology_but_exclusive_queues() -> None:
     broker = Broker(journal=Journal())
     client = connected(broker, "/", "guest", "guest")
     declare(client, "durable-q", durable=True)
     declare(client, "transient-q")
+    client.send(1, commands.Queue.Declare(queue="mine", exclusive=True))
     client.send(1, commands.Queue.Bind(queue="durable-q", exchange="amq.topic", routing_key="a.#"))
     document = json.loads(run(broker, "definitions", "export"))
-    assert [q["name"] for q in document["queues"]] == ["durable-q"]
+    assert [(q["name"], q["durable"]) for q in document["queues"]] == [
+        ("durable-q", True),
+        ("transient-q", False),
+    ]
     assert document["exchanges"] == []  # amq.* exist everywhere and are not exported
     assert [(b["source"], b["destination"], b["routing_key"]) for b in document["bindings"]] == [
         ("amq.topic", "durable-q", "a.#")

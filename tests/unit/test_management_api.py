@@ -236,6 +236,8 @@ def test_bindings_get_and_delete_by_properties_key() -> None:
         "reason": "no queue 'nope' in vhost '/'",
     }
     assert len(api.get("/api/bindings/%2F").json()) == 2  # default binding + a/b
+    assert api.post("/api/bindings/%2F/e/ex/x/q", json={}).json() == NOT_FOUND
+    assert api.get("/api/bindings/%2F/e/ex/x/q").json() == NOT_FOUND
 
 
 def test_close_connection_with_reason() -> None:
@@ -465,3 +467,74 @@ def test_close_reason_is_utf8_and_cut_to_a_shortstr() -> None:
     # cut like rabbit_binary_generator: 252 bytes and "...", never half a character
     assert text.endswith("...")
     assert set(text.removeprefix("CONNECTION_FORCED - ").removesuffix("...")) == {"é"}
+
+
+def test_vhost_limits_max_connections() -> None:
+    api = Api()
+    api.put("/api/vhosts/v2")
+    assert api.put("/api/vhost-limits/v2/max-connections", json={"value": 10}).status_code == 204
+    assert api.broker.access.state.vhosts["v2"].max_connections == 10
+    assert api.get("/api/vhost-limits").json() == [
+        {"vhost": "v2", "value": {"max-connections": 10}}
+    ]
+    assert api.get("/api/vhost-limits/%2F").json() == []
+    bad = api.put("/api/vhost-limits/v2/max-connections", json={"value": "x"})
+    assert bad.status_code == 400 and "should be a number" in bad.json()["reason"]
+    assert api.put("/api/vhost-limits/v2/max-connections", json={}).json()["reason"] == (
+        "[{key_missing,value}]"
+    )
+    assert api.put("/api/vhost-limits/v2/max-queues", json={"value": 1}).status_code == 400
+    assert api.put("/api/vhost-limits/nope/max-connections", json={"value": 1}).json() == (
+        NOT_FOUND
+    )
+    assert api.delete("/api/vhost-limits/v2/max-connections").status_code == 204
+    assert api.get("/api/vhost-limits/v2").json() == []
+
+
+def test_more_health_checks_and_users_without_permissions() -> None:
+    api = Api()
+    api.put("/api/users/lonely", json={"password": "p", "tags": ""})
+    assert [u["name"] for u in api.get("/api/users/without-permissions").json()] == ["lonely"]
+    for path in (
+        "/api/healthchecks/node",
+        "/api/healthchecks/node/any",
+        "/api/health/checks/certificate-expiration/1/months",
+    ):
+        assert api.get(path).json() == {"status": "ok"}, path
+    assert api.get("/api/health/checks/node-is-quorum-critical").json() == {
+        "status": "ok",
+        "reason": "single node cluster",
+    }
+
+
+def test_answers_are_not_cached_and_head_works() -> None:
+    api = Api()
+    answer = api.get("/api/overview")
+    assert answer.headers["cache-control"] == "no-cache"
+    assert answer.headers["content-type"] == "application/json"
+    assert api.request("HEAD", "/api/queues").status_code == 200
+    assert api.get("/api/queues/%2F/nope").headers["cache-control"] == "no-cache"
+
+
+def test_names_with_slashes_percent_and_utf8_in_paths() -> None:
+    api = Api()
+    name = "a/b c%d é"
+    path = "/api/queues/%2F/" + quote(name, safe="")
+    assert api.put(path, json={}).status_code == 201
+    assert name in api.broker.default_vhost.queues
+    assert api.get(path).json()["name"] == name
+    api.put("/api/vhosts/" + quote("v/1", safe=""))
+    assert "v/1" in api.broker.vhosts
+    assert api.get("/api/vhosts/v%2F1").json()["name"] == "v/1"
+    assert api.delete(path).status_code == 204 and name not in api.broker.default_vhost.queues
+
+
+def test_api_publishes_and_gets_count_in_the_node_totals() -> None:
+    api = Api()
+    api.put("/api/queues/%2F/q", json={})
+    publish(api, "q", "a")
+    publish(api, "nowhere", "b")
+    get(api, "q", 5, "ack_requeue_false")
+    stats = api.get("/api/overview").json()["message_stats"]
+    assert stats["publish"] == 2 and stats["drop_unroutable"] == 1
+    assert stats["get"] == 1 and stats["ack"] == 1 and stats["get_empty"] == 1

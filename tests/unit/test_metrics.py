@@ -13,7 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from amqpd.model.broker import Broker, BrokerConfig
 from amqpd.model.statistics import NodeSample
 from amqpd.shell import metrics
+from amqpd.wire.codec import PROTOCOL_HEADER
+from tests.unit.engine_driver import Client
 from tests.unit.protocol_support import (
+    advance,
     connect,
     declare,
     deliveries,
@@ -37,6 +40,8 @@ class _Host:
             disk_free_limit=50_000_000,
             fd_used=17,
             fd_total=1024,
+            sockets_used=3,
+            sockets_total=900,
         )
 
     def node_sample(self) -> NodeSample:
@@ -145,6 +150,7 @@ def test_aggregated_names_types_help_and_values() -> None:
     assert _value(found, "rabbitmq_global_messages_redelivered_total", **qtype) == 0
     assert _value(found, "rabbitmq_global_publishers", **proto) == 2
     assert _value(found, "rabbitmq_channel_messages_published_total") == 6
+    assert _value(found, "rabbitmq_queue_messages_published_total") == 5  # routed copies
     assert _value(found, "rabbitmq_channel_get_ack_total") == 2
     assert _value(found, "rabbitmq_connection_channels") == 2
     assert _value(found, "rabbitmq_connection_incoming_bytes_total") > 0
@@ -165,6 +171,8 @@ def test_node_figures_alarms_and_identity() -> None:
     assert _value(found, "rabbitmq_disk_space_available_limit_bytes") == 50_000_000
     assert _value(found, "rabbitmq_process_open_fds") == 17
     assert _value(found, "rabbitmq_process_max_fds") == 1024
+    assert _value(found, "rabbitmq_process_open_tcp_sockets") == 3
+    assert _value(found, "rabbitmq_process_max_tcp_sockets") == 900
     assert _value(found, "rabbitmq_erlang_uptime_seconds") == 12.5
     assert found["rabbitmq_alarms_memory_used_watermark"][0] == "unknown"
     assert _value(found, "rabbitmq_alarms_memory_used_watermark") == 0
@@ -196,6 +204,8 @@ def test_per_object_labels_each_queue() -> None:
         "127.0.0.1:5672 -> 127.0.0.1:5672 (2)",
     }
     assert _value(found, "rabbitmq_queues") == 2  # the totals are there too
+    routed = {"exchange_vhost": "/", "exchange": ""}
+    assert _value(found, "rabbitmq_queue_messages_published_total", **routed) == 5
 
 
 def test_detailed_reports_only_the_families_and_vhosts_asked_for() -> None:
@@ -264,6 +274,92 @@ def test_churn_counts_closes_and_deletes() -> None:
     proto = {"protocol": "amqp091"}
     assert _value(found, "rabbitmq_global_messages_received_total", **proto) == 6
     assert _value(found, "rabbitmq_channel_messages_published_total") == 0
+
+
+def test_dead_lettered_messages_by_reason_and_strategy() -> None:
+    broker = Broker()
+    client = connect(broker)
+    declare(client, 1, "dlq")
+    dlx = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}
+    declare(client, 1, "with-dlx", arguments=dlx)
+    declare(client, 1, "plain", arguments={"x-max-length": 1})
+    for queue in ("with-dlx", "with-dlx", "plain", "plain", "plain"):  # plain drops 2 heads
+        client.send(1, *publish_frames(queue, b"m"))
+    client.send(1, commands.Basic.Get(queue="with-dlx", no_ack=False))
+    [got] = deliveries(client.received())
+    client.send(1, commands.Basic.Reject(delivery_tag=got.method.delivery_tag, requeue=False))
+    declare(client, 1, "ttl", arguments=dlx)
+    client.send(1, *publish_frames("ttl", b"short-lived", expiration="1000"))
+    advance(broker, 5.0, client)
+    found = _scrape(_Host(broker))
+    family = "rabbitmq_global_messages_dead_lettered_{}_total"
+    classic = "rabbit_classic_queue"
+    assert found[family.format("rejected")][:2] == (
+        "counter",
+        "Total number of messages dead-lettered due to basic.reject or basic.nack",
+    )
+    assert (
+        _value(
+            found,
+            family.format("rejected"),
+            queue_type=classic,
+            dead_letter_strategy="at_most_once",
+        )
+        == 1
+    )
+    assert (
+        _value(found, family.format("maxlen"), queue_type=classic, dead_letter_strategy="disabled")
+        == 2
+    )
+    assert (
+        _value(
+            found, family.format("expired"), queue_type=classic, dead_letter_strategy="at_most_once"
+        )
+        == 1
+    )
+    quorum = "rabbit_quorum_queue"
+    assert (
+        _value(
+            found,
+            family.format("delivery_limit"),
+            queue_type=quorum,
+            dead_letter_strategy="disabled",
+        )
+        == 0
+    )
+    # the dead-lettered messages reached the dead-letter queue
+    assert (
+        _value(
+            _scrape(_Host(broker), "/metrics/per-object"),
+            "rabbitmq_queue_messages_ready",
+            vhost="/",
+            queue="dlq",
+        )
+        == 2
+    )
+
+
+def test_login_attempts() -> None:
+    broker, _client = _traffic()
+    refused = Client(broker)
+    refused.conn.receive_data(PROTOCOL_HEADER)
+    refused.send(
+        0,
+        commands.Connection.StartOk(
+            client_properties={"capabilities": {"authentication_failure_close": True}},
+            mechanism="PLAIN",
+            response="\0guest\0wrong",
+        ),
+    )
+    found = _scrape(_Host(broker))
+    proto = {"protocol": "amqp091"}
+    assert found["rabbitmq_auth_attempts_total"][:2] == (
+        "counter",
+        "Total number of authorization attempts",
+    )
+    assert _value(found, "rabbitmq_auth_attempts_total", **proto) == 2
+    assert _value(found, "rabbitmq_auth_attempts_succeeded_total", **proto) == 1
+    assert _value(found, "rabbitmq_auth_attempts_failed_total", **proto) == 1
 
 
 def test_a_scrape_is_gzipped_when_asked() -> None:

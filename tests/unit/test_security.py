@@ -12,6 +12,7 @@ import pytest
 from pamqp import commands
 from pamqp.heartbeat import Heartbeat
 
+from amqpd.model.alarms import CLEAR_READINGS
 from amqpd.model.auth import (
     HASH_SHA256,
     HASH_SHA512,
@@ -291,7 +292,8 @@ def test_a_publisher_is_blocked_only_when_it_publishes_and_resumed_after() -> No
     assert blocked.reason == "low on memory"
     assert publisher.conn.paused and not consumer.conn.paused
     broker.disk_free(10)
-    broker.memory_used(10)
+    for _ in range(CLEAR_READINGS):
+        broker.memory_used(10)
     assert publisher.conn.paused  # the disk alarm is still on
     assert publisher.conn.read_delay(0.0) == math.inf
     assert not publisher.conn.outbox.take_resume()
@@ -317,7 +319,8 @@ def test_a_blocked_connection_is_not_dropped_for_missed_heartbeats() -> None:
     for now in range(1, 60):
         client.conn.tick(float(now))
     assert not client.conn.should_close
-    broker.memory_used(0)
+    for _ in range(CLEAR_READINGS):
+        broker.memory_used(0)
     client.conn.tick(61.0)
     client.conn.tick(70.0)
     assert not client.conn.should_close
@@ -414,11 +417,16 @@ DEFINITIONS: dict[str, Any] = {
 
 def test_definitions_import_creates_users_vhosts_permissions_and_topology() -> None:
     broker = Broker()
-    counts = import_definitions(broker, DEFINITIONS)
+    problems: list[str] = []
+    counts = import_definitions(broker, DEFINITIONS, problems)
+    assert problems == ["policy 'ha' in vhost '/': Validation failed no policy provided"]
     assert counts == {
         "users": 2,
         "vhosts": 2,
         "permissions": 1,
+        "policies": 0,
+        "operator_policies": 0,
+        "global_parameters": 0,
         "exchanges": 1,
         "queues": 1,
         "bindings": 1,

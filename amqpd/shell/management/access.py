@@ -117,6 +117,15 @@ async def list_users(call: Call) -> Response:
     return call.listing([_user_item(u) for u in call.broker.access.state.users.values()])
 
 
+async def users_without_permissions(call: Call) -> Response:
+    """GET /api/users/without-permissions (administrator)."""
+    call.principal.require_admin()
+    state = call.broker.access.state
+    with_permissions = {user for user, _vhost in state.permissions}
+    users = [u for u in state.users.values() if u.name not in with_permissions]
+    return call.listing([_user_item(u) for u in users], ("name",))
+
+
 async def get_user(call: Call) -> Response:
     """GET /api/users/{name} (administrator)."""
     call.principal.require_admin()
@@ -262,6 +271,7 @@ def routes(host: BrokerHost) -> list[BaseRoute]:
         route(host, "/api/vhosts/{vhost}", get=get_vhost, put=put_vhost, delete=delete_vhost),
         route(host, "/api/vhosts/{vhost}/permissions", get=vhost_permissions),
         route(host, "/api/users", get=list_users),
+        route(host, "/api/users/without-permissions", get=users_without_permissions),
         route(host, "/api/users/{name}", get=get_user, put=put_user, delete=delete_user),
         route(host, "/api/users/{name}/permissions", get=user_permissions),
         route(host, "/api/permissions", get=list_permissions),

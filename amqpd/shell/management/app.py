@@ -2,9 +2,9 @@
 resource family contributes its routes), RabbitMQ's 404 / 405 answers, and ``%2F`` kept
 inside one path segment.
 
-Other HTTP parts (the dashboard's pages and static assets under ``/``, policies) add
-theirs with ``create_app(host, extra_routes=[...])``: they are matched after the API's
-routes, so ``/`` and ``/static`` are theirs.
+The dashboard's page and static files (``/``, ``/static``: amqpd/shell/dashboard) are
+matched after the API's routes; other HTTP parts (policies) can add theirs with
+``create_app(host, extra_routes=[...])``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from amqpd.shell.management import (
     clients,
     definitions,
     exchanges,
+    limits,
     node,
     queues,
 )
@@ -73,6 +74,7 @@ def api_routes(host: BrokerHost) -> list[BaseRoute]:
     return [
         *node.routes(host),
         *access.routes(host),
+        *limits.routes(host),
         *queues.routes(host),
         *exchanges.routes(host),
         *bindings.routes(host),

@@ -68,6 +68,8 @@ async def create(call: Call) -> Response:
     """POST /api/bindings/{vhost}/e/{source}/{q|e}/{destination}: ``routing_key``,
     ``arguments``; 201 with the new binding's relative Location."""
     vhost = call.vhost_param()
+    if call.param("kind") not in _KINDS:
+        raise not_found()
     body = await call.body()
     routing_key = fields.shortstr(fields.text(body, "routing_key"), "routing_key")
     arguments = fields.arguments(body)

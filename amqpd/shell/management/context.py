@@ -153,6 +153,11 @@ def route(host: BrokerHost, path: str, **handlers: Handler) -> Route:
         by_method["HEAD"] = by_method["GET"]
 
     async def endpoint(request: Request) -> Response:
+        response = await _answer(request)
+        response.headers.setdefault("cache-control", "no-cache")  # live data, as RabbitMQ
+        return response
+
+    async def _answer(request: Request) -> Response:
         method = request.method
         handler = by_method[method]
         try:

@@ -132,6 +132,19 @@ async def protocol_listener(call: Call) -> Response:
     return Json({"status": "ok", "protocol": protocol})
 
 
+async def single_node(call: Call) -> Response:
+    """GET /api/health/checks/node-is-quorum-critical and node-is-mirror-sync-critical:
+    a single node is never critical for its peers."""
+    return Json({"status": "ok", "reason": "single node cluster"})
+
+
+async def ok(call: Call) -> Response:
+    """GET /api/health/checks/certificate-expiration/{within}/{unit} (the certificates are
+    checked when the listener starts) and the deprecated /api/healthchecks/node[/{node}]:
+    the node answers, so it runs."""
+    return Json({"status": "ok"})
+
+
 async def cluster_name(call: Call) -> Response:
     """GET /api/cluster-name: the one node's name."""
     return Json({"name": call.broker.statistics.node})
@@ -166,6 +179,11 @@ def routes(host: BrokerHost) -> list[BaseRoute]:
         route(host, "/api/health/checks/virtual-hosts", get=virtual_hosts),
         route(host, "/api/health/checks/port-listener/{port}", get=port_listener),
         route(host, "/api/health/checks/protocol-listener/{protocol}", get=protocol_listener),
+        route(host, "/api/health/checks/node-is-quorum-critical", get=single_node),
+        route(host, "/api/health/checks/node-is-mirror-sync-critical", get=single_node),
+        route(host, "/api/health/checks/certificate-expiration/{within}/{unit}", get=ok),
+        route(host, "/api/healthchecks/node", get=ok),
+        route(host, "/api/healthchecks/node/{node}", get=ok),
         route(host, "/api/cluster-name", get=cluster_name),
         route(host, "/api/aliveness-test/{vhost}", get=aliveness),
     ]

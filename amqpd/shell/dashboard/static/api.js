@@ -11,6 +11,18 @@ export class ApiError extends Error {
   }
 }
 
+// the logged-in user's tags (from /api/whoami): what the pages may ask for
+export const session = { tags: [] };
+
+/** Administrators and monitoring users may read the node (memory, alarms, descriptors). */
+export function canMonitor() {
+  return session.tags.includes("administrator") || session.tags.includes("monitoring");
+}
+
+export function isAdministrator() {
+  return session.tags.includes("administrator");
+}
+
 export function loggedIn() {
   return sessionStorage.getItem(KEY) !== null;
 }
@@ -38,6 +50,9 @@ export function seg(text) {
 export async function api(path, { method = "GET", body, headers = {} } = {}) {
   const init = {
     method,
+    // "omit": a 401 comes back to the page instead of opening the browser's own login
+    // dialog (the API answers 401 with WWW-Authenticate: Basic, as RabbitMQ's does)
+    credentials: "omit",
     headers: { ...headers, Authorization: `Basic ${sessionStorage.getItem(KEY) || ""}` },
   };
   if (body !== undefined) {

@@ -1,8 +1,8 @@
 // The single-page dashboard: the login form, hash routing between pages, a refresh every
 // five seconds (RabbitMQ's UI default), and the resource-alarm banner on every page.
 
-import { ApiError, api, forget, loggedIn, remember, username } from "./api.js";
-import { h } from "./dom.js";
+import { ApiError, api, canMonitor, forget, isAdministrator, loggedIn, remember, session, username } from "./api.js";
+import { bytes, h } from "./dom.js";
 import { adminPage, connectionsPage, exchangesPage } from "./lists.js";
 import { overviewPage } from "./overview.js";
 import { queuePage, queuesPage } from "./queues.js";
@@ -64,17 +64,34 @@ function showLogin(message) {
   form.elements.username.focus();
 }
 
+/** Who is logged in (their tags decide what the dashboard offers); the API's answer. */
+async function identify() {
+  const who = await api("/whoami");
+  const tags = who && who.tags;
+  session.tags = Array.isArray(tags) ? tags : String(tags || "").split(",").filter(Boolean);
+  document.querySelector('#nav a[data-page="admin"]').hidden = !isAdministrator();
+  return who;
+}
+
 async function refreshAlarms() {
   const banner = $("alarms");
+  if (!canMonitor()) {
+    banner.hidden = true; // RabbitMQ shows node alarms to monitoring users and administrators
+    return;
+  }
   try {
     const nodes = await api("/nodes");
     const alarms = [];
     for (const node of nodes) {
       if (node.mem_alarm) {
-        alarms.push(`Memory alarm on ${node.name}: ${node.mem_used} bytes used, limit ${node.mem_limit}. Publishers are blocked.`);
+        alarms.push(
+          `Memory alarm on ${node.name}: ${bytes(node.mem_used)} used, the limit is ${bytes(node.mem_limit)}. Publishers are blocked.`,
+        );
       }
       if (node.disk_free_alarm) {
-        alarms.push(`Disk alarm on ${node.name}: ${node.disk_free} bytes free, limit ${node.disk_free_limit}. Publishers are blocked.`);
+        alarms.push(
+          `Disk alarm on ${node.name}: ${bytes(node.disk_free)} free, the limit is ${bytes(node.disk_free_limit)}. Publishers are blocked.`,
+        );
       }
     }
     banner.replaceChildren(...alarms.map((text) => h("div", { className: "alarm-line" }, h("b", {}, "Resource alarm "), text)));
@@ -96,9 +113,20 @@ async function refresh() {
   } catch (error) {
     if (mine !== generation) return;
     if (error instanceof ApiError && error.status === 401) {
-      forget();
-      showLogin("Login failed or the session ended.");
-      return;
+      // a page this user's tags do not allow ("Not administrator user"), or a session
+      // whose credentials stopped working: only the second logs out
+      let valid = true;
+      try {
+        await identify();
+      } catch {
+        valid = false;
+      }
+      if (mine !== generation) return;
+      if (!valid) {
+        forget();
+        showLogin("Login failed or the session ended.");
+        return;
+      }
     }
     if (error instanceof ApiError && error.status === 404 && current.name === "queues") {
       window.location.hash = "#/queues"; // the queue is gone
@@ -128,7 +156,7 @@ async function login(event) {
   const form = event.currentTarget;
   remember(form.elements.username.value, form.elements.password.value);
   try {
-    const who = await api("/whoami");
+    const who = await identify();
     form.reset();
     $("node-name").textContent = "";
     if (who && who.name) show();
@@ -162,9 +190,20 @@ window.addEventListener("resize", () => {
   if (current && current.page.resize) current.page.resize();
 });
 
-if (loggedIn()) {
+async function start() {
+  if (!loggedIn()) {
+    showLogin("");
+    return;
+  }
+  try {
+    await identify();
+  } catch {
+    forget();
+    showLogin("");
+    return;
+  }
   show();
   nodeName();
-} else {
-  showLogin("");
 }
+
+start();

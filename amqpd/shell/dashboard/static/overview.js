@@ -1,7 +1,7 @@
 // The overview page: object and message totals, the queued-messages and message-rate
 // charts (sampled from /api/overview at every refresh), the node and its listeners.
 
-import { api } from "./api.js";
+import { api, canMonitor } from "./api.js";
 import { History, drawChart } from "./chart.js";
 import { bytes, duration, h, num } from "./dom.js";
 
@@ -133,6 +133,12 @@ export function overviewPage() {
       ),
     );
     draw();
+    if (!canMonitor()) {
+      nodeBody.replaceChildren(
+        h("tr", {}, h("td", { colspan: 6, className: "empty" }, "Node details need the monitoring or administrator tag.")),
+      );
+      return;
+    }
     try {
       const nodes = await api("/nodes");
       nodeBody.replaceChildren(

@@ -229,7 +229,10 @@ export function queuePage(vhost, name, notify) {
         ["Arguments", JSON.stringify(q.arguments || {})],
       ]),
     );
-    const details = q.consumer_details || [];
+    // RabbitMQ puts them in the queue's consumer_details; otherwise ask /api/consumers
+    const details =
+      q.consumer_details ||
+      (await api(`/consumers/${seg(vhost)}`)).filter((c) => c.queue && c.queue.name === name);
     consumers.replaceChildren(
       ...(details.length
         ? details.map((c) =>
