@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pamqp import commands
 
-from amqpd.engine import handshake
+from amqpd.engine import handshake, inventory
 from amqpd.model.broker import Broker, BrokerConfig
+from amqpd.model.statistics import NodeSample
 from tests.unit.engine_driver import Client
 
 
@@ -69,3 +70,13 @@ def test_offered_mechanisms_follow_rabbitmqs_order_and_external_needs_a_certific
     assert offered(("PLAIN", "AMQPLAIN", "EXTERNAL"), None) == "AMQPLAIN PLAIN"
     assert offered(("PLAIN", "AMQPLAIN", "EXTERNAL"), "CN=x") == "AMQPLAIN EXTERNAL PLAIN"
     assert offered(("PLAIN",), "CN=x") == "PLAIN"
+
+
+def test_the_management_node_lists_the_offered_mechanisms_as_enabled() -> None:
+    broker = Broker(BrokerConfig(auth_mechanisms=("PLAIN", "EXTERNAL")))
+    [node] = inventory.nodes(broker, NodeSample(name="n"))
+    assert {m["name"]: m["enabled"] for m in node["auth_mechanisms"]} == {
+        "PLAIN": True,
+        "AMQPLAIN": False,
+        "EXTERNAL": True,
+    }
