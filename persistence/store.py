@@ -147,6 +147,15 @@ class Store:
         """The database file."""
         return self._path
 
+    @property
+    def description(self) -> str:
+        """The database file, for logs."""
+        return str(self._path)
+
+    def body_reader(self) -> BodyReader:
+        """A new synchronous reader of committed bodies (for paging; the caller closes it)."""
+        return BodyReader(self._path)
+
     @classmethod
     async def open(cls, data_dir: Path, synchronous: str = "FULL") -> Store:
         """Open (creating or migrating if needed) the store in ``data_dir``.
@@ -561,6 +570,15 @@ async def _close_quietly(db: aiosqlite.Connection) -> None:
         await db.close()
     except (sqlite3.Error, ValueError) as exc:
         log.warning("closing the database failed: %s", exc)
+
+
+def lock_directory(data_dir: Path) -> IO[bytes] | None:
+    """Lock ``data_dir`` for this process (as an open store does) until the file is closed.
+
+    Raises:
+        StoreError: Another amqpd holds it.
+    """
+    return _lock_directory(data_dir)
 
 
 def _lock_directory(data_dir: Path) -> IO[bytes] | None:

@@ -256,6 +256,7 @@ def _status(status: dict[str, Any]) -> str:
         f"Status of node {status['node']} ...",
         "Runtime",
         "",
+        f"Role: {status.get('role', 'standalone')}",
         f"OS PID: {status['pid']}",
         f"Uptime (seconds): {status['uptime']}",
         f"{status['product_name']} version: {status['product_version']}",

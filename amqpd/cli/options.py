@@ -25,6 +25,17 @@ from amqpd.cli.settings import (
 )
 from amqpd.engine import handshake
 from amqpd.shell import resources
+from persistence.backend import parse_store_url
+from persistence.errors import StoreError
+
+
+def _store_url(text: str) -> str:
+    """A postgresql:// URL (docs/operations.md)."""
+    try:
+        return parse_store_url(text.strip())
+    except StoreError as exc:
+        raise Invalid(str(exc).split(": ", 1)[-1]) from None
+
 
 LOG_LEVELS: Final = ("debug", "info", "warning", "error", "critical", "none")
 MAX_MESSAGE_SIZE: Final = 536_870_912  # RabbitMQ's upper bound (512 MiB)
@@ -104,6 +115,16 @@ _BROKER: Final[tuple[Setting, ...]] = (
         "directory of the SQLite store",
         ("amqpd.data_dir",),
         metavar="DIR",
+    ),
+    Setting(
+        "store",
+        _store_url,
+        None,
+        "a shared PostgreSQL store, postgresql://user[:password]@host:port/database: brokers "
+        "on one database elect an active node, the others wait as standbys (default: the "
+        "SQLite store in --data-dir, which also holds the admin socket)",
+        ("amqpd.store",),
+        metavar="URL",
     ),
     Setting(
         "sync",

@@ -656,6 +656,7 @@ def nodes(broker: Broker, node: NodeSample) -> list[dict[str, Any]]:
     return [
         {
             "name": node.name,
+            "role": node.role,
             "type": "disc",
             "running": True,
             "being_drained": False,

@@ -8,7 +8,8 @@ another that imports it back:
 * `JournalPort` / `BodyLoader` (here; queues, vhosts and the broker all use them) - the store:
   durable changes go into a journal the shell's group committer writes out; bodies paged out
   of memory are read back through a loader (persistence.journal.Journal and
-  persistence.store.BodyReader for SQLite, another backend later);
+  persistence.store.BodyReader for SQLite, persistence.postgres.bodies.PgBodyReader for
+  PostgreSQL);
 * `ConsumerSink` (model/queue.py) - where a queue hands a message for a consumer (the
   engine's Channel); `ExclusiveOwner` (model/queue.py) - the opaque owner of exclusive queues
   (the engine's Connection);

@@ -48,11 +48,12 @@ from amqpd.model.statistics import NodeSample
 from amqpd.shell import management, metrics, node_sample, resources
 from amqpd.shell.admin_socket import AdminReply, serve_admin
 from amqpd.shell.http_listener import bind, serve_http
+from amqpd.shell.store_role import LockLost, StoreRole
 from amqpd.shell.tls import TLSOptions, certificate_identity, server_context, tls_failure_reason
+from persistence.backend import BodyReaderPort, StoreBackend
 from persistence.errors import StoreError
 from persistence.group_commit import GroupCommitter
 from persistence.journal import Journal
-from persistence.store import BodyReader, Store
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ class ServerConfig:
     port: int = 5672
     tick_interval: float = 1.0
     data_dir: Path | None = None  # None: memory only (nothing survives a restart)
+    store: str | None = None  # postgresql:// URL (shared, active/standby); None: SQLite in data_dir
     synchronous: str = "FULL"  # SQLite synchronous mode: FULL (durable) or NORMAL (faster)
     tls_port: int | None = None  # AMQPS listener (RabbitMQ: 5671); needs ``tls``
     tls: TLSOptions | None = None
@@ -123,11 +125,13 @@ class Server:
         self._peers: dict[Connection, _Peer] = {}
         self._outbox: Outbox[Connection] = Outbox()
         self._journal = _journal_of(broker)
-        self._task_group: anyio.abc.TaskGroup | None = None
         self._stopping = False
         self._committer: GroupCommitter | None = None
-        self._store: Store | None = None
-        self._body_reader: BodyReader | None = None
+        self._store: StoreBackend | None = None
+        self._body_reader: BodyReaderPort | None = None
+        self._role = StoreRole(self.config.store, self.config.data_dir, self.config.synchronous)
+        self._scope: anyio.CancelScope | None = None
+        self.lost: LockLost | None = None  # set when this node stopped being the active one
         self.started = time.time()
         self.rates = RateSampler(broker)  # message rates, sampled (amqpd/engine/rates.py)
         self.listeners: list[dict[str, Any]] = []  # RabbitMQ's overview/nodes "listeners"
@@ -136,11 +140,18 @@ class Server:
         self._ticker_until = math.inf  # when the sleeping ticker wakes (inf: it is not asleep)
         broker.statistics.node = node_sample.node_name()
 
+    @property
+    def role(self) -> str:
+        """standalone (SQLite or memory), standby, active or lost (amqpd/shell/store_role.py)."""
+        return self._role.role
+
     def node_sample(self) -> NodeSample:
         """The process measured now, for the statistics (amqpd/shell/node_sample.py)."""
-        return node_sample.sample(
+        sample = node_sample.sample(
             self.broker, self.started, self.config.data_dir, len(self._peers), self.listeners
         )
+        sample.role = self._role.role
+        return sample
 
     async def serve(
         self, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
@@ -150,7 +161,24 @@ class Server:
         resources.raise_open_file_limit()
         if self.config.tls is not None:
             self._tls_context = server_context(self.config.tls)
-        store = await self._open_store()
+        with anyio.CancelScope() as self._scope:
+            try:
+                async with anyio.create_task_group() as outer:
+                    await self._role.prepare()  # PostgreSQL: data dir lock, connection
+                    if self._role.shared and self.config.data_dir is not None:
+                        # a standby answers `amqpd ctl status` too
+                        await outer.start(serve_admin, self.config.data_dir, self.admin_request)
+                    await self._serve_store(await self._open_store(), task_status)
+                    outer.cancel_scope.cancel()
+            finally:
+                self._role.close()
+        if self.lost is not None:
+            raise self.lost
+
+    async def _serve_store(
+        self, store: StoreBackend | None, task_status: anyio.abc.TaskStatus[int]
+    ) -> None:
+        """Listen and serve with the store open (recovered) until cancelled."""
         tls_listener: anyio.abc.Listener[anyio.abc.SocketStream] | None = None
         http_sockets: dict[str, socket.socket] = {}
         try:
@@ -170,17 +198,18 @@ class Server:
             if tls_listener is not None:
                 self._add_listener("amqp/ssl", self.tls_port)
             async with listener, anyio.create_task_group() as group:
-                self._task_group = group
                 group.start_soon(self._ticker)
                 group.start_soon(self._resource_monitor)
                 group.start_soon(self._sample_rates)
                 if self._committer is not None:
                     group.start_soon(self._committer.run)
+                if store is not None and self._role.shared:
+                    group.start_soon(self._role.guard, store, self._lock_lost)
                 group.start_soon(listener.serve, self._handle, group)
                 if tls_listener is not None:
                     group.start_soon(tls_listener.serve, partial(self._handle, tls=True), group)
                     log.info("listening for AMQPS on %s:%d", self.config.host, self.tls_port)
-                if store is not None and self.config.data_dir is not None:
+                if store is not None and self.config.data_dir is not None and not self._role.shared:
                     await group.start(serve_admin, self.config.data_dir, self.admin_request)
                 await self._serve_http(group, http_sockets)
                 log.info("listening on %s:%d", self.config.host, self.port)
@@ -278,14 +307,18 @@ class Server:
         self.broker.batch_failed(batch, error)
         self.after_core()
 
-    async def _open_store(self) -> Store | None:
+    async def _lock_lost(self, reason: str) -> None:
+        self.lost = LockLost(reason)
+        await self.shutdown(reason)
+
+    async def _open_store(self) -> StoreBackend | None:
         journal = self._journal
-        if self.config.data_dir is None or journal is None:
+        if journal is None or (self.config.data_dir is None and not self._role.shared):
             return None
+        store = await self._role.open()  # PostgreSQL: once this node is the active one
         started = time.perf_counter()
-        store = await Store.open(self.config.data_dir, self.config.synchronous)
         try:
-            self._body_reader = BodyReader(store.path)
+            self._body_reader = store.body_reader()
             self.broker.set_body_loader(self._body_reader)
             access_state = await store.load_access()
             if store.created and self.config.default_user is not None:
@@ -301,7 +334,7 @@ class Server:
             "recovered %d durable queues and %d persistent messages from %s in %.2f s",
             queues,
             messages,
-            store.path,
+            store.description,
             time.perf_counter() - started,
         )
         self._committer = GroupCommitter(
@@ -310,7 +343,7 @@ class Server:
         self._store = store
         return store
 
-    async def _first_user(self, store: Store, state: AccessState) -> AccessState:
+    async def _first_user(self, store: StoreBackend, state: AccessState) -> AccessState:
         """A new data directory: RabbitMQ's default_user / default_pass replace guest."""
         assert self.config.default_user is not None
         name, password = self.config.default_user
@@ -326,6 +359,12 @@ class Server:
         """An ``amqpd users|vhosts|definitions`` command from the admin socket: carried out
         on the live broker, then persisted after everything it journaled (a deleted vhost's
         queues) has been committed."""
+        if self._role.role != "active" and self._role.shared:
+            if request.get("group") == "ctl" and request.get("command") in ("status", "ping"):
+                return AdminReply(
+                    True, json.dumps(ctl_commands.execute(self.broker, request, self.node_sample()))
+                )
+            return AdminReply(False, f"this node is {self._role.role}: ask the active node")
         if request.get("group") == "ctl":  # amqpd ctl: listings, status, close-connection
             try:
                 answer = ctl_commands.execute(self.broker, request, self.node_sample())
@@ -370,7 +409,7 @@ class Server:
         broker = self.broker
         await committer.commit_then(lambda: store.save_access(broker.access.state))
 
-    async def _import_definitions(self, store: Store | None) -> None:
+    async def _import_definitions(self, store: StoreBackend | None) -> None:
         """Import the definitions file (``--definitions``) and persist its access part."""
         path = self.config.definitions
         if path is None:
@@ -393,11 +432,11 @@ class Server:
             ", ".join(f"{count} {section}" for section, count in counts.items()),
         )
 
-    async def _close_store(self, store: Store) -> None:
+    async def _close_store(self, store: StoreBackend) -> None:
         committer = self._committer
         journal = self._journal
         try:
-            if committer is not None:
+            if committer is not None and self.lost is None:
                 await committer.drain()
         finally:
             if self._body_reader is not None:
@@ -426,8 +465,8 @@ class Server:
         with anyio.move_on_after(SHUTDOWN_GRACE):
             for peer in peers:
                 await peer.done.wait()
-        if self._task_group is not None:
-            self._task_group.cancel_scope.cancel()
+        if self._scope is not None:
+            self._scope.cancel()
 
     async def _ticker(self) -> None:
         """Run the core's timers when a deadline is due and at least every
@@ -635,7 +674,8 @@ async def run(broker_config: BrokerConfig, server_config: ServerConfig) -> None:
 
 
 def _make_broker(broker_config: BrokerConfig | None, server_config: ServerConfig) -> Broker:
-    journal = Journal() if server_config.data_dir is not None else None
+    stored = server_config.data_dir is not None or server_config.store is not None
+    journal = Journal() if stored else None
     return Broker(broker_config, journal, time.time())
 
 
