@@ -53,9 +53,10 @@ format_table  # interop/perf/profiles.py
 __getattr__  # module __getattr__ (PEP 562): lazy interop.spark.AmqpDataSource (needs pyspark)
 _.streamWriter  # pyspark DataSource.streamWriter, called by Spark (interop/spark/datasource.py)
 _.abort  # pyspark DataSourceWriter/DataSourceStreamWriter.abort, called by Spark (writer.py)
-_.socket_timeout  # pika.ConnectionParameters, read by pika (preflight.py, publisher.py)
-_.stack_timeout  # pika.ConnectionParameters, read by pika (preflight.py, publisher.py)
+_.socket_timeout  # pika.ConnectionParameters, read by pika (preflight.py, link.py)
+_.stack_timeout  # pika.ConnectionParameters, read by pika (preflight.py, link.py)
 _.blocked_connection_timeout  # pika.ConnectionParameters, read by pika (same)
+_._activeSession  # pyspark SparkSession._activeSession, read by PySpark (session.py)
 
 # -- parameters a protocol fixes ---------------------------------------------------------------
 tb  # the traceback argument of __exit__ / __aexit__ (interop/jms/messages.py, persistence/store.py)

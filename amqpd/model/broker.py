@@ -376,6 +376,11 @@ class Broker:
             if queue.max_length is not None or queue.max_length_bytes is not None:
                 queue.reconfigure(queue.settings)  # a limit lowered while stopped applies now
             message_count += len(records)
+        for (vhost_name, queue_name), ids in state.dedup_ids.items():
+            vhost = self._vhost_for(vhost_name)
+            deduplicating = vhost.queues.get(queue_name) if vhost is not None else None
+            if deduplicating is not None and deduplicating.dedup is not None:
+                deduplicating.dedup.restore(ids)
         return queue_count, message_count
 
     def _vhost_for(self, name: str) -> VirtualHost | None:

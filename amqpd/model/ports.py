@@ -47,6 +47,14 @@ class JournalPort(Protocol):
         """Ask for the open batch to be committed even without writes; returns its id."""
         ...
 
+    def remember_id(self, queue: tuple[str, str], pos: int, dedup_id: bytes) -> int:
+        """Journal a deduplication id a queue accepted; returns its batch id."""
+        ...
+
+    def forget_ids(self, queue: tuple[str, str], upto: int) -> None:
+        """Journal that a queue's deduplication ids up to ``upto`` left its window."""
+        ...
+
     @property
     def pending(self) -> bool:
         """Whether there is a batch for the committer to write."""

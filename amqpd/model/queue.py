@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from amqpd.model.dedup import Deduplicator, parse_dedup_arguments
 from amqpd.model.message import Clock, Message, QueueEntry
 from amqpd.model.priority import PriorityReady
 from amqpd.model.queue_args import QueueSettings, parse_queue_arguments
@@ -134,6 +135,7 @@ class Queue:
         "consumers",
         "dead_letter",
         "dead_letter_counts",
+        "dedup",
         "deleted",
         "durable",
         "exclusive_owner",
@@ -212,6 +214,8 @@ class Queue:
         self.stats = QueueStats()  # counters for the management API (model/statistics.py)
         self.policy: PolicyRecord | None = None  # set by the vhost (model/policies.py)
         self.operator_policy: PolicyRecord | None = None
+        dedup = parse_dedup_arguments(arguments)  # x-message-deduplication (model/dedup.py)
+        self.dedup = None if dedup is None else Deduplicator(dedup, self.store_key)
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} in vhost {self.vhost_name!r}>"

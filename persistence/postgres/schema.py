@@ -140,7 +140,20 @@ _MIGRATION_2 = (
     """,
 )
 
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: _MIGRATION_1, 2: _MIGRATION_2}
+# Schema 3 (SQLite's schema 5): the deduplication windows of queues declared with
+# x-message-deduplication (amqpd/model/dedup.py).
+_MIGRATION_3 = (
+    """
+    CREATE TABLE dedup_ids (
+        queue_id    BIGINT  NOT NULL,
+        pos         BIGINT  NOT NULL,
+        id          BYTEA   NOT NULL,
+        PRIMARY KEY (queue_id, pos)
+    )
+    """,
+)
+
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: _MIGRATION_1, 2: _MIGRATION_2, 3: _MIGRATION_3}
 """Statements that take a store from version ``n - 1`` to version ``n``."""
 
 SCHEMA_VERSION = max(MIGRATIONS)

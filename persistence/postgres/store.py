@@ -54,6 +54,7 @@ SQL: dict[OpKind, tuple[str, ...]] = {
     ),
     OpKind.DELETE_QUEUE: (
         f"DELETE FROM messages WHERE queue_id = {_QID}",
+        f"DELETE FROM dedup_ids WHERE queue_id = {_QID}",
         "DELETE FROM bindings WHERE vhost = $1 AND destination_kind = 'queue' AND destination = $2",
         "DELETE FROM queues WHERE vhost = $1 AND name = $2",
     ),
@@ -92,6 +93,11 @@ SQL: dict[OpKind, tuple[str, ...]] = {
     OpKind.MARK_DELIVERED: (
         "UPDATE messages SET redelivered = TRUE, delivery_count = $4"
         f" WHERE queue_id = {_QID} AND seq = $3",
+    ),
+    OpKind.FORGET_IDS: (f"DELETE FROM dedup_ids WHERE queue_id = {_QID} AND pos <= $3",),
+    OpKind.REMEMBER_ID: (
+        f"INSERT INTO dedup_ids (queue_id, pos, id) VALUES ({_QID}, $3, $4)"
+        " ON CONFLICT (queue_id, pos) DO UPDATE SET id = excluded.id",
     ),
 }
 
@@ -324,7 +330,14 @@ class PgStore:
         finally:
             if gc_was_enabled:
                 gc.enable()
-        return RecoveredState(exchanges, queues, bindings, messages)
+        dedup_ids: dict[QueueKey, list[tuple[int, bytes]]] = {}
+        for qid, pos, dedup_id in await conn.fetch(
+            "SELECT queue_id, pos, id FROM dedup_ids ORDER BY queue_id, pos"
+        ):
+            key = keys.get(qid)
+            if key is not None:
+                dedup_ids.setdefault(key, []).append((pos, bytes(dedup_id)))
+        return RecoveredState(exchanges, queues, bindings, messages, dedup_ids)
 
     async def load_access(self) -> access.AccessState:
         """Read the users, vhosts and permissions (one snapshot).

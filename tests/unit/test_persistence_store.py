@@ -638,6 +638,30 @@ def vars_of(m: MessageRecord) -> list[Any]:
     return [getattr(m, f) for f in MessageRecord.__slots__ if f != "body_size"]
 
 
+def test_dedup_window_round_trip_and_cascade(backend: Backend) -> None:
+    async def main() -> None:
+        store = await backend.open()
+        j = with_queue("q", "other")
+        for pos in range(4):
+            j.remember_id(Q, pos, b"id-%d" % pos)
+        j.remember_id(("/", "other"), 0, b"x")
+        await commit(store, j)
+        j.forget_ids(Q, 1)
+        j.remember_id(Q, 4, b"id-4")
+        await commit(store, j)
+        state = await store.load()
+        assert state.dedup_ids[Q] == [(2, b"id-2"), (3, b"id-3"), (4, b"id-4")]
+        j.delete_queue("/", "other")
+        await commit(store, j)
+        await store.close()
+        reopened = await backend.open()
+        state = await reopened.load()
+        assert ("/", "other") not in state.dedup_ids and len(state.dedup_ids[Q]) == 3
+        await reopened.close()
+
+    run(main)
+
+
 def test_op_kinds_all_have_sql() -> None:
     from persistence.postgres.store import SQL
     from persistence.store import _SQL
