@@ -120,7 +120,7 @@ class Channel:
         self.mode = Mode.PLAIN
         self.consumers: dict[str, Consumer] = {}
         self.unacked = UnackedStore()
-        self.flow_active = True
+        self.flow_active = True  # always: RabbitMQ lets no client pause its channel (540)
         self._pending: PendingPublish | None = None
         self.confirm: ConfirmTracker | None = None
         self.publish_seq = 0
@@ -147,7 +147,9 @@ class Channel:
             spec.Tx.Commit.index: self._on_tx_commit,
             spec.Tx.Rollback.index: self._on_tx_rollback,
             **self.topology.handlers(),
+            spec.Queue.Delete.index: self._on_queue_delete,
         }
+        self._held_cancels: list[Method] | None = None  # see _on_queue_delete
 
     # ------------------------------------------------------------------------------------
     # Frame entry points (called by Connection)
@@ -261,7 +263,8 @@ class Channel:
         self._pending = None
         self.release()
         self._send_method(
-            spec.Channel.Close(
+            codec.build(
+                spec.Channel.Close,
                 reply_code=error.reply_code,
                 reply_text=error.reply_text,
                 class_id=error.class_id,
@@ -359,7 +362,8 @@ class Channel:
         return queues
 
     def _send_return(self, message: Message, code: int, text: str) -> None:
-        method = spec.Basic.Return(
+        method = codec.build(
+            spec.Basic.Return,
             reply_code=code,
             reply_text=text,
             exchange=message.exchange,
@@ -406,7 +410,7 @@ class Channel:
         """Whether ``consumer`` may receive one more message now."""
         if self.conn.output_full:  # write-ahead limit: the client is not reading fast enough
             return False
-        if not self.flow_active or self.state is not _OPEN:  # module constant: Enum lookups
+        if self.state is not _OPEN:  # module constant: Enum lookups
             return False  # cost ~250 ns on 3.11 and this runs on every enqueue
         return consumer.no_ack or self.unacked.has_credit(consumer)
 
@@ -464,7 +468,24 @@ class Channel:
         if self.state is ChannelState.OPEN and self.conn.client_capability(
             "consumer_cancel_notify"
         ):
-            self._send_method(spec.Basic.Cancel(consumer_tag=consumer.tag, nowait=True))
+            cancel = codec.build(spec.Basic.Cancel, consumer_tag=consumer.tag, nowait=True)
+            if self._held_cancels is not None:
+                self._held_cancels.append(cancel)
+            else:
+                self._send_method(cancel)
+
+    def _on_queue_delete(self, method: spec.Queue.Delete) -> None:
+        """queue.delete, as RabbitMQ orders it: Delete-Ok first, then the Basic.Cancel of
+        this channel's own consumers on the queue (py-amqp/kombu raise ConsumerCancelled
+        out of ``delete()`` when the Cancel comes first)."""
+        held: list[Method] = []
+        self._held_cancels = held
+        try:
+            self.topology.queue_delete(method)
+        finally:
+            self._held_cancels = None
+        for cancel in held:
+            self._send_method(cancel)
 
     def resume_deliveries(self) -> None:
         """Let the queues this channel consumes from deliver again (credit came back)."""
@@ -509,7 +530,7 @@ class Channel:
         consumer.selector = selector
         self.consumers[tag] = consumer
         if not method.nowait:
-            self._send_method(spec.Basic.ConsumeOk(consumer_tag=tag))
+            self._send_method(codec.build(spec.Basic.ConsumeOk, consumer_tag=tag))
         queue.add_consumer(consumer)
 
     def _browse(
@@ -541,7 +562,7 @@ class Channel:
     def _on_basic_cancel(self, method: spec.Basic.Cancel) -> None:
         consumer = self.consumers.pop(method.consumer_tag or "", None)
         if not method.nowait:
-            self._send_method(spec.Basic.CancelOk(consumer_tag=method.consumer_tag))
+            self._send_method(codec.build(spec.Basic.CancelOk, consumer_tag=method.consumer_tag))
         if consumer is not None:
             self._remove_consumer(consumer)
 
@@ -584,10 +605,11 @@ class Channel:
         self.resume_deliveries()
 
     def _on_channel_flow(self, method: spec.Channel.Flow) -> None:
-        self.flow_active = bool(method.active)
-        self._send_method(spec.Channel.FlowOk(active=method.active))
-        if method.active:
-            self.resume_deliveries()
+        # rabbit_channel: a client may not stop the broker's deliveries this way (it has
+        # basic.qos for that); active=true is acknowledged, active=false is 540
+        if not method.active:
+            raise AMQPError(NOT_IMPLEMENTED, "active=false")
+        self._send_method(spec.Channel.FlowOk(active=True))
 
     # ------------------------------------------------------------------------------------
     # Acknowledgements

@@ -248,6 +248,9 @@ class Queue:
             self._drop_head_over_limit()
         if self.needs_ticks:
             self.watch()
+            deadline = self.next_deadline()  # a policy's x-expires: announce its lease end
+            if deadline is not None:
+                self.clock.wake(deadline)
 
     @property
     def message_count(self) -> int:
@@ -297,8 +300,11 @@ class Queue:
         if expiration_ms is not None and (ttl is None or expiration_ms / 1000 < ttl):
             ttl = expiration_ms / 1000
         if ttl is not None:
-            entry.expires_at = self.clock.now + ttl
+            clock = self.clock
+            entry.expires_at = expires_at = clock.now + ttl
             self._timed += 1
+            if expires_at < clock.wake_at:  # (inline Clock.wake: this runs per message)
+                clock.wake_at = expires_at
         if message.persistent and self.journal is not None and message.body is not None:
             entry.stored = True
             batch = self.journal.insert_message(
@@ -335,6 +341,7 @@ class Queue:
         if entry.expires_at is not None:
             self._timed += 1
             self.watch()
+            self.clock.wake(entry.expires_at)
 
     def _drop_head_over_limit(self) -> None:
         ready = self.ready
@@ -437,8 +444,22 @@ class Queue:
         return (
             expires is not None
             and not self.consumers
-            and (self.clock.now - self.last_used) * 1000 >= expires
+            and self.clock.now >= self.last_used + expires / 1000  # as in next_deadline
         )
+
+    def next_deadline(self) -> float | None:
+        """When this queue's timers next have something to do: the head message's expiry
+        (RabbitMQ expires messages at the head, one timer per queue) and x-expires."""
+        deadline = None
+        ready = self.ready
+        if ready and ready[0].expires_at is not None:
+            deadline = ready[0].expires_at
+        expires = self.settings.expires
+        if expires is not None and not self.consumers:
+            unused_until = self.last_used + expires / 1000
+            if deadline is None or unused_until < deadline:
+                deadline = unused_until
+        return deadline
 
     @property
     def needs_ticks(self) -> bool:

@@ -8,8 +8,10 @@ shell calls `after_core`, the one place that wakes the writers of the connection
 engine's `Outbox` lists, resumes readers, and wakes the group committer if the journal has
 work. Because the reader processes a whole chunk before it next awaits, all frames produced
 for any connection during that chunk go out in one write per connection. One ticker task
-drives every timer once a second. The core gets the time with its input: unix seconds
-(``time.time()``), one time base for heartbeats, TTLs and x-expires alike.
+drives every timer: it sleeps until the core's next deadline (`Clock.wake_at`) and at most a
+tick interval (1 s); `after_core` wakes it early when input brought an earlier deadline.
+The core gets the time with its input: unix seconds (``time.time()``), one time base for
+heartbeats, TTLs and x-expires alike.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from amqpd.shell import management, metrics, node_sample, resources
 from amqpd.shell.admin_socket import AdminReply, serve_admin
 from amqpd.shell.http_listener import bind, serve_http
 from amqpd.shell.store_role import LockLost, StoreRole
-from amqpd.shell.tls import TLSOptions, certificate_identity, server_context
+from amqpd.shell.tls import TLSOptions, certificate_identity, server_context, tls_failure_reason
 from persistence.backend import BodyReaderPort, StoreBackend
 from persistence.errors import StoreError
 from persistence.group_commit import GroupCommitter
@@ -57,6 +59,9 @@ log = logging.getLogger(__name__)
 
 READ_SIZE = 65536
 SHUTDOWN_GRACE = 2.0
+TIMER_SLACK = 0.001  # past a deadline when waking for it (sleep and clock granularity)
+TIMER_RESOLUTION = 0.01  # deadline-driven ticks at most this often (messages expiring
+# back to back are expired in batches, not one tick each)
 
 
 @dataclass(slots=True)
@@ -130,6 +135,9 @@ class Server:
         self.started = time.time()
         self.rates = RateSampler(broker)  # message rates, sampled (amqpd/engine/rates.py)
         self.listeners: list[dict[str, Any]] = []  # RabbitMQ's overview/nodes "listeners"
+        self._clock = broker.clock
+        self._ticker_wake: anyio.Event | None = None  # set to re-plan the ticker's sleep
+        self._ticker_until = math.inf  # when the sleeping ticker wakes (inf: it is not asleep)
         broker.statistics.node = node_sample.node_name()
 
     @property
@@ -286,6 +294,10 @@ class Server:
         committer = self._committer
         if committer is not None and self._journal is not None and self._journal.pending:
             committer.wake()
+        if self._clock.wake_at < self._ticker_until:  # the core has an earlier deadline
+            self._ticker_until = math.inf
+            if self._ticker_wake is not None:
+                self._ticker_wake.set()
 
     def _batch_committed(self, batch: int) -> None:
         self.broker.batch_committed(batch)
@@ -457,13 +469,41 @@ class Server:
             self._scope.cancel()
 
     async def _ticker(self) -> None:
+        """Run the core's timers when a deadline is due and at least every
+        ``tick_interval``: queue deadlines (a head's TTL, x-expires) come from the clock
+        (`Clock.wake_at`), each connection's (heartbeats, timeouts) from its
+        ``next_deadline``; a due deadline ticks the broker and the due connections, the
+        periodic tick everything. `after_core` wakes it when input brings an earlier
+        deadline; deadline ticks are at least TIMER_RESOLUTION apart."""
+        clock = self.broker.clock
+        interval = self.config.tick_interval
+        periodic = time.time() + interval
+        last = -math.inf
         while True:
-            await anyio.sleep(self.config.tick_interval)
             now = time.time()
+            due = min(clock.wake_at, min((c.next_deadline for c in self._peers), default=math.inf))
+            until = min(max(due, last + TIMER_RESOLUTION) + TIMER_SLACK, periodic)
+            if until > now:
+                self._ticker_wake = wake = anyio.Event()
+                self._ticker_until = until
+                with anyio.move_on_after(until - now):
+                    await wake.wait()
+                self._ticker_until = math.inf
+                if wake.is_set():
+                    continue  # an earlier deadline came in: plan again
+                now = time.time()
+            else:
+                await anyio.sleep(0)
+            last = now
+            everything = now >= periodic
+            if everything:
+                periodic = now + interval
+            clock.wake_at = math.inf  # the broker's tick announces what is still pending
             try:
                 self.broker.tick(now)
                 for conn in list(self._peers):
-                    conn.tick(now)
+                    if everything or conn.next_deadline <= now:
+                        conn.tick(now)
             except Exception:  # a bug in a timer must not take the broker down
                 log.exception("timers failed")
             self.after_core()
@@ -557,7 +597,7 @@ class Server:
                     standard_compatible=False,
                 )
         except (OSError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:  # ssl, timeout
-            log.info("TLS handshake with %s failed: %s", peer_name, exc or type(exc).__name__)
+            log.info("TLS handshake with %s failed: %s", peer_name, tls_failure_reason(exc))
             with suppress(Exception):
                 await stream.aclose()
             return None
