@@ -75,7 +75,7 @@ class PolicyError(ValueError):
     ``reason``, what ``rabbitmqctl`` prints after ``Error:``)."""
 
 
-def _term(value: Any) -> str:
+def erlang_term(value: Any) -> str:
     """A JSON value the way Erlang's ``~p`` prints the decoded term."""
     if isinstance(value, str):
         return f'<<"{value}">>'
@@ -84,9 +84,11 @@ def _term(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, list):
-        return "[" + ",".join(_term(item) for item in value) + "]"
+        return "[" + ",".join(erlang_term(item) for item in value) + "]"
     if isinstance(value, dict):
-        return "[" + ",".join(f"{{{_term(k)},{_term(v)}}}" for k, v in value.items()) + "]"
+        return (
+            "[" + ",".join(f"{{{erlang_term(k)},{erlang_term(v)}}}" for k, v in value.items()) + "]"
+        )
     return json.dumps(value)
 
 
@@ -98,17 +100,17 @@ def _check_key(key: str, value: Any) -> None:
     is_int = isinstance(value, int) and not isinstance(value, bool)
     if key in _NON_NEGATIVE_INT:
         if not (is_int and value >= 0):
-            raise _failed(f"{_term(value)} is not {_NON_NEGATIVE_INT[key]}")
+            raise _failed(f"{erlang_term(value)} is not {_NON_NEGATIVE_INT[key]}")
     elif key == "expires":
         if not (is_int and value >= 1):
-            raise _failed(f"{_term(value)} is not a valid queue expiry")
+            raise _failed(f"{erlang_term(value)} is not a valid queue expiry")
     elif key in _STRINGS:
         if not isinstance(value, str):
-            raise _failed(f"{_term(value)} is not {_STRINGS[key]}")
+            raise _failed(f"{erlang_term(value)} is not {_STRINGS[key]}")
     else:
         allowed, what = _CHOICES[key]
         if value not in allowed:
-            raise _failed(f"{_term(value)} is not {what}")
+            raise _failed(f"{erlang_term(value)} is not {what}")
 
 
 def validate(
@@ -128,27 +130,27 @@ def validate(
     if not isinstance(name, str) or not name:
         raise _failed("policy name must be a non-empty string")
     if not isinstance(pattern, str):
-        raise _failed(f"pattern should be a string, actually was {_term(pattern)}")
+        raise _failed(f"pattern should be a string, actually was {erlang_term(pattern)}")
     try:
         re.compile(pattern)
     except re.error as exc:
         raise _failed(
-            f"pattern {_term(pattern)} is not a valid regular expression: {exc}"
+            f"pattern {erlang_term(pattern)} is not a valid regular expression: {exc}"
         ) from None
     if isinstance(priority, str) and re.fullmatch(r"-?[0-9]+", priority):
         priority = int(priority)
     if isinstance(priority, bool) or not isinstance(priority, int):
-        raise _failed(f"priority should be a number, actually was {_term(priority)}")
+        raise _failed(f"priority should be a number, actually was {erlang_term(priority)}")
     if apply_to not in APPLY_TO:
         raise _failed(f'"{apply_to}" is not a valid apply-to value')
     if not isinstance(definition, Mapping):
-        raise _failed(f"definition should be a JSON object, actually was {_term(definition)}")
+        raise _failed(f"definition should be a JSON object, actually was {erlang_term(definition)}")
     if not definition:
         raise _failed("no policy provided")
     allowed = OPERATOR_KEYS if operator else POLICY_KEYS
     unknown = {key: value for key, value in definition.items() if key not in allowed}
     if unknown:
-        raise _failed(f"{_term(unknown)} are not recognised policy settings")
+        raise _failed(f"{erlang_term(unknown)} are not recognised policy settings")
     for key, value in definition.items():
         _check_key(key, value)
     return PolicyRecord(vhost, name, pattern, str(apply_to), priority, dict(definition))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import secrets
 import signal
 import socket
 import ssl
@@ -38,7 +39,14 @@ from amqpd.engine.connection import Connection
 from amqpd.engine.outbox import Outbox
 from amqpd.engine.rates import SAMPLE_INTERVAL, RateSampler
 from amqpd.model.admin_commands import AdminError, execute, problems_text
-from amqpd.model.auth import DEFAULT_HASHING, AccessState, Permission, User, hash_password
+from amqpd.model.auth import (
+    DEFAULT_HASHING,
+    INTERNAL_USER,
+    AccessState,
+    Permission,
+    User,
+    hash_password,
+)
 from amqpd.model.broker import Broker, BrokerConfig
 from amqpd.model.definitions import DefinitionsError, import_definitions
 from amqpd.model.queue import HOT_WINDOW
@@ -46,6 +54,8 @@ from amqpd.model.statistics import NodeSample
 from amqpd.shell import management, metrics, node_sample, resources
 from amqpd.shell.admin_socket import AdminReply, serve_admin
 from amqpd.shell.http_listener import bind, serve_http
+from amqpd.shell.links.shovel import LocalEndpoint
+from amqpd.shell.links.supervisor import LinkSupervisor, shovel_table
 from amqpd.shell.tls import TLSOptions, certificate_identity, server_context
 from persistence.errors import StoreError
 from persistence.group_commit import GroupCommitter
@@ -126,6 +136,7 @@ class Server:
         self.started = time.time()
         self.rates = RateSampler(broker)  # message rates, sampled (amqpd/engine/rates.py)
         self.listeners: list[dict[str, Any]] = []  # RabbitMQ's overview/nodes "listeners"
+        self.links: LinkSupervisor | None = None  # the shovels (amqpd/shell/links/)
         broker.statistics.node = node_sample.node_name()
 
     def node_sample(self) -> NodeSample:
@@ -175,10 +186,14 @@ class Server:
                 if store is not None and self.config.data_dir is not None:
                     await group.start(serve_admin, self.config.data_dir, self.admin_request)
                 await self._serve_http(group, http_sockets)
+                self._start_links()
                 log.info("listening on %s:%d", self.config.host, self.port)
                 task_status.started(self.port)
                 await anyio.sleep(math.inf)
         finally:
+            if self.links is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.links.aclose()
             for sock in http_sockets.values():
                 sock.close()  # closed by serve_http already unless serving never started
             if tls_listener is not None:
@@ -187,6 +202,25 @@ class Server:
             if store is not None:
                 with anyio.CancelScope(shield=True):
                     await self._close_store(store)
+
+    def _start_links(self) -> None:
+        """Run the stored shovels; they reach the local broker as the internal user."""
+        secret = secrets.token_urlsafe(32)
+        self.broker.access.internal_secret = secret
+        local = LocalEndpoint(self.config.host, self.port, INTERNAL_USER, secret)
+        self.links = LinkSupervisor(
+            self.broker, local, self.broker.statistics.node, self._shovel_finished
+        )
+        self.links.reconcile()
+
+    async def _shovel_finished(self, vhost: str, name: str) -> None:
+        """A shovel reached src-delete-after: its parameter goes, as in RabbitMQ."""
+        request = {"component": "shovel", "vhost": vhost, "name": name}
+        await self.admin_request({"group": "parameters", "command": "clear-parameter", **request})
+
+    def shovel_status(self, vhost: str | None = None) -> list[dict[str, Any]]:
+        """The shovels' state, as RabbitMQ's /api/shovels lists it."""
+        return [] if self.links is None else self.links.status(vhost)
 
     def _bind_http(self) -> dict[str, socket.socket]:
         """Bind the HTTP listeners that are on (so a port in use fails before serving)."""
@@ -314,6 +348,10 @@ class Server:
         """An ``amqpd users|vhosts|definitions`` command from the admin socket: carried out
         on the live broker, then persisted after everything it journaled (a deleted vhost's
         queues) has been committed."""
+        if request.get("command") == "list-shovels":
+            return AdminReply(
+                True, json.dumps(shovel_table(self.shovel_status(), self.broker.statistics.node))
+            )
         if request.get("group") == "ctl":  # amqpd ctl: listings, status, close-connection
             try:
                 answer = ctl_commands.execute(self.broker, request, self.node_sample())
@@ -328,6 +366,8 @@ class Server:
             return AdminReply(False, str(exc))
         finally:
             self.after_core()  # closed connections, journaled deletions
+            if self.links is not None:
+                self.links.reconcile()  # shovel parameters may have changed
         log.info("admin: %s %s", request.get("group"), request.get("command"))
         if outcome.changed:
             try:

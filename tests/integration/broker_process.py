@@ -16,9 +16,11 @@ class BrokerProcess:
     """``python -m amqpd --port 0 --data-dir DIR``; ``port`` and ``url`` are set once it
     listens. Its stderr is drained in the background so it never blocks on a full pipe."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, port: int = 0, extra: tuple[str, ...] = ()) -> None:
+        self.data_dir = data_dir
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "amqpd", "--port", "0", "--data-dir", str(data_dir)],
+            [sys.executable, "-m", "amqpd", "--port", str(port), "--data-dir", str(data_dir)]
+            + list(extra),
             stderr=subprocess.PIPE,
             text=True,
         )

@@ -30,6 +30,7 @@ from amqpd.shell.management import (
     exchanges,
     limits,
     node,
+    parameters,
     queues,
 )
 from amqpd.shell.management.errors import not_found
@@ -80,6 +81,7 @@ def api_routes(host: BrokerHost) -> list[BaseRoute]:
         *bindings.routes(host),
         *clients.routes(host),
         *definitions.routes(host),
+        *parameters.routes(host),
     ]
 
 
