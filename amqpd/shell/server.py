@@ -447,6 +447,8 @@ class Server:
         if self._stopping:
             return
         self._stopping = True
+        if self.links is not None:
+            await self.links.aclose()  # first: what they did not hand over goes back
         peers = list(self._peers.values())
         for peer in peers:
             peer.conn.close_forced(reason)

@@ -19,8 +19,11 @@ class BrokerProcess:
     def __init__(self, data_dir: Path, port: int = 0, extra: tuple[str, ...] = ()) -> None:
         self.data_dir = data_dir
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "amqpd", "--port", str(port), "--data-dir", str(data_dir)]
-            + list(extra),
+            [
+                sys.executable,
+                *("-m", "amqpd", "--port", str(port), "--data-dir", str(data_dir)),
+                *extra,
+            ],
             stderr=subprocess.PIPE,
             text=True,
         )

@@ -100,6 +100,7 @@ class ShovelLink:
         self.src_uri = ""
         self.dest_uri = ""
         self._attempt = 0
+        self.stopped = False  # set by `stop`: never start again, even if a cancel is lost
 
     # -- status ---------------------------------------------------------------------------
     def _set(self, state: str, reason: str | None = None) -> None:
@@ -141,12 +142,17 @@ class ShovelLink:
         }
         return {key: value for key, value in fields.items() if value is not None}
 
+    def stop(self, task: asyncio.Task[None]) -> None:
+        """Stop the shovel: cancel its task (which closes its connections)."""
+        self.stopped = True
+        task.cancel()
+
     # -- the supervisor loop ----------------------------------------------------------------
     async def run(self) -> None:
         """Connect, shovel, reconnect after failures; returns when ``src-delete-after`` is
         reached (the caller then clears the parameter). Cancel it to stop the shovel."""
         delay = self.spec.reconnect_delay
-        while True:
+        while not self.stopped:
             self._set("starting")
             started = time.monotonic()
             try:
@@ -163,7 +169,7 @@ class ShovelLink:
                 if finished:
                     self._set("terminated", "shutdown, autodelete")
                     return
-            if self.spec.reconnect_delay <= 0:
+            if self.spec.reconnect_delay <= 0 or self.stopped:
                 return  # RabbitMQ: reconnect-delay 0 means do not restart
             if time.monotonic() - started >= STABLE_AFTER:
                 delay = self.spec.reconnect_delay
@@ -349,7 +355,8 @@ async def _ensure_queue(
 async def _close(connection: aiormq.abc.AbstractConnection) -> None:
     """Close a connection (unacked source deliveries go back to their queue), bounded."""
     with suppress(Exception):
-        await asyncio.wait_for(asyncio.shield(connection.close()), CLOSE_TIMEOUT)
+        async with asyncio.timeout(CLOSE_TIMEOUT):
+            await connection.close()
 
 
 def _closing(thing: Any) -> asyncio.Future[Any]:

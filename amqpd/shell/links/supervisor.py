@@ -70,8 +70,8 @@ class LinkSupervisor:
             await self._finished(*key)
 
     def _stop(self, key: tuple[str, str]) -> None:
-        _value, _link, task = self._links.pop(key)
-        task.cancel()
+        _value, link, task = self._links.pop(key)
+        link.stop(task)
         self._stopping.add(task)
         task.add_done_callback(self._stopping.discard)
         log.info("shovel '%s' in vhost '%s' stopped", key[1], key[0])
