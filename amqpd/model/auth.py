@@ -42,6 +42,7 @@ __all__ = [
     "DEFAULT_HASHING",
     "FULL_ACCESS",
     "HASHING_ALGORITHMS",
+    "INTERNAL_USER",
     "AccessControl",
     "AccessState",
     "Authz",

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from amqpd.model.admin_commands import AdminError, execute
+from amqpd.model.auth import INTERNAL_USER, hash_password
 from amqpd.model.broker import Broker
 from amqpd.model.definitions import export_definitions, import_definitions, topology
 from amqpd.model.parameters import (
@@ -227,3 +228,29 @@ def test_stored_rows_round_trip() -> None:
         }
     )
     assert state.parameters == {("shovel", "/", "s"): GOOD}
+
+
+def test_the_internal_user_logs_in_only_with_the_shells_secret() -> None:
+    broker = Broker()
+    access = broker.access
+    assert access.authenticate(INTERNAL_USER, "") is None  # no secret set: nobody
+    assert not access.is_user(INTERNAL_USER)
+    access.internal_secret = "s3cret"
+    assert access.authenticate(INTERNAL_USER, "wrong") is None
+    user = access.authenticate(INTERNAL_USER, "s3cret")
+    assert user is not None and user.name == INTERNAL_USER and user.tags == ()
+    assert access.is_user(INTERNAL_USER)
+    authz = access.authz(INTERNAL_USER, "/")
+    assert authz is not None and authz.full
+    assert access.authz(INTERNAL_USER, "nowhere") is None
+    # a stored user of that name cannot log in with its password
+    execute(
+        broker,
+        {
+            "group": "users",
+            "command": "add",
+            "name": INTERNAL_USER,
+            "password_hash": hash_password("pw"),
+        },
+    )
+    assert access.authenticate(INTERNAL_USER, "pw") is None
