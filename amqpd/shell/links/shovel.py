@@ -39,9 +39,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
-from typing import Any, Final
+from typing import Any, Final, cast
 from urllib.parse import quote, urlsplit
 
 import aiormq
@@ -204,7 +205,8 @@ class ShovelLink:
     ) -> bool:
         spec_ = self.spec
         confirms = spec_.ack_mode == "on-confirm"
-        out = await dest.channel(publisher_confirms=confirms)
+        # aiormq.Channel: its basic_publish takes ``wait`` (the abstract class omits it)
+        out = cast(aiormq.Channel, await dest.channel(publisher_confirms=confirms))
         if spec_.dest_queue is not None:
             await _ensure_queue(dest, spec_.dest_queue, spec_.dest_queue_args)
         inbound = await source.channel(publisher_confirms=False)
@@ -258,7 +260,7 @@ class ShovelLink:
 
     def _forwarder(
         self,
-        out: aiormq.abc.AbstractChannel,
+        out: aiormq.Channel,
         inbound: aiormq.abc.AbstractChannel,
         failure: asyncio.Future[None],
         done: asyncio.Future[None],
@@ -266,8 +268,11 @@ class ShovelLink:
     ) -> Callable[[aiormq.abc.DeliveredMessage], Any]:
         spec_ = self.spec
         ack_mode = spec_.ack_mode
+        confirms = ack_mode == "on-confirm"
         received = 0
         left = remaining
+
+        acker = _Acker(inbound)
 
         async def forward(message: aiormq.abc.DeliveredMessage) -> None:
             nonlocal received, left
@@ -276,19 +281,25 @@ class ShovelLink:
                 return  # beyond src-delete-after: requeued when the source channel closes
             delivery = message.delivery
             assert isinstance(delivery, spec.Basic.Deliver)
+            tag = delivery.delivery_tag or 0
+            if ack_mode != "no-ack":
+                acker.received(tag)
             exchange, key = self._target(delivery)
             properties = self._properties(message.header.properties)
             try:
                 confirmation = await out.basic_publish(
-                    message.body, exchange=exchange, routing_key=key, properties=properties
+                    message.body,
+                    exchange=exchange,
+                    routing_key=key,
+                    properties=properties,
+                    wait=not confirms,  # on-confirm waits for the confirm, not the write
                 )
-                tag = delivery.delivery_tag or 0
-                if ack_mode == "on-confirm" and isinstance(confirmation, spec.Basic.Nack):
-                    await inbound.basic_nack(tag, requeue=True)
-                    return
+                nacked = isinstance(confirmation, spec.Basic.Nack)
+                if nacked:  # only with on-confirm: the destination refused it
+                    await inbound.basic_nack(tag, multiple=False, requeue=True)
                 if ack_mode != "no-ack":
-                    await inbound.basic_ack(tag)
-            except Exception as exc:
+                    await acker.settled(tag, nacked)
+            except Exception as exc:  # the run fails; the source requeues what is unacked
                 if not failure.done():
                     failure.set_exception(exc)
                 return
@@ -332,6 +343,46 @@ class ShovelLink:
             headers["x-shovelled-timestamp"] = int(time.time())
         properties.headers = headers
         return properties
+
+
+class _Acker:
+    """Settles source deliveries in few frames: a delivery is settled once forwarded (or
+    nacked back); the longest settled run of delivery tags from the oldest is acked with
+    one ``basic.ack(multiple=true)`` per event-loop turn (the destination confirms many
+    publishes with one frame, so their forwards finish in the same turn)."""
+
+    def __init__(self, channel: aiormq.abc.AbstractChannel) -> None:
+        self._channel = channel
+        self._pending: deque[int] = deque()  # tags received and not yet acked, in order
+        self._settled: set[int] = set()
+        self._nacked: set[int] = set()  # settled by a nack already: never the ack's tag
+        self._flushing = False
+
+    def received(self, tag: int) -> None:
+        self._pending.append(tag)
+
+    async def settled(self, tag: int, nacked: bool = False) -> None:
+        self._settled.add(tag)
+        if nacked:
+            self._nacked.add(tag)
+        if self._flushing:
+            return  # the forward that started the flush acks this one too
+        self._flushing = True
+        try:
+            await asyncio.sleep(0)  # let the other forwards settled by the same frame run
+        finally:
+            self._flushing = False
+        pending, settled = self._pending, self._settled
+        last = None
+        while pending and pending[0] in settled:
+            tag = pending.popleft()
+            settled.discard(tag)
+            if tag in self._nacked:
+                self._nacked.discard(tag)
+            else:
+                last = tag
+        if last is not None:
+            await self._channel.basic_ack(last, multiple=True)
 
 
 async def _ensure_queue(
