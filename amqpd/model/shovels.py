@@ -5,11 +5,12 @@ A dynamic shovel is the runtime parameter ``shovel`` (vhost-scoped, a JSON objec
 ``src-exchange-key``, ``dest-queue`` or ``dest-exchange`` + ``dest-exchange-key``,
 ``ack-mode`` (on-confirm | on-publish | no-ack), ``src-prefetch-count`` (1000),
 ``src-delete-after`` (never | queue-length | N), ``reconnect-delay`` (1 s),
-``add-forward-headers``, ``add-timestamp-header``, ``src-protocol`` / ``dest-protocol``
-(amqp091; RabbitMQ's amqp10 is refused here). `validate` returns RabbitMQ's error texts
-(``rabbit_shovel_parameters`` + ``rabbit_parameter_validation``) and `parse` turns a valid
-value into a `ShovelSpec`, which the shell's links (amqpd/shell/links/) run. Nothing here
-connects anywhere: the model only stores and checks.
+``add-forward-headers``, ``add-timestamp-header``, ``publish-properties``,
+``src-protocol`` / ``dest-protocol`` (amqp091; RabbitMQ's amqp10 is refused here).
+`validate` returns RabbitMQ's error texts (``rabbit_shovel_parameters`` and
+``rabbit_parameter_validation``) and `parse` turns a valid value into a `ShovelSpec`, which
+the shell's links (amqpd/shell/links/) run. Nothing here connects anywhere: the model only
+stores and checks.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class ShovelSpec:
     reconnect_delay: float = DEFAULT_RECONNECT_DELAY
     add_forward_headers: bool = False
     add_timestamp_header: bool = False
+    publish_properties: Mapping[str, Any] | None = None  # set on every shovelled message
 
 
 def _binary(key: str, value: Any) -> str | None:
@@ -83,6 +85,41 @@ def _table(key: str, value: Any) -> str | None:
     if isinstance(value, dict):
         return None
     return f"{key} not a list {erlang_term(value)}"
+
+
+_PROPERTY_CHECKS: Final = {
+    **{
+        key: "string"
+        for key in (
+            "content_type",
+            "content_encoding",
+            "correlation_id",
+            "reply_to",
+            "expiration",
+            "message_id",
+            "type",
+            "user_id",
+            "app_id",
+            "cluster_id",
+        )
+    },
+    **{key: "number" for key in ("delivery_mode", "priority", "timestamp")},
+}
+
+
+def _publish_properties(key: str, value: Any) -> str | None:
+    """RabbitMQ's validate_properties: known basic properties with the right types."""
+    if not isinstance(value, dict):
+        return f"{key} not a list {erlang_term(value)}"
+    unknown = {name: item for name, item in value.items() if name not in _PROPERTY_CHECKS}
+    if unknown:
+        return f"Unrecognised terms {erlang_term(unknown)} in {key}"
+    for name, item in value.items():
+        check = _binary if _PROPERTY_CHECKS[name] == "string" else _number
+        refused = check(name, item)
+        if refused is not None:
+            return refused
+    return None
 
 
 def _enum(options: tuple[str, ...]) -> _Check:
@@ -160,8 +197,8 @@ _DEST: Final[tuple[tuple[str, _Check, bool], ...]] = (
     ("add-timestamp-header", _boolean, False),
     ("dest-add-forward-headers", _boolean, False),
     ("dest-add-timestamp-header", _boolean, False),
-    ("publish-properties", _table, False),
-    ("dest-publish-properties", _table, False),
+    ("publish-properties", _publish_properties, False),
+    ("dest-publish-properties", _publish_properties, False),
 )
 
 
@@ -234,6 +271,7 @@ def parse(vhost: str, name: str, value: Mapping[str, Any]) -> ShovelSpec:
         reconnect_delay=float(value.get("reconnect-delay", DEFAULT_RECONNECT_DELAY)),
         add_forward_headers=bool(forward),
         add_timestamp_header=bool(stamp),
+        publish_properties=value.get("dest-publish-properties", value.get("publish-properties")),
     )
 
 

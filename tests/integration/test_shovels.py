@@ -177,6 +177,7 @@ def test_exchange_source_other_ack_modes_and_forward_headers(
         "dest-exchange-key": "k",
         "ack-mode": ack_mode,
         "add-forward-headers": True,
+        "dest-publish-properties": {"app_id": "shovelled", "delivery_mode": 2},
     }
     set_shovel(a.data_dir, "x", value)
     conn = pika.BlockingConnection(pika.URLParameters(b.url))
@@ -194,6 +195,7 @@ def test_exchange_source_other_ack_modes_and_forward_headers(
         wait_for(lambda: count(b.url, "dst") == 1, "the message at the destination")
         method, props, body = channel.basic_get("dst", auto_ack=True)
         assert body == b"7" and method is not None
+        assert props.app_id == "shovelled" and props.delivery_mode == 2
         [hop] = props.headers["x-shovelled"]
         assert hop["shovel-name"] == "x" and hop["shovel-vhost"] == "/"
         assert hop["shovel-type"] == "dynamic"

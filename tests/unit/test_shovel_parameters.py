@@ -254,3 +254,15 @@ def test_the_internal_user_logs_in_only_with_the_shells_secret() -> None:
         },
     )
     assert access.authenticate(INTERNAL_USER, "pw") is None
+
+
+def test_publish_properties_are_checked_like_rabbitmqs() -> None:
+    good = {**GOOD, "dest-publish-properties": {"delivery_mode": 2, "app_id": "shovel"}}
+    assert validate("s", good) == []
+    assert parse("/", "s", good).publish_properties == {"delivery_mode": 2, "app_id": "shovel"}
+    bad_key = {**GOOD, "publish-properties": {"colour": "red"}}
+    assert validate("s", bad_key) == [
+        'Unrecognised terms [{<<"colour">>,<<"red">>}] in publish-properties'
+    ]
+    bad_type = {**GOOD, "publish-properties": {"priority": "high"}}
+    assert validate("s", bad_type) == ['priority should be a number, actually was <<"high">>']

@@ -37,6 +37,7 @@ INTERNAL_USER), so local and remote endpoints take the same, ordinary path.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import time
 from collections import deque
@@ -59,6 +60,7 @@ log = logging.getLogger(__name__)
 MAX_BACKOFF: Final = 30.0  # seconds between reconnection attempts, at most
 STABLE_AFTER: Final = 10.0  # a run this long resets the back-off
 CLOSE_TIMEOUT: Final = 5.0  # seconds a connection may take to close
+_PROPERTY_NAMES: Final = {"type": "message_type"}  # publish-properties key -> pamqp name
 
 
 class LocalEndpoint:
@@ -324,6 +326,10 @@ class ShovelLink:
 
     def _properties(self, properties: spec.Basic.Properties) -> spec.Basic.Properties:
         spec_ = self.spec
+        for key, value in (spec_.publish_properties or {}).items():
+            if key == "timestamp":
+                value = datetime.datetime.fromtimestamp(value, datetime.UTC)
+            setattr(properties, _PROPERTY_NAMES.get(key, key), value)
         if not (spec_.add_forward_headers or spec_.add_timestamp_header):
             return properties
         headers = dict(properties.headers or {})
