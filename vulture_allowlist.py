@@ -35,6 +35,14 @@ _.create_consumer  # Session.create_consumer (interop/jms/session.py)
 _.create_durable_subscriber  # Session.create_durable_subscriber (interop/jms/session.py)
 _.transaction  # Session.transaction(), the `with` form of commit/rollback (interop/jms/session.py)
 _.receive_no_wait  # MessageConsumer.receive_no_wait (interop/jms/consumer.py)
+_.create_message  # Session.create_message, JMS message factory (interop/jms/session.py)
+_.create_text_message  # Session.create_text_message (interop/jms/session.py)
+_.create_bytes_message  # Session.create_bytes_message (interop/jms/session.py)
+_.create_map_message  # Session.create_map_message (interop/jms/session.py)
+_.create_browser  # Session.create_browser, JMS QueueBrowser (interop/jms/session.py)
+_.broker_url  # Connection.broker_url, the broker a failover connection is on (connection.py)
+_.add_transport_listener  # Connection.add_transport_listener (interop/jms/connection.py)
+_.remove_transport_listener  # Connection.remove_transport_listener (interop/jms/connection.py)
 # dataclass fields filled by name from the `consumer.*` destination options of docs/jms.md
 # (ConsumerOptions.parse); accepted for ActiveMQ compatibility, read by no rule
 dispatch_async  # consumer.dispatchAsync (interop/jms/destinations.py)
@@ -53,9 +61,10 @@ format_table  # interop/perf/profiles.py
 __getattr__  # module __getattr__ (PEP 562): lazy interop.spark.AmqpDataSource (needs pyspark)
 _.streamWriter  # pyspark DataSource.streamWriter, called by Spark (interop/spark/datasource.py)
 _.abort  # pyspark DataSourceWriter/DataSourceStreamWriter.abort, called by Spark (writer.py)
-_.socket_timeout  # pika.ConnectionParameters, read by pika (preflight.py, publisher.py)
-_.stack_timeout  # pika.ConnectionParameters, read by pika (preflight.py, publisher.py)
+_.socket_timeout  # pika.ConnectionParameters, read by pika (preflight.py, link.py)
+_.stack_timeout  # pika.ConnectionParameters, read by pika (preflight.py, link.py)
 _.blocked_connection_timeout  # pika.ConnectionParameters, read by pika (same)
+_._activeSession  # pyspark SparkSession._activeSession, read by PySpark (session.py)
 
 # -- parameters a protocol fixes ---------------------------------------------------------------
 tb  # the traceback argument of __exit__ / __aexit__ (interop/jms/messages.py, persistence/store.py)

@@ -1,6 +1,6 @@
 """Access-control records and their SQL (schema 2): users, vhosts, permissions; policies,
 operator policies and global parameters (schema 3); vhost-scoped runtime parameters
-(schema 5).
+(schema 6).
 
 Pure: the statements and row conversions live here; :class:`persistence.store.Store` runs
 them (``load_access`` / ``save_access``). The tables are small and are rewritten whole in

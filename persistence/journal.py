@@ -35,7 +35,11 @@ calls within one batch::
 
     DELETE_BINDING, DELETE_QUEUE (messages, bindings to it, the queue),
     DELETE_EXCHANGE (bindings from/to it, the exchange),
-    PUT_EXCHANGE, PUT_QUEUE, PUT_BINDING, DELETE_MESSAGE, INSERT_MESSAGE, MARK_DELIVERED
+    PUT_EXCHANGE, PUT_QUEUE, PUT_BINDING, DELETE_MESSAGE, INSERT_MESSAGE, MARK_DELIVERED,
+    FORGET_IDS, REMEMBER_ID
+
+(FORGET_IDS before REMEMBER_ID is safe: ``forget_ids`` drops pending ids in its range, so a
+remembered id in the batch is always above every forgotten position.)
 
 Deletes of definitions come before puts, so "put q, insert, delete q, put q, insert" leaves
 the new queue with only the last insert (the first insert was dropped by delete_queue, the
@@ -113,6 +117,8 @@ class Journal:
         "_b_dels",
         "_b_puts",
         "_batch_id",
+        "_dedup_forget",
+        "_dedup_ids",
         "_deletes",
         "_ex_dels",
         "_ex_puts",
@@ -134,7 +140,9 @@ class Journal:
         self._inserts: dict[QueueKey, dict[int, MessageRecord]] = {}
         self._deletes: dict[QueueKey, list[int]] = {}
         self._updates: dict[QueueKey, dict[int, int]] = {}
-        self._n_msg = 0  # entries in _inserts + _deletes + _updates
+        self._n_msg = 0  # entries in _inserts + _deletes + _updates + _dedup_*
+        self._dedup_ids: dict[QueueKey, dict[int, bytes]] = {}
+        self._dedup_forget: dict[QueueKey, int] = {}
         self._waiters = False
         # Definitions. The "deleted" dicts are insertion-ordered sets of rows.
         self._ex_puts: dict[QueueKey, Row] = {}
@@ -214,6 +222,11 @@ class Journal:
         updates = self._updates.pop(key, None)
         if updates:
             self._n_msg -= len(updates)
+        ids = self._dedup_ids.pop(key, None)
+        if ids:
+            self._n_msg -= len(ids)
+        if self._dedup_forget.pop(key, None) is not None:
+            self._n_msg -= 1
         self._drop_binding_puts(lambda b: b[0] == vhost and b[2] == "queue" and b[3] == name)
 
     def put_binding(self, d: BindingDef) -> None:
@@ -327,6 +340,36 @@ class Journal:
             if updates and updates.pop(seq, None) is not None:
                 self._n_msg -= 1
 
+    # -- deduplication windows ----------------------------------------------------------
+
+    def remember_id(self, queue: QueueKey, pos: int, dedup_id: bytes) -> int:
+        """Store a deduplication id the queue accepted, at window position ``pos``.
+
+        Returns:
+            The id of the batch it will be committed in.
+        """
+        ids = self._dedup_ids.get(queue)
+        if ids is None:
+            ids = self._dedup_ids[queue] = {}
+        ids[pos] = dedup_id
+        self._n_msg += 1
+        self._waiters = True
+        return self._batch_id
+
+    def forget_ids(self, queue: QueueKey, upto: int) -> None:
+        """Drop the queue's deduplication ids at positions ``<= upto`` (out of the window).
+
+        Pending ids in that range are dropped from the batch without being written.
+        """
+        ids = self._dedup_ids.get(queue)
+        if ids:
+            for pos in [p for p in ids if p <= upto]:
+                del ids[pos]
+                self._n_msg -= 1
+        if queue not in self._dedup_forget:
+            self._n_msg += 1
+        self._dedup_forget[queue] = max(upto, self._dedup_forget.get(queue, upto))
+
     # -- batching -----------------------------------------------------------------------
 
     def barrier(self) -> int:
@@ -422,6 +465,14 @@ class Journal:
             updates += [(vhost, name, seq, count) for seq, count in counts.items()]
         if updates:
             ops.append((OpKind.MARK_DELIVERED, updates))
+        if self._dedup_forget:
+            forget: list[Row] = [(v, n, upto) for (v, n), upto in self._dedup_forget.items()]
+            ops.append((OpKind.FORGET_IDS, forget))
+        remember: list[Row] = []
+        for (vhost, name), ids in self._dedup_ids.items():
+            remember += [(vhost, name, pos, dedup_id) for pos, dedup_id in ids.items()]
+        if remember:
+            ops.append((OpKind.REMEMBER_ID, remember))
 
 
 def _binding_key(d: BindingDef) -> _BindingKey:

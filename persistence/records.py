@@ -152,6 +152,10 @@ class OpKind(enum.Enum):
     delivery_count, expires_at)``"""
     MARK_DELIVERED = "mark_delivered"
     """``(vhost, queue, seq, delivery_count)``"""
+    REMEMBER_ID = "remember_id"
+    """``(vhost, queue, pos, id)``: a deduplication id the queue accepted"""
+    FORGET_IDS = "forget_ids"
+    """``(vhost, queue, pos)``: ids at or below ``pos`` left the deduplication window"""
 
 
 Op: TypeAlias = tuple[OpKind, list[Row]]
@@ -184,9 +188,12 @@ class RecoveredState:
         bindings: Durable bindings.
         messages: For each queue that has messages, its ``(seq, record)`` pairs in
             ascending ``seq`` order.
+        dedup_ids: For each queue with a deduplication window, its ``(pos, id)`` pairs in
+            ascending ``pos`` order.
     """
 
     exchanges: list[ExchangeDef]
     queues: list[QueueDef]
     bindings: list[BindingDef]
     messages: dict[QueueKey, list[tuple[int, MessageRecord]]]
+    dedup_ids: dict[QueueKey, list[tuple[int, bytes]]] = field(default_factory=dict)

@@ -29,6 +29,10 @@ regular expressions per user and vhost). Small, rewritten whole when they change
 
 Tables added by schema 3: ``policies`` (policies and operator policies, RabbitMQ's JSON
 definition as text) and ``global_parameters``; rewritten with the access tables.
+
+Table added by schema 5: ``dedup_ids``, the deduplication window of each queue declared with
+``x-message-deduplication`` (see ``amqpd.model.dedup``): ``(queue_id, pos, id)``, ``pos``
+counting the ids the queue accepted; ids that fall out of the window are deleted.
 """
 
 from __future__ import annotations
@@ -185,9 +189,21 @@ _MIGRATION_3 = (
 # it before its first table; an older one is converted by one VACUUM (Store.open).
 _MIGRATION_4: tuple[str, ...] = ()
 
-# Schema 5: vhost-scoped runtime parameters (RabbitMQ's ``rabbitmqctl set_parameter``:
-# component ``shovel`` today; the value is the parameter's JSON object).
+# Schema 5: the deduplication windows of queues with x-message-deduplication (model/dedup.py).
 _MIGRATION_5 = (
+    """
+    CREATE TABLE dedup_ids (
+        queue_id    INTEGER NOT NULL,
+        pos         INTEGER NOT NULL,
+        id          BLOB    NOT NULL,
+        PRIMARY KEY (queue_id, pos)
+    )
+    """,
+)
+
+# Schema 6: vhost-scoped runtime parameters (RabbitMQ's ``rabbitmqctl set_parameter``:
+# component ``shovel`` today; the value is the parameter's JSON object).
+_MIGRATION_6 = (
     """
     CREATE TABLE parameters (
         component TEXT NOT NULL,
@@ -205,6 +221,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: _MIGRATION_3,
     4: _MIGRATION_4,
     5: _MIGRATION_5,
+    6: _MIGRATION_6,
 }
 """Statements that take a store from version ``n - 1`` to version ``n``."""
 

@@ -59,6 +59,7 @@ _SQL: dict[OpKind, tuple[str, ...]] = {
     ),
     OpKind.DELETE_QUEUE: (
         f"DELETE FROM messages WHERE queue_id = {_QID}",
+        f"DELETE FROM dedup_ids WHERE queue_id = {_QID}",
         "DELETE FROM bindings WHERE vhost = ?1 AND destination_kind = 'queue' AND destination = ?2",
         "DELETE FROM queues WHERE vhost = ?1 AND name = ?2",
     ),
@@ -95,7 +96,12 @@ _SQL: dict[OpKind, tuple[str, ...]] = {
         "UPDATE messages SET redelivered = 1, delivery_count = ?4"
         f" WHERE queue_id = {_QID} AND seq = ?3",
     ),
+    OpKind.FORGET_IDS: (f"DELETE FROM dedup_ids WHERE queue_id = {_QID} AND pos <= ?3",),
+    OpKind.REMEMBER_ID: (
+        f"INSERT OR REPLACE INTO dedup_ids (queue_id, pos, id) VALUES ({_QID}, ?3, ?4)",
+    ),
 }
+_LOAD_DEDUP_IDS = "SELECT queue_id, pos, id FROM dedup_ids ORDER BY queue_id, pos"
 
 _MESSAGE_COLUMNS = (
     "seq, exchange, routing_key, header, body, redelivered, delivery_count, expires_at"
@@ -146,6 +152,15 @@ class Store:
     def path(self) -> Path:
         """The database file."""
         return self._path
+
+    @property
+    def description(self) -> str:
+        """The database file, for logs."""
+        return str(self._path)
+
+    def body_reader(self) -> BodyReader:
+        """A new synchronous reader of committed bodies (for paging; the caller closes it)."""
+        return BodyReader(self._path)
 
     @classmethod
     async def open(cls, data_dir: Path, synchronous: str = "FULL") -> Store:
@@ -360,7 +375,12 @@ class Store:
         finally:
             if gc_was_enabled:
                 gc.enable()
-        return RecoveredState(exchanges, queues, bindings, messages)
+        dedup_ids: dict[QueueKey, list[tuple[int, bytes]]] = {}
+        for queue_id, pos, dedup_id in await db.execute_fetchall(_LOAD_DEDUP_IDS):
+            key = keys.get(queue_id)
+            if key is not None:
+                dedup_ids.setdefault(key, []).append((pos, bytes(dedup_id)))
+        return RecoveredState(exchanges, queues, bindings, messages, dedup_ids)
 
     async def load_access(self) -> access.AccessState:
         """Read the users, vhosts and permissions (one snapshot).
@@ -561,6 +581,15 @@ async def _close_quietly(db: aiosqlite.Connection) -> None:
         await db.close()
     except (sqlite3.Error, ValueError) as exc:
         log.warning("closing the database failed: %s", exc)
+
+
+def lock_directory(data_dir: Path) -> IO[bytes] | None:
+    """Lock ``data_dir`` for this process (as an open store does) until the file is closed.
+
+    Raises:
+        StoreError: Another amqpd holds it.
+    """
+    return _lock_directory(data_dir)
 
 
 def _lock_directory(data_dir: Path) -> IO[bytes] | None:

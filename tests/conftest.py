@@ -13,6 +13,7 @@ import pytest
 
 from amqpd.model.broker import BrokerConfig
 from amqpd.shell.server import Server, ServerConfig, background_server
+from tests.pg_cluster import PgCluster
 
 # Brokers that tests start as subprocesses (`python -m amqpd`) serve the management API and
 # Prometheus metrics by default on RabbitMQ's fixed ports; tests run beside other tests, so
@@ -33,6 +34,23 @@ def running_server(
     config = ServerConfig(port=port, tick_interval=tick_interval, data_dir=data_dir)
     with background_server(BrokerConfig(**broker_options), config) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[PgCluster]:
+    """A private PostgreSQL server on 127.0.0.1 for the whole session (tests/pg_cluster.py);
+    each test creates its own database on it."""
+    cluster = PgCluster()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def pg_url(pg_cluster: PgCluster) -> str:
+    """The URL of a new, empty database for this test."""
+    return pg_cluster.create_database(pg_cluster.new_name())
 
 
 @pytest.fixture

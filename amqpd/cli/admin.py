@@ -42,8 +42,11 @@ from amqpd.model.admin_commands import AdminError, Outcome, execute, problems_te
 from amqpd.model.auth import hash_password
 from amqpd.model.broker import Broker, BrokerConfig
 from amqpd.shell.admin_socket import AdminSocketError, send_request
+from persistence.backend import StoreBackend, parse_store_url, redact
 from persistence.errors import StoreError
 from persistence.journal import Journal
+from persistence.postgres import election
+from persistence.postgres.store import PgStore
 from persistence.store import Store
 
 COMMANDS = ("users", "vhosts", "definitions")
@@ -62,6 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=Path(os.environ.get("AMQPD_DATA_DIR", "./data")),
         help="the broker's data directory [AMQPD_DATA_DIR, default ./data]",
+    )
+    data_dir.add_argument(
+        "--store",
+        default=os.environ.get("AMQPD_STORE") or None,
+        metavar="URL",
+        help="the broker's PostgreSQL store, used when no broker answers on --data-dir "
+        "[AMQPD_STORE, default: the SQLite store in --data-dir]",
     )
     vhost = argparse.ArgumentParser(add_help=False)
     vhost.add_argument("--vhost", "-p", default="/", help="virtual host (default /)")
@@ -128,7 +138,7 @@ def main(argv: Sequence[str], stdin: TextIO | None = None, stdout: TextIO | None
     out = stdout or sys.stdout
     try:
         request = _request(args, stdin)
-        outcome = run_request(args.data_dir, request)
+        outcome = run_request(args.data_dir, request, args.store)
     except AdminError as exc:
         print(f"amqpd: {exc}", file=sys.stderr)
         return 1
@@ -162,9 +172,10 @@ def main(argv: Sequence[str], stdin: TextIO | None = None, stdout: TextIO | None
     return 0
 
 
-def run_request(data_dir: Path, request: dict[str, Any]) -> Outcome:
+def run_request(data_dir: Path, request: dict[str, Any], store_url: str | None = None) -> Outcome:
     """Carry a request out on the broker running on ``data_dir`` (its admin socket) or, if
-    none runs, on the directory's store.
+    none runs, on its store: ``store_url`` (default ``AMQPD_STORE``) if it names a
+    PostgreSQL database, else the directory's SQLite store.
 
     Raises:
         AdminError: the command was refused.
@@ -173,7 +184,8 @@ def run_request(data_dir: Path, request: dict[str, Any]) -> Outcome:
     """
     reply = send_request(data_dir, request)
     if reply is None:
-        return asyncio.run(_run_on_store(data_dir, request))
+        url = store_url or os.environ.get("AMQPD_STORE") or None
+        return asyncio.run(_run_on_store(data_dir, request, url))
     if not reply.ok:
         raise AdminError(reply.text)
     return Outcome(reply.text)
@@ -185,7 +197,7 @@ def _request(args: argparse.Namespace, stdin: TextIO | None) -> dict[str, Any]:
     request: dict[str, Any] = {
         key: value
         for key, value in vars(args).items()
-        if key not in ("data_dir", "password", "no_password", "file")
+        if key not in ("data_dir", "store", "password", "no_password", "file")
     }
     if args.group == "users" and args.command == "add":
         request["tags"] = args.tags.split(",")
@@ -203,10 +215,29 @@ def _request(args: argparse.Namespace, stdin: TextIO | None) -> dict[str, Any]:
     return request
 
 
-async def _run_on_store(data_dir: Path, request: dict[str, Any]) -> Outcome:
+async def _open(data_dir: Path, store_url: str | None) -> StoreBackend:
+    """The SQLite store in ``data_dir``, or the PostgreSQL store if no broker holds its lock."""
+    if store_url is None:
+        return await Store.open(data_dir)
+    parse_store_url(store_url)
+    conn = await election.connect(store_url)
+    try:
+        if not await election.try_lock(conn):
+            raise StoreError(
+                f"{redact(store_url)} is held by the active amqpd: run the command on its "
+                "host (where its admin socket answers)"
+            )
+        return await PgStore.open(store_url, conn)
+    except BaseException:
+        conn.terminate()
+        raise
+
+
+async def _run_on_store(data_dir: Path, request: dict[str, Any], store_url: str | None) -> Outcome:
     """Carry the request out on a stopped broker's store: load its definitions (not its
     messages) into a broker core, execute, write back what changed."""
-    async with await Store.open(data_dir) as store:
+    store = await _open(data_dir, store_url)
+    try:
         journal = Journal()
         broker = Broker(BrokerConfig(), journal)
         broker.load_access(await store.load_access())
@@ -218,6 +249,8 @@ async def _run_on_store(data_dir: Path, request: dict[str, Any]) -> Outcome:
                 await store.apply(batch)  # a deleted vhost's queues go before the vhost
             await store.save_access(broker.access.state)
         return outcome
+    finally:
+        await store.close()
 
 
 def _password(given: str | None, stdin: TextIO | None) -> str:

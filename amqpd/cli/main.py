@@ -28,6 +28,7 @@ from amqpd.cli.settings import (
 from amqpd.model.broker import BrokerConfig
 from amqpd.model.definitions import DefinitionsError
 from amqpd.shell.server import ServerConfig, run
+from amqpd.shell.store_role import LockLost
 from persistence.errors import StoreError
 from persistence.schema import DB_FILENAME
 
@@ -114,6 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         host=args.host,
         port=args.port,
         data_dir=args.data_dir,
+        store=args.store,
         synchronous=args.sync.upper(),
         reopen_logs=reopen_logs,
         default_user=(args.default_user, args.default_pass) if args.default_user else None,
@@ -137,6 +139,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if definitions_error is not None:
             log.error("cannot import definitions: %s", definitions_error)
             return 2
+        lost = _find(exc, LockLost)
+        if lost is not None:
+            log.error("%s; exiting (restart amqpd to rejoin as a standby)", lost)
+            return 3
         store_error = _find(exc, StoreError)
         if store_error is not None:
             log.error("cannot open the store: %s", store_error)

@@ -23,7 +23,19 @@ from amqpd.cli.settings import (
     user_list,
     writable_file,
 )
+from amqpd.engine import handshake
 from amqpd.shell import resources
+from persistence.backend import parse_store_url
+from persistence.errors import StoreError
+
+
+def _store_url(text: str) -> str:
+    """A postgresql:// URL (docs/operations.md)."""
+    try:
+        return parse_store_url(text.strip())
+    except StoreError as exc:
+        raise Invalid(str(exc).split(": ", 1)[-1]) from None
+
 
 LOG_LEVELS: Final = ("debug", "info", "warning", "error", "critical", "none")
 MAX_MESSAGE_SIZE: Final = 536_870_912  # RabbitMQ's upper bound (512 MiB)
@@ -66,6 +78,28 @@ def _nonempty(text: str) -> str:
     return text
 
 
+def _mechanisms(text: str) -> tuple[str, ...]:
+    """auth_mechanisms: SASL mechanisms to offer, comma-separated."""
+    names = tuple(dict.fromkeys(n.strip().upper() for n in text.split(",") if n.strip()))
+    if not names or any(n not in handshake.MECHANISMS for n in names):
+        raise Invalid("must be some of " + ", ".join(handshake.MECHANISMS) + ", comma-separated")
+    return names
+
+
+def _server_properties(text: str) -> tuple[tuple[str, str], ...]:
+    """server_properties: KEY=VALUE pairs separated by ";" (Connection.Start overrides)."""
+    properties: dict[str, str] = {}
+    for pair in (p for p in text.split(";") if p.strip()):
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key or len(key.encode()) > 255:
+            raise Invalid("must be KEY=VALUE pairs separated by ';' (keys up to 255 bytes)")
+        if key == "capabilities":
+            raise Invalid("may not set capabilities (the broker's own table)")
+        properties[key] = value
+    return tuple(properties.items())
+
+
 TLS: Final = "TLS (AMQPS)"
 ACCESS: Final = "access control"
 LIMITS: Final = "limits and alarms"
@@ -81,6 +115,16 @@ _BROKER: Final[tuple[Setting, ...]] = (
         "directory of the SQLite store",
         ("amqpd.data_dir",),
         metavar="DIR",
+    ),
+    Setting(
+        "store",
+        _store_url,
+        None,
+        "a shared PostgreSQL store, postgresql://user[:password]@host:port/database: brokers "
+        "on one database elect an active node, the others wait as standbys (default: the "
+        "SQLite store in --data-dir, which also holds the admin socket)",
+        ("amqpd.store",),
+        metavar="URL",
     ),
     Setting(
         "sync",
@@ -222,6 +266,26 @@ _BROKER: Final[tuple[Setting, ...]] = (
         "comma-separated users that may only connect from localhost; empty or none for nobody",
         ("loopback_users", "amqpd.loopback_users"),
         ACCESS,
+    ),
+    Setting(
+        "auth_mechanisms",
+        _mechanisms,
+        "PLAIN,AMQPLAIN",
+        "SASL mechanisms to offer (PLAIN, AMQPLAIN, EXTERNAL), as RabbitMQ's auth_mechanisms; "
+        "EXTERNAL only on TLS connections with a verified client certificate",
+        ("amqpd.auth_mechanisms",),
+        ACCESS,
+    ),
+    Setting(
+        "server_properties",
+        _server_properties,
+        None,
+        "Connection.Start server properties to announce instead of the defaults (product, "
+        "version, platform, copyright, information, cluster_name, or new keys), as "
+        "KEY=VALUE;KEY=VALUE like RabbitMQ's server_properties",
+        ("amqpd.server_properties",),
+        ACCESS,
+        metavar="KEY=VALUE;...",
     ),
     Setting(
         "default_user",

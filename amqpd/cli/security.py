@@ -35,6 +35,8 @@ def apply_options(args: argparse.Namespace) -> Applied:
     )
     applied.broker["disk_free_limit"] = args.disk_free_limit or None
     applied.server["definitions"] = args.definitions
+    applied.broker["auth_mechanisms"] = args.auth_mechanisms
+    applied.broker["server_properties"] = args.server_properties or ()
     if args.tls_cert is None and (args.tls_key is not None or args.tls_ca is not None):
         raise ValueError("invalid setting --tls-key/--tls-ca: they need --tls-cert")
     if args.tls_cert is not None:

@@ -270,6 +270,7 @@ def resolve(
 
 def _cap(text: str, limit: int = 300) -> str:
     text = text.replace("\n", "\\n").replace("\r", "\\r")
+    text = re.sub(r"(//[^/@:\s]*:)[^@/\s]*@", r"\1***@", text)  # a URL's password
     return text if len(text) <= limit else text[:limit] + "..."
 
 

@@ -42,6 +42,8 @@ from amqpd.model.auth import Authz
 from amqpd.model.broker import Broker
 from amqpd.model.message import Message, QueueEntry
 from amqpd.model.queue import Consumer, ExclusiveOwner, Queue
+from amqpd.model.selective import BROWSE_ARGUMENT, browse_entries, consumer_selector
+from amqpd.model.selector import Predicate
 from amqpd.model.statistics import MessageStats
 from amqpd.model.vhost import (
     VirtualHost,
@@ -118,7 +120,7 @@ class Channel:
         self.mode = Mode.PLAIN
         self.consumers: dict[str, Consumer] = {}
         self.unacked = UnackedStore()
-        self.flow_active = True
+        self.flow_active = True  # always: RabbitMQ lets no client pause its channel (540)
         self._pending: PendingPublish | None = None
         self.confirm: ConfirmTracker | None = None
         self.publish_seq = 0
@@ -145,7 +147,9 @@ class Channel:
             spec.Tx.Commit.index: self._on_tx_commit,
             spec.Tx.Rollback.index: self._on_tx_rollback,
             **self.topology.handlers(),
+            spec.Queue.Delete.index: self._on_queue_delete,
         }
+        self._held_cancels: list[Method] | None = None  # see _on_queue_delete
 
     # ------------------------------------------------------------------------------------
     # Frame entry points (called by Connection)
@@ -259,7 +263,8 @@ class Channel:
         self._pending = None
         self.release()
         self._send_method(
-            spec.Channel.Close(
+            codec.build(
+                spec.Channel.Close,
                 reply_code=error.reply_code,
                 reply_text=error.reply_text,
                 class_id=error.class_id,
@@ -357,7 +362,8 @@ class Channel:
         return queues
 
     def _send_return(self, message: Message, code: int, text: str) -> None:
-        method = spec.Basic.Return(
+        method = codec.build(
+            spec.Basic.Return,
             reply_code=code,
             reply_text=text,
             exchange=message.exchange,
@@ -404,7 +410,7 @@ class Channel:
         """Whether ``consumer`` may receive one more message now."""
         if self.conn.output_full:  # write-ahead limit: the client is not reading fast enough
             return False
-        if not self.flow_active or self.state is not _OPEN:  # module constant: Enum lookups
+        if self.state is not _OPEN:  # module constant: Enum lookups
             return False  # cost ~250 ns on 3.11 and this runs on every enqueue
         return consumer.no_ack or self.unacked.has_credit(consumer)
 
@@ -462,7 +468,24 @@ class Channel:
         if self.state is ChannelState.OPEN and self.conn.client_capability(
             "consumer_cancel_notify"
         ):
-            self._send_method(spec.Basic.Cancel(consumer_tag=consumer.tag, nowait=True))
+            cancel = codec.build(spec.Basic.Cancel, consumer_tag=consumer.tag, nowait=True)
+            if self._held_cancels is not None:
+                self._held_cancels.append(cancel)
+            else:
+                self._send_method(cancel)
+
+    def _on_queue_delete(self, method: spec.Queue.Delete) -> None:
+        """queue.delete, as RabbitMQ orders it: Delete-Ok first, then the Basic.Cancel of
+        this channel's own consumers on the queue (py-amqp/kombu raise ConsumerCancelled
+        out of ``delete()`` when the Cancel comes first)."""
+        held: list[Method] = []
+        self._held_cancels = held
+        try:
+            self.topology.queue_delete(method)
+        finally:
+            self._held_cancels = None
+        for cancel in held:
+            self._send_method(cancel)
 
     def resume_deliveries(self) -> None:
         """Let the queues this channel consumes from deliver again (credit came back)."""
@@ -489,6 +512,11 @@ class Channel:
                 ACCESS_REFUSED,
                 f"queue '{queue.name}' in vhost '{self.vhost.name}' in exclusive use",
             )
+        arguments = dict(method.arguments or {})
+        selector = consumer_selector(arguments, queue)  # x-selector: 406 when it is bad
+        if arguments.get(BROWSE_ARGUMENT):
+            self._browse(queue, tag, method, selector)
+            return
         consumer = Consumer(
             self,
             tag,
@@ -497,17 +525,44 @@ class Channel:
             method.no_ack,
             method.exclusive,
             self.unacked.consumer_prefetch,
-            dict(method.arguments or {}),
+            arguments,
         )
+        consumer.selector = selector
         self.consumers[tag] = consumer
         if not method.nowait:
-            self._send_method(spec.Basic.ConsumeOk(consumer_tag=tag))
+            self._send_method(codec.build(spec.Basic.ConsumeOk, consumer_tag=tag))
         queue.add_consumer(consumer)
+
+    def _browse(
+        self, queue: Queue, tag: str, method: spec.Basic.Consume, selector: Predicate | None
+    ) -> None:
+        """``x-browse``: copies of the matching ready messages, then a server-side cancel
+        (amqpd/model/selective.py). The queue and its entries are left as they are."""
+        if not method.no_ack:
+            raise precondition_failed(f"'{BROWSE_ARGUMENT}' needs no-ack")
+        if not method.nowait:
+            self._send_method(spec.Basic.ConsumeOk(consumer_tag=tag))
+        tag_raw = codec.encode_shortstr(tag)
+        for entry in browse_entries(queue, selector):
+            message = entry.message
+            header = message.header
+            if entry.delivery_count:
+                header = with_delivery_count(header, entry.delivery_count)
+            first = codec.encode_deliver(
+                self.number,
+                tag_raw,
+                self.unacked.issue(queue, entry, None, False),
+                entry.redelivered,
+                message.exchange_raw,
+                message.routing_key_raw,
+            )
+            self._send_content(first, header, message.payload)
+        self._send_method(spec.Basic.Cancel(consumer_tag=tag, nowait=True))
 
     def _on_basic_cancel(self, method: spec.Basic.Cancel) -> None:
         consumer = self.consumers.pop(method.consumer_tag or "", None)
         if not method.nowait:
-            self._send_method(spec.Basic.CancelOk(consumer_tag=method.consumer_tag))
+            self._send_method(codec.build(spec.Basic.CancelOk, consumer_tag=method.consumer_tag))
         if consumer is not None:
             self._remove_consumer(consumer)
 
@@ -550,10 +605,11 @@ class Channel:
         self.resume_deliveries()
 
     def _on_channel_flow(self, method: spec.Channel.Flow) -> None:
-        self.flow_active = bool(method.active)
-        self._send_method(spec.Channel.FlowOk(active=method.active))
-        if method.active:
-            self.resume_deliveries()
+        # rabbit_channel: a client may not stop the broker's deliveries this way (it has
+        # basic.qos for that); active=true is acknowledged, active=false is 540
+        if not method.active:
+            raise AMQPError(NOT_IMPLEMENTED, "active=false")
+        self._send_method(spec.Channel.FlowOk(active=True))
 
     # ------------------------------------------------------------------------------------
     # Acknowledgements

@@ -18,11 +18,15 @@ Handshake states, each accepting exactly one method on channel 0::
         --tune-ok--> AWAIT_OPEN --open--> OPEN --close/close-ok--> CLOSED
     any state --hard error--> CLOSING (we sent Connection.Close) --close-ok / 3 s--> CLOSED
 
+After the client's Connection.Close we answer Close-Ok and stay CLOSED but readable (input
+discarded) until the client closes the socket or up to 30 s pass, as RabbitMQ does.
+
 A wrong protocol header is answered with ours and the socket closed. A handshake that has
 not reached OPEN within ``handshake_timeout`` is dropped. Once open, heartbeats are sent
 when we have been silent for half the negotiated interval and the peer is dropped after two
-intervals without a single byte from it. Hard errors (5xx, 320) close the connection, soft
-ones only the channel (see amqpd/errors.py).
+intervals without a single byte from it. Each tick announces the connection's next deadline
+on the broker's clock, so the shell wakes in time for it (`Clock.wake`). Hard errors (5xx,
+320) close the connection, soft ones only the channel (see amqpd/errors.py).
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from amqpd.wire.errors import (
     NOT_ALLOWED,
     UNEXPECTED_FRAME,
     AMQPError,
+    shortstr_text,
 )
 
 if TYPE_CHECKING:
@@ -60,8 +65,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FRAME_MIN_SIZE: Final = 4096
 CLOSE_TIMEOUT: Final = 3.0
+CLOSING_TIMEOUT: Final = 30.0  # rabbit_reader: the longest wait for a closed client's EOF
+HEARTBEAT_MARGIN: Final = 0.01  # the dead-peer check is "more than two intervals"
 FLOW_MAX_PAUSE: Final = 0.05  # seconds a flooding publisher may be left unread per chunk
 FLOW_POLL: Final = 0.001  # seconds between checks whether its queues caught up
 
@@ -122,14 +128,20 @@ class Connection:
         self.close_reason: str | None = None  # for the audit log line (None: TCP dropped)
         self.stats = IOStats()  # octets and reads/writes for the management API
         self.should_close = False  # the shell closes the socket once output is flushed
-        self._reader = codec.FrameReader(config.frame_max)
+        # rabbit_reader: frame_min_size until Tune-Ok, so an unauthenticated peer cannot make
+        # the broker buffer more than that per frame
+        self._reader = codec.FrameReader(handshake.FRAME_MIN_SIZE)
         self._header = b""
         self._out: list[bytes] = []
         self._received = False
         self._sent = False
         self._last_rx = now
         self._last_tx = now
+        self._last_tick = now
+        self.next_deadline = math.inf  # when tick() next has something to do
+        self._wake(now + config.handshake_timeout)
         self._close_deadline = 0.0
+        self._linger_until = math.inf  # after the client's Connection.Close (see _linger)
         self._close_armed = False
         self._desynchronised = False
         self._confirm_channels: dict[Channel, None] = {}
@@ -138,6 +150,7 @@ class Connection:
         # peer_cert_user for a TLS connection with a verified client certificate.
         self.loopback = is_loopback_peer(peer)
         self.peer_cert_user: str | None = None
+        self._mechanisms = ""  # the SASL mechanisms Connection.Start offered
         self.authz = _NO_ACCESS
         self.paused = False  # blocked by a resource alarm: the shell stops reading
         self._published = False  # a content frame arrived in the current chunk
@@ -263,7 +276,11 @@ class Connection:
             self._refuse_protocol()
             return b""
         self.state = State.AWAIT_START_OK
-        self.send(codec.encode_method(0, handshake.start_method(self.peer_cert_user)))
+        config = self.broker.config
+        self._mechanisms = handshake.offered_mechanisms(config.auth_mechanisms, self.peer_cert_user)
+        properties = handshake.server_properties(config.server_properties)
+        start = handshake.start_method(properties, self._mechanisms)
+        self.send(codec.encode_method(0, start))
         return rest
 
     def _refuse_protocol(self) -> None:
@@ -308,6 +325,15 @@ class Connection:
             raise AMQPError(FRAME_ERROR, f"unknown frame type {frame_type}")
 
     def _open_channel(self, number: int, index: int) -> None:
+        # rabbit_reader:create_channel: channel_max bounds how many channels are open at
+        # once (closing ones included), not their numbers; checked before the method
+        count = len(self.channels)
+        if self.channel_max and count >= self.channel_max:
+            raise AMQPError(
+                NOT_ALLOWED,
+                f"number of channels opened ({count}) has reached the negotiated "
+                f"channel_max ({self.channel_max})",
+            )
         if index != spec.Channel.Open.index:
             raise AMQPError(
                 CHANNEL_ERROR,
@@ -315,16 +341,9 @@ class Connection:
                 index >> 16,
                 index & 0xFFFF,
             )
-        if number > self.channel_max:
-            raise AMQPError(
-                NOT_ALLOWED,
-                f"channel number {number} is above the negotiated channel_max ({self.channel_max})",
-                20,
-                10,
-            )
         self.channels[number] = Channel(self, number)
         self.broker.statistics.churn.channels_opened += 1
-        self.send(codec.encode_method(number, spec.Channel.OpenOk()))
+        self.send(codec.encode_method(number, codec.CHANNEL_OPEN_OK))
 
     def channel_closed(self, channel: Channel) -> None:
         """Forget a channel whose close handshake finished (its number is free again)."""
@@ -368,7 +387,7 @@ class Connection:
             self.close_reason = "client closed the connection"
             self.release()
             self.send(codec.encode_method(0, spec.Connection.CloseOk()))
-            self._finish()
+            self._linger()
         elif isinstance(method, spec.Connection.CloseOk):
             self._finish()
         elif isinstance(method, spec.Connection.UpdateSecret):
@@ -390,8 +409,10 @@ class Connection:
     def _on_start_ok(self, method: spec.Connection.StartOk) -> None:
         self.client_properties = dict(method.client_properties or {})
         mechanism = self.auth_mechanism = method.mechanism
-        user, password = handshake.credentials(mechanism, method.response, self.peer_cert_user)
-        refusal = self._login_refusal(user, password)
+        user, password = handshake.credentials(
+            mechanism, method.response, self.peer_cert_user, self._mechanisms
+        )
+        refusal = handshake.login_refusal(self.broker.access, user, password, self.loopback)
         churn = self.broker.statistics.churn
         if refusal is None:
             churn.auth_succeeded += 1
@@ -423,43 +444,15 @@ class Connection:
             )
         )
 
-    def _login_refusal(self, user: str, password: str | None) -> str | None:
-        """Why a login is refused (for the log only: the client always gets the same
-        text, so it cannot tell an unknown user from a bad password), or None."""
-        access = self.broker.access
-        if password is None:  # EXTERNAL: the certificate was verified; the user must exist
-            if user not in access.state.users:
-                return f"user '{user}' - not found"
-        elif access.authenticate(user, password) is None:
-            return f"user '{user}' - invalid credentials"
-        if not self.loopback and access.loopback_only(user):
-            return f"user '{user}' can only connect via localhost"
-        return None
-
     def _on_tune_ok(self, method: spec.Connection.TuneOk) -> None:
-        config = self.broker.config
-        frame_max = method.frame_max or config.frame_max
-        if frame_max < FRAME_MIN_SIZE:
-            raise AMQPError(
-                NOT_ALLOWED, f"frame_max={frame_max} < {FRAME_MIN_SIZE} min size", 10, 31
-            )
-        if frame_max > config.frame_max:
-            raise AMQPError(
-                NOT_ALLOWED, f"frame_max={frame_max} > {config.frame_max} max size", 10, 31
-            )
-        channel_max = method.channel_max or config.channel_max
-        if channel_max > config.channel_max:
-            raise AMQPError(
-                NOT_ALLOWED,
-                f"channel_max={channel_max} > {config.channel_max} max channels",
-                10,
-                31,
-            )
+        frame_max, channel_max = handshake.negotiate(method, self.broker.config)
         self.frame_max = frame_max
         self.channel_max = channel_max
         self.heartbeat = method.heartbeat
         self._reader.frame_max = frame_max
         self.state = State.AWAIT_OPEN
+        if self.heartbeat:
+            self._wake(self._clock.now + self.heartbeat / 2)
 
     def _on_open(self, method: spec.Connection.Open) -> None:
         vhost = self.broker.vhosts.get(method.virtual_host)
@@ -577,9 +570,10 @@ class Connection:
         self.send(
             codec.encode_method(
                 0,
-                spec.Connection.Close(
+                codec.build(
+                    spec.Connection.Close,
                     reply_code=reply_code,
-                    reply_text=_shortstr(reply_text),
+                    reply_text=shortstr_text(reply_text),
                     class_id=class_id,
                     method_id=method_id,
                 ),
@@ -592,6 +586,18 @@ class Connection:
             CONNECTION_FORCED,
             f"CONNECTION_FORCED - broker forced connection closure with reason '{reason}'",
         )
+
+    def _linger(self) -> None:
+        """The client closed: Close-Ok is sent; like rabbit_reader (close_connection), keep
+        reading and discarding what the client still sends until it closes the socket, at
+        most the negotiated heartbeat or CLOSING_TIMEOUT. Closing at once while its earlier
+        frames are still arriving makes the kernel reset the connection, and the client
+        (amqplib, Go's amqp091) never sees the Close-Ok."""
+        self.state = State.CLOSED
+        heartbeat = self.heartbeat
+        timeout = heartbeat if 0 < heartbeat < CLOSING_TIMEOUT else CLOSING_TIMEOUT
+        self._linger_until = self._clock.now + timeout
+        self._wake(self._linger_until)
 
     def _finish(self) -> None:
         self.release()
@@ -625,14 +631,31 @@ class Connection:
     # ------------------------------------------------------------------------------------
     # Time
     # ------------------------------------------------------------------------------------
+    def _wake(self, when: float) -> None:
+        """This connection's timers want a tick at ``when`` (`next_deadline`; also told to
+        the clock, so a sleeping shell re-plans)."""
+        if when < self.next_deadline:
+            self.next_deadline = when
+            self._clock.wake(when)
+
     def tick(self, now: float) -> None:
-        """Advance timers: handshake timeout, heartbeats, close handshake timeout."""
+        """Advance timers: handshake timeout, heartbeats, close handshake timeout; then
+        set ``next_deadline``, when this connection next wants a tick.
+
+        Heartbeats follow rabbit_heartbeat: we send one when we have been silent for half
+        the negotiated interval, so a heartbeat=1 client never waits a second. Output is
+        noted per write, not timed: what was written since the last tick is taken to have
+        gone out at that tick (the earlier bound), so silence is never underestimated."""
+        last_tick = self._last_tick
+        self._last_tick = now
         if self._received:
             self._received = False
             self._last_rx = now
         if self._sent:
             self._sent = False
-            self._last_tx = now
+            self._last_tx = last_tick
+        self.next_deadline = math.inf
+        wake = self._wake
         state = self.state
         if state is State.OPEN:
             heartbeat = self.heartbeat
@@ -645,19 +668,35 @@ class Connection:
                     )
                     self.connection_lost()
                     return
-                if now - self._last_tx >= heartbeat / 2 and not self._out:
+                if self._out:
+                    wake(now + heartbeat / 2)  # output queued: silent from now at most
+                elif now - self._last_tx >= heartbeat / 2:
                     self.send(codec.HEARTBEAT_FRAME)
+                    wake(now + heartbeat / 2)
+                else:
+                    wake(self._last_tx + heartbeat / 2)
+                wake(self._last_rx + 2 * heartbeat + HEARTBEAT_MARGIN)
         elif state is State.CLOSING:
             if not self._close_armed:
                 self._close_armed = True
                 self._close_deadline = now + CLOSE_TIMEOUT
             elif now >= self._close_deadline:
                 self._finish()
-        elif (
-            state is not State.CLOSED and now - self.created >= self.broker.config.handshake_timeout
-        ):
-            log.info("handshake timeout from %s; closing", self.peer)
-            self._finish()
+                return
+            wake(self._close_deadline)
+        elif state is State.CLOSED:
+            if not self.should_close:
+                if now >= self._linger_until:
+                    self._set_should_close()
+                else:
+                    wake(self._linger_until)
+        else:
+            deadline = self.created + self.broker.config.handshake_timeout
+            if now >= deadline:
+                log.info("handshake timeout from %s; closing", self.peer)
+                self._finish()
+            else:
+                wake(deadline)
 
     # ------------------------------------------------------------------------------------
     # Confirms
@@ -681,8 +720,3 @@ class Connection:
             parts += channel.take_confirm_frames()
         if parts:
             self.send_parts(parts)
-
-
-def _shortstr(text: str) -> str:
-    """``text`` cut to what a shortstr holds: 255 bytes of UTF-8, never half a character."""
-    return text.encode("utf-8")[:255].decode("utf-8", "ignore")

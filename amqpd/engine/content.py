@@ -138,7 +138,8 @@ def route_and_enqueue(
     it (x-overflow=reject-publish): then the message is in no queue at all, so a nack is
     truthful. reject-publish-dlx also dead-letters it (reason maxlen) from the refusing
     queue. A queue whose consumers fall far behind goes into ``flow_queues``: the shell
-    pauses this publisher briefly."""
+    pauses this publisher briefly. A queue with ``x-message-deduplication`` skips a
+    duplicate (still counted as routed, so it is confirmed, not returned)."""
     exchange, message = publish.exchange, publish.message
     if exchange.is_default and message.routing_key.startswith(REPLY_TO_PREFIX):
         queues = reply_queue(message.routing_key)  # a direct reply-to address
@@ -152,6 +153,8 @@ def route_and_enqueue(
                 queue.dead_letter(queue, message, "maxlen")
             return None
     for queue in queues:
+        if queue.dedup is not None and not queue.dedup.admit(message, queue.journal):
+            continue  # a duplicate (x-message-deduplication): acked, not enqueued
         queue.enqueue(message, publish.expiration_ms)
         if len(queue.ready) > FLOW_BACKLOG and queue.consumers_active():
             flow_queues.add(queue)

@@ -289,6 +289,7 @@ def status(broker: Broker, node: NodeSample) -> Item:
     overview = inventory.overview(broker, node)
     return {
         "node": node.name,
+        "role": node.role,
         "pid": node.os_pid,
         "product_name": overview["product_name"],
         "product_version": overview["product_version"],

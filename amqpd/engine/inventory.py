@@ -656,6 +656,7 @@ def nodes(broker: Broker, node: NodeSample) -> list[dict[str, Any]]:
     return [
         {
             "name": node.name,
+            "role": node.role,
             "type": "disc",
             "running": True,
             "being_drained": False,
@@ -687,8 +688,8 @@ def nodes(broker: Broker, node: NodeSample) -> list[dict[str, Any]]:
                 {"name": name, "description": "", "enabled": True}
                 for name in ("direct", "fanout", "headers", "topic")
             ],
-            "auth_mechanisms": [
-                {"name": name, "description": "", "enabled": True}
+            "auth_mechanisms": [  # enabled: offered (the auth_mechanisms setting)
+                {"name": name, "description": "", "enabled": name in broker.config.auth_mechanisms}
                 for name in ("PLAIN", "AMQPLAIN", "EXTERNAL")
             ],
             "applications": [{"name": PRODUCT_NAME, "description": "", "version": __version__}],

@@ -16,6 +16,7 @@ from pamqp.base import Frame as Method
 from amqpd.engine.reply_to import REPLY_TO_QUEUE
 from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.vhost import VirtualHost
+from amqpd.wire import codec
 from amqpd.wire.errors import ACCESS_REFUSED, NOT_FOUND, AMQPError, not_found, precondition_failed
 
 
@@ -40,7 +41,8 @@ class Topology:
         self.last_queue: str | None = None
 
     def handlers(self) -> dict[int, Callable[[Any], None]]:
-        """Method index -> handler, for the channel's dispatch table."""
+        """Method index -> handler, for the channel's dispatch table (queue.delete is the
+        channel's own, around `queue_delete`)."""
         return {
             spec.Exchange.Declare.index: self._exchange_declare,
             spec.Exchange.Delete.index: self._exchange_delete,
@@ -50,7 +52,6 @@ class Topology:
             spec.Queue.Bind.index: self._queue_bind,
             spec.Queue.Unbind.index: self._queue_unbind,
             spec.Queue.Purge.index: self._queue_purge,
-            spec.Queue.Delete.index: self._queue_delete,
         }
 
     def queue_name(self, name: str) -> str:
@@ -124,7 +125,8 @@ class Topology:
         self.last_queue = queue.name
         if not method.nowait:
             self._reply(
-                spec.Queue.DeclareOk(
+                codec.build(
+                    spec.Queue.DeclareOk,
                     queue=queue.name,
                     message_count=queue.message_count,
                     consumer_count=len(queue.consumers),
@@ -139,7 +141,9 @@ class Topology:
         if name != REPLY_TO_QUEUE and name not in self._reply_queues:
             raise not_found("queue", name, self.vhost.name)
         if not method.nowait:
-            self._reply(spec.Queue.DeclareOk(queue=name, message_count=0, consumer_count=1))
+            self._reply(
+                codec.build(spec.Queue.DeclareOk, queue=name, message_count=0, consumer_count=1)
+            )
 
     def _queue_bind(self, method: spec.Queue.Bind) -> None:
         queue = self.usable_queue(method.queue)
@@ -167,7 +171,8 @@ class Topology:
         if not method.nowait:
             self._reply(spec.Queue.PurgeOk(message_count=count))
 
-    def _queue_delete(self, method: spec.Queue.Delete) -> None:
+    def queue_delete(self, method: spec.Queue.Delete) -> None:
+        """queue.delete (the channel's handler calls it: it orders the replies)."""
         name = self.queue_name(method.queue)
         queue = self.vhost.queues.get(name)
         count = 0

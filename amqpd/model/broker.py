@@ -68,6 +68,8 @@ class BrokerConfig:
     memory_high_watermark: int | None = None  # bytes; None: no memory alarm
     disk_free_limit: int | None = None  # bytes; None: no disk alarm
     write_ahead_limit: int = 4 * 1024 * 1024  # unflushed output before deliveries pause
+    auth_mechanisms: tuple[str, ...] = ("PLAIN", "AMQPLAIN")  # RabbitMQ's; EXTERNAL if listed
+    server_properties: tuple[tuple[str, str], ...] = ()  # Connection.Start overrides
 
 
 class Broker:
@@ -229,11 +231,13 @@ class Broker:
         return [queue] if queue is not None else []
 
     def tick(self, now: float) -> None:
-        """Run queue timers: message TTL expiry and x-expires deletion of unused queues.
+        """Run queue timers: message TTL expiry and x-expires deletion of unused queues,
+        then announce each watched queue's next deadline on the clock (`Clock.wake`).
 
         One queue's failure (a bug: storage errors are contained by the queue itself) is
         logged and the others still run; it must not take the broker down."""
-        self.clock.now = now
+        clock = self.clock
+        clock.now = now
         for vhost in list(self.vhosts.values()):
             watched = vhost.watch_queues
             for queue in list(watched):
@@ -245,6 +249,11 @@ class Broker:
                         watched.discard(queue)
                     elif not queue.needs_ticks:
                         watched.discard(queue)
+                    else:
+                        deadline = queue.next_deadline()
+                        if deadline is not None and deadline > now:  # not yet due; a due
+                            clock.wake(deadline)  # one it could not act on (an unreadable
+                            # body) is retried by the periodic tick, not in a busy loop
                 except Exception:
                     log.exception("timers of %r failed", queue)
 
@@ -367,6 +376,11 @@ class Broker:
             if queue.max_length is not None or queue.max_length_bytes is not None:
                 queue.reconfigure(queue.settings)  # a limit lowered while stopped applies now
             message_count += len(records)
+        for (vhost_name, queue_name), ids in state.dedup_ids.items():
+            vhost = self._vhost_for(vhost_name)
+            deduplicating = vhost.queues.get(queue_name) if vhost is not None else None
+            if deduplicating is not None and deduplicating.dedup is not None:
+                deduplicating.dedup.restore(ids)
         return queue_count, message_count
 
     def _vhost_for(self, name: str) -> VirtualHost | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from pamqp.common import FieldTable
 
 from amqpd.wire.codec import decode_headers_table
@@ -97,9 +99,23 @@ class QueueEntry:
 
 class Clock:
     """The broker's notion of now (unix seconds), set by the I/O shell before it hands the
-    core any input; the core itself never reads a clock."""
+    core any input; the core itself never reads a clock.
 
-    __slots__ = ("now",)
+    ``wake_at`` is the core's next deadline: the earliest time a timer (a queue head's
+    message TTL, x-expires, a heartbeat, a handshake or close timeout) wants the shell to
+    run the core's ``tick``. The core lowers it with `wake` whenever it learns of an earlier
+    deadline; the shell reads it after each input, sleeps until then (at most its tick
+    interval) and resets it to infinity just before ticking, and the tick announces every
+    deadline still pending. One float, no per-message timers.
+    """
+
+    __slots__ = ("now", "wake_at")
 
     def __init__(self, now: float = 0.0) -> None:
         self.now = now
+        self.wake_at = math.inf
+
+    def wake(self, when: float) -> None:
+        """Ask for a tick at ``when`` (earlier requests win)."""
+        if when < self.wake_at:
+            self.wake_at = when

@@ -121,28 +121,46 @@ def validate(
     priority: Any = 0,
     apply_to: Any = "all",
     operator: bool = False,
+    priority_text: bool = True,
 ) -> PolicyRecord:
-    """A checked policy (``operator``: an operator policy, fewer keys allowed).
+    """A checked policy (``operator``: an operator policy, fewer keys allowed). As in
+    RabbitMQ, every field is checked and the errors are listed one a line, in the order
+    apply-to, definition, pattern, priority. ``priority_text``: accept a priority written
+    as a decimal string (the CLI, definitions files); RabbitMQ's HTTP API refuses one.
 
     Raises:
         PolicyError: RabbitMQ's validation text.
     """
     if not isinstance(name, str) or not name:
         raise _failed("policy name must be a non-empty string")
-    if not isinstance(pattern, str):
-        raise _failed(f"pattern should be a string, actually was {erlang_term(pattern)}")
+    errors = []
+    if apply_to not in APPLY_TO:
+        shown = "null" if apply_to is None else apply_to
+        errors.append(f"apply-to '{shown}' unrecognised; should be 'queues', 'exchanges' or 'all'")
     try:
-        re.compile(pattern)
-    except re.error as exc:
-        raise _failed(
-            f"pattern {erlang_term(pattern)} is not a valid regular expression: {exc}"
-        ) from None
-    if isinstance(priority, str) and re.fullmatch(r"-?[0-9]+", priority):
+        _check_definition(definition, operator)
+    except PolicyError as exc:
+        errors.append(str(exc).removeprefix("Validation failed\n\n").removesuffix("\n"))
+    if not isinstance(pattern, str):
+        errors.append(f"pattern should be a binary but was {erlang_term(pattern)}")
+    else:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            errors.append(
+                f'pattern should be regular expression but is invalid: {{"{exc.msg}",{exc.pos}}}'
+            )
+    if priority_text and isinstance(priority, str) and re.fullmatch(r"-?[0-9]+", priority):
         priority = int(priority)
     if isinstance(priority, bool) or not isinstance(priority, int):
-        raise _failed(f"priority should be a number, actually was {erlang_term(priority)}")
-    if apply_to not in APPLY_TO:
-        raise _failed(f'"{apply_to}" is not a valid apply-to value')
+        errors.append(f"priority should be a number, actually was {erlang_term(priority)}")
+    if errors:
+        raise _failed("\n".join(errors))
+    assert isinstance(definition, Mapping) and isinstance(pattern, str)
+    return PolicyRecord(vhost, name, pattern, str(apply_to), priority, dict(definition))
+
+
+def _check_definition(definition: Any, operator: bool) -> None:
     if not isinstance(definition, Mapping):
         raise _failed(f"definition should be a JSON object, actually was {erlang_term(definition)}")
     if not definition:
@@ -153,7 +171,6 @@ def validate(
         raise _failed(f"{erlang_term(unknown)} are not recognised policy settings")
     for key, value in definition.items():
         _check_key(key, value)
-    return PolicyRecord(vhost, name, pattern, str(apply_to), priority, dict(definition))
 
 
 def applies(policy: PolicyRecord, kind: str, name: str, queue_type: str = "classic") -> bool:

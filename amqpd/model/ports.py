@@ -8,7 +8,8 @@ another that imports it back:
 * `JournalPort` / `BodyLoader` (here; queues, vhosts and the broker all use them) - the store:
   durable changes go into a journal the shell's group committer writes out; bodies paged out
   of memory are read back through a loader (persistence.journal.Journal and
-  persistence.store.BodyReader for SQLite, another backend later);
+  persistence.store.BodyReader for SQLite, persistence.postgres.bodies.PgBodyReader for
+  PostgreSQL);
 * `ConsumerSink` (model/queue.py) - where a queue hands a message for a consumer (the
   engine's Channel); `ExclusiveOwner` (model/queue.py) - the opaque owner of exclusive queues
   (the engine's Connection);
@@ -44,6 +45,14 @@ class JournalPort(Protocol):
 
     def barrier(self) -> int:
         """Ask for the open batch to be committed even without writes; returns its id."""
+        ...
+
+    def remember_id(self, queue: tuple[str, str], pos: int, dedup_id: bytes) -> int:
+        """Journal a deduplication id a queue accepted; returns its batch id."""
+        ...
+
+    def forget_ids(self, queue: tuple[str, str], upto: int) -> None:
+        """Journal that a queue's deduplication ids up to ``upto`` left its window."""
         ...
 
     @property

@@ -37,9 +37,12 @@ from collections.abc import Callable, Iterable
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from amqpd.model import selective
+from amqpd.model.dedup import Deduplicator, parse_dedup_arguments
 from amqpd.model.message import Clock, Message, QueueEntry
 from amqpd.model.priority import PriorityReady
 from amqpd.model.queue_args import QueueSettings, parse_queue_arguments
+from amqpd.model.selector import Predicate
 from amqpd.model.statistics import DeadLetterCounts, QueueStats
 from persistence.records import MessageRecord
 
@@ -84,11 +87,13 @@ class Consumer:
     __slots__ = (
         "arguments",
         "channel",
+        "cursor",
         "exclusive",
         "no_ack",
         "prefetch",
         "priority",
         "queue",
+        "selector",
         "tag",
         "tag_raw",
     )
@@ -114,6 +119,8 @@ class Consumer:
         self.arguments = arguments
         priority = arguments.get("x-priority", 0)
         self.priority = priority if isinstance(priority, int) else 0  # x-priority argument
+        self.selector: Predicate | None = None  # x-selector (amqpd/model/selective.py)
+        self.cursor = -1  # seq of the last ready entry its selector examined
 
 
 DeadLetter = Callable[["Queue", Message, str], None]
@@ -126,6 +133,7 @@ class Queue:
         "_levels",
         "_page_candidates",
         "_rr",
+        "_selective",
         "_timed",
         "arguments",
         "auto_delete",
@@ -134,6 +142,7 @@ class Queue:
         "consumers",
         "dead_letter",
         "dead_letter_counts",
+        "dedup",
         "deleted",
         "durable",
         "exclusive_owner",
@@ -185,6 +194,7 @@ class Queue:
         self.consumers: list[Consumer] = []
         self._levels: list[list[Consumer]] = [self.consumers]  # consumers by x-priority, desc
         self._rr = 0
+        self._selective = False  # a consumer has an x-selector: selective.dispatch
         self.next_seq = 0
         self.had_consumer = False
         self.deleted = False
@@ -212,6 +222,8 @@ class Queue:
         self.stats = QueueStats()  # counters for the management API (model/statistics.py)
         self.policy: PolicyRecord | None = None  # set by the vhost (model/policies.py)
         self.operator_policy: PolicyRecord | None = None
+        dedup = parse_dedup_arguments(arguments)  # x-message-deduplication (model/dedup.py)
+        self.dedup = None if dedup is None else Deduplicator(dedup, self.store_key)
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} in vhost {self.vhost_name!r}>"
@@ -219,7 +231,10 @@ class Queue:
     def reconfigure(self, settings: QueueSettings) -> None:
         """Adopt new effective settings (a policy changed; model/policies.py): a lower
         length limit drops (or dead-letters) the excess at once, as RabbitMQ does; a TTL
-        applies to messages enqueued from now on."""
+        applies to messages enqueued from now on; a new expires counts from now (RabbitMQ
+        restarts the expiry timer)."""
+        if settings.expires != self.settings.expires:
+            self.last_used = self.clock.now
         self.settings = settings
         self.max_length = settings.max_length
         self.max_length_bytes = settings.max_length_bytes
@@ -233,6 +248,9 @@ class Queue:
             self._drop_head_over_limit()
         if self.needs_ticks:
             self.watch()
+            deadline = self.next_deadline()  # a policy's x-expires: announce its lease end
+            if deadline is not None:
+                self.clock.wake(deadline)
 
     @property
     def message_count(self) -> int:
@@ -282,8 +300,11 @@ class Queue:
         if expiration_ms is not None and (ttl is None or expiration_ms / 1000 < ttl):
             ttl = expiration_ms / 1000
         if ttl is not None:
-            entry.expires_at = self.clock.now + ttl
+            clock = self.clock
+            entry.expires_at = expires_at = clock.now + ttl
             self._timed += 1
+            if expires_at < clock.wake_at:  # (inline Clock.wake: this runs per message)
+                clock.wake_at = expires_at
         if message.persistent and self.journal is not None and message.body is not None:
             entry.stored = True
             batch = self.journal.insert_message(
@@ -320,6 +341,7 @@ class Queue:
         if entry.expires_at is not None:
             self._timed += 1
             self.watch()
+            self.clock.wake(entry.expires_at)
 
     def _drop_head_over_limit(self) -> None:
         ready = self.ready
@@ -422,8 +444,22 @@ class Queue:
         return (
             expires is not None
             and not self.consumers
-            and (self.clock.now - self.last_used) * 1000 >= expires
+            and self.clock.now >= self.last_used + expires / 1000  # as in next_deadline
         )
+
+    def next_deadline(self) -> float | None:
+        """When this queue's timers next have something to do: the head message's expiry
+        (RabbitMQ expires messages at the head, one timer per queue) and x-expires."""
+        deadline = None
+        ready = self.ready
+        if ready and ready[0].expires_at is not None:
+            deadline = ready[0].expires_at
+        expires = self.settings.expires
+        if expires is not None and not self.consumers:
+            unused_until = self.last_used + expires / 1000
+            if deadline is None or unused_until < deadline:
+                deadline = unused_until
+        return deadline
 
     @property
     def needs_ticks(self) -> bool:
@@ -505,6 +541,8 @@ class Queue:
                     self.discard(entry, "delivery_limit")
         if not back:
             return
+        if self._selective:
+            selective.rewind(self, back[0].seq)
         for entry in back:
             entry.redelivered = True
             self.ready_bytes += entry.message.body_size
@@ -560,6 +598,7 @@ class Queue:
 
     def _regroup(self) -> None:
         consumers = self.consumers
+        self._selective = any(consumer.selector is not None for consumer in consumers)
         if self.settings.single_active_consumer:
             self._levels = [consumers[:1]] if consumers else []
         elif any(consumer.priority for consumer in consumers):
@@ -568,15 +607,18 @@ class Queue:
         else:
             self._levels = [consumers]
 
-    def _next_consumer(self) -> Consumer | None:
+    def _next_consumer(self, skip: set[Any] | None = None) -> Consumer | None:
         """The consumer to deliver to: the highest x-priority level that has credit,
-        round-robin within it (single active consumer: only the first one)."""
+        round-robin within it (single active consumer: only the first one); consumers in
+        ``skip`` (selective ones with nothing to take) are passed over."""
         for level in self._levels:
             count = len(level)
             start = self._rr
             for step in range(count):
                 index = (start + step) % count
                 consumer = level[index]
+                if skip and consumer in skip:
+                    continue
                 if consumer.channel.has_credit(consumer):
                     self._rr = (index + 1) % count
                     return consumer
@@ -587,6 +629,9 @@ class Queue:
 
         ``arriving`` is the entry being enqueued now: with a TTL of 0 it has expired the moment
         it arrives, but like RabbitMQ it still goes to a consumer that can take it at once."""
+        if self._selective:
+            selective.dispatch(self, arriving)
+            return
         ready = self.ready
         now = self.clock.now
         while ready and self.consumers:
@@ -608,6 +653,34 @@ class Queue:
                     return
                 continue
             consumer.channel.deliver(consumer, self, self._pop_ready())
+
+    # -- selective consumers (amqpd/model/selective.py) ----------------------------------
+    def _expire_head(self, arriving: QueueEntry | None) -> bool:
+        """Discard expired entries at the head (as `dispatch` does); False when one cannot
+        be dead-lettered now."""
+        ready = self.ready
+        now = self.clock.now
+        while ready:
+            head = ready[0]
+            expires_at = head.expires_at
+            if expires_at is None or expires_at > now or (head is arriving and expires_at == now):
+                return True
+            if not self._discard_head("expired"):
+                return False
+        return True
+
+    def _take_ready(self, index: int) -> QueueEntry:
+        """Remove the ready entry at ``index`` (a selective consumer's match)."""
+        if index == 0:
+            return self._pop_ready()
+        ready = self.ready
+        assert isinstance(ready, deque)  # selectors are refused on priority queues
+        entry = ready[index]
+        del ready[index]
+        self.ready_bytes -= entry.message.body_size
+        if entry.expires_at is not None:
+            self._timed -= 1
+        return entry
 
 
 def _by_seq(entry: QueueEntry) -> int:

@@ -245,3 +245,4 @@ class NodeSample:
     os_pid: str = ""
     store_bytes: int = 0  # size of the data directory's store
     listeners: list[dict[str, Any]] = field(default_factory=list)
+    role: str = "standalone"  # store role: standalone, active, standby (amqpd/shell/store_role.py)

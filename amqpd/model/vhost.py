@@ -326,6 +326,7 @@ class VirtualHost:
             queue.dead_letter = self.dead_letter
         if queue.settings.expires is not None:
             queue.watch()
+            self.clock.wake(self.clock.now + queue.settings.expires / 1000)
         if self.policies or self.operator_policies:
             self._apply_queue_policy(queue)
         return queue

@@ -8,8 +8,10 @@ shell calls `after_core`, the one place that wakes the writers of the connection
 engine's `Outbox` lists, resumes readers, and wakes the group committer if the journal has
 work. Because the reader processes a whole chunk before it next awaits, all frames produced
 for any connection during that chunk go out in one write per connection. One ticker task
-drives every timer once a second. The core gets the time with its input: unix seconds
-(``time.time()``), one time base for heartbeats, TTLs and x-expires alike.
+drives every timer: it sleeps until the core's next deadline (`Clock.wake_at`) and at most a
+tick interval (1 s); `after_core` wakes it early when input brought an earlier deadline.
+The core gets the time with its input: unix seconds (``time.time()``), one time base for
+heartbeats, TTLs and x-expires alike.
 """
 
 from __future__ import annotations
@@ -56,16 +58,20 @@ from amqpd.shell.admin_socket import AdminReply, serve_admin
 from amqpd.shell.http_listener import bind, serve_http
 from amqpd.shell.links.shovel import LocalEndpoint
 from amqpd.shell.links.supervisor import LinkSupervisor, shovel_table
-from amqpd.shell.tls import TLSOptions, certificate_identity, server_context
+from amqpd.shell.store_role import LockLost, StoreRole
+from amqpd.shell.tls import TLSOptions, certificate_identity, server_context, tls_failure_reason
+from persistence.backend import BodyReaderPort, StoreBackend
 from persistence.errors import StoreError
 from persistence.group_commit import GroupCommitter
 from persistence.journal import Journal
-from persistence.store import BodyReader, Store
 
 log = logging.getLogger(__name__)
 
 READ_SIZE = 65536
 SHUTDOWN_GRACE = 2.0
+TIMER_SLACK = 0.001  # past a deadline when waking for it (sleep and clock granularity)
+TIMER_RESOLUTION = 0.01  # deadline-driven ticks at most this often (messages expiring
+# back to back are expired in batches, not one tick each)
 
 
 @dataclass(slots=True)
@@ -76,6 +82,7 @@ class ServerConfig:
     port: int = 5672
     tick_interval: float = 1.0
     data_dir: Path | None = None  # None: memory only (nothing survives a restart)
+    store: str | None = None  # postgresql:// URL (shared, active/standby); None: SQLite in data_dir
     synchronous: str = "FULL"  # SQLite synchronous mode: FULL (durable) or NORMAL (faster)
     tls_port: int | None = None  # AMQPS listener (RabbitMQ: 5671); needs ``tls``
     tls: TLSOptions | None = None
@@ -128,22 +135,34 @@ class Server:
         self._peers: dict[Connection, _Peer] = {}
         self._outbox: Outbox[Connection] = Outbox()
         self._journal = _journal_of(broker)
-        self._task_group: anyio.abc.TaskGroup | None = None
         self._stopping = False
         self._committer: GroupCommitter | None = None
-        self._store: Store | None = None
-        self._body_reader: BodyReader | None = None
+        self._store: StoreBackend | None = None
+        self._body_reader: BodyReaderPort | None = None
+        self._role = StoreRole(self.config.store, self.config.data_dir, self.config.synchronous)
+        self._scope: anyio.CancelScope | None = None
+        self.lost: LockLost | None = None  # set when this node stopped being the active one
         self.started = time.time()
         self.rates = RateSampler(broker)  # message rates, sampled (amqpd/engine/rates.py)
         self.listeners: list[dict[str, Any]] = []  # RabbitMQ's overview/nodes "listeners"
         self.links: LinkSupervisor | None = None  # the shovels (amqpd/shell/links/)
+        self._clock = broker.clock
+        self._ticker_wake: anyio.Event | None = None  # set to re-plan the ticker's sleep
+        self._ticker_until = math.inf  # when the sleeping ticker wakes (inf: it is not asleep)
         broker.statistics.node = node_sample.node_name()
+
+    @property
+    def role(self) -> str:
+        """standalone (SQLite or memory), standby, active or lost (amqpd/shell/store_role.py)."""
+        return self._role.role
 
     def node_sample(self) -> NodeSample:
         """The process measured now, for the statistics (amqpd/shell/node_sample.py)."""
-        return node_sample.sample(
+        sample = node_sample.sample(
             self.broker, self.started, self.config.data_dir, len(self._peers), self.listeners
         )
+        sample.role = self._role.role
+        return sample
 
     async def serve(
         self, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
@@ -153,7 +172,24 @@ class Server:
         resources.raise_open_file_limit()
         if self.config.tls is not None:
             self._tls_context = server_context(self.config.tls)
-        store = await self._open_store()
+        with anyio.CancelScope() as self._scope:
+            try:
+                async with anyio.create_task_group() as outer:
+                    await self._role.prepare()  # PostgreSQL: data dir lock, connection
+                    if self._role.shared and self.config.data_dir is not None:
+                        # a standby answers `amqpd ctl status` too
+                        await outer.start(serve_admin, self.config.data_dir, self.admin_request)
+                    await self._serve_store(await self._open_store(), task_status)
+                    outer.cancel_scope.cancel()
+            finally:
+                self._role.close()
+        if self.lost is not None:
+            raise self.lost
+
+    async def _serve_store(
+        self, store: StoreBackend | None, task_status: anyio.abc.TaskStatus[int]
+    ) -> None:
+        """Listen and serve with the store open (recovered) until cancelled."""
         tls_listener: anyio.abc.Listener[anyio.abc.SocketStream] | None = None
         http_sockets: dict[str, socket.socket] = {}
         try:
@@ -173,17 +209,18 @@ class Server:
             if tls_listener is not None:
                 self._add_listener("amqp/ssl", self.tls_port)
             async with listener, anyio.create_task_group() as group:
-                self._task_group = group
                 group.start_soon(self._ticker)
                 group.start_soon(self._resource_monitor)
                 group.start_soon(self._sample_rates)
                 if self._committer is not None:
                     group.start_soon(self._committer.run)
+                if store is not None and self._role.shared:
+                    group.start_soon(self._role.guard, store, self._lock_lost)
                 group.start_soon(listener.serve, self._handle, group)
                 if tls_listener is not None:
                     group.start_soon(tls_listener.serve, partial(self._handle, tls=True), group)
                     log.info("listening for AMQPS on %s:%d", self.config.host, self.tls_port)
-                if store is not None and self.config.data_dir is not None:
+                if store is not None and self.config.data_dir is not None and not self._role.shared:
                     await group.start(serve_admin, self.config.data_dir, self.admin_request)
                 await self._serve_http(group, http_sockets)
                 self._start_links()
@@ -291,6 +328,10 @@ class Server:
         committer = self._committer
         if committer is not None and self._journal is not None and self._journal.pending:
             committer.wake()
+        if self._clock.wake_at < self._ticker_until:  # the core has an earlier deadline
+            self._ticker_until = math.inf
+            if self._ticker_wake is not None:
+                self._ticker_wake.set()
 
     def _batch_committed(self, batch: int) -> None:
         self.broker.batch_committed(batch)
@@ -300,14 +341,18 @@ class Server:
         self.broker.batch_failed(batch, error)
         self.after_core()
 
-    async def _open_store(self) -> Store | None:
+    async def _lock_lost(self, reason: str) -> None:
+        self.lost = LockLost(reason)
+        await self.shutdown(reason)
+
+    async def _open_store(self) -> StoreBackend | None:
         journal = self._journal
-        if self.config.data_dir is None or journal is None:
+        if journal is None or (self.config.data_dir is None and not self._role.shared):
             return None
+        store = await self._role.open()  # PostgreSQL: once this node is the active one
         started = time.perf_counter()
-        store = await Store.open(self.config.data_dir, self.config.synchronous)
         try:
-            self._body_reader = BodyReader(store.path)
+            self._body_reader = store.body_reader()
             self.broker.set_body_loader(self._body_reader)
             access_state = await store.load_access()
             if store.created and self.config.default_user is not None:
@@ -323,7 +368,7 @@ class Server:
             "recovered %d durable queues and %d persistent messages from %s in %.2f s",
             queues,
             messages,
-            store.path,
+            store.description,
             time.perf_counter() - started,
         )
         self._committer = GroupCommitter(
@@ -332,7 +377,7 @@ class Server:
         self._store = store
         return store
 
-    async def _first_user(self, store: Store, state: AccessState) -> AccessState:
+    async def _first_user(self, store: StoreBackend, state: AccessState) -> AccessState:
         """A new data directory: RabbitMQ's default_user / default_pass replace guest."""
         assert self.config.default_user is not None
         name, password = self.config.default_user
@@ -348,6 +393,12 @@ class Server:
         """An ``amqpd users|vhosts|definitions`` command from the admin socket: carried out
         on the live broker, then persisted after everything it journaled (a deleted vhost's
         queues) has been committed."""
+        if self._role.role != "active" and self._role.shared:
+            if request.get("group") == "ctl" and request.get("command") in ("status", "ping"):
+                return AdminReply(
+                    True, json.dumps(ctl_commands.execute(self.broker, request, self.node_sample()))
+                )
+            return AdminReply(False, f"this node is {self._role.role}: ask the active node")
         if request.get("command") == "list-shovels":
             return AdminReply(
                 True, json.dumps(shovel_table(self.shovel_status(), self.broker.statistics.node))
@@ -398,7 +449,7 @@ class Server:
         broker = self.broker
         await committer.commit_then(lambda: store.save_access(broker.access.state))
 
-    async def _import_definitions(self, store: Store | None) -> None:
+    async def _import_definitions(self, store: StoreBackend | None) -> None:
         """Import the definitions file (``--definitions``) and persist its access part."""
         path = self.config.definitions
         if path is None:
@@ -421,11 +472,11 @@ class Server:
             ", ".join(f"{count} {section}" for section, count in counts.items()),
         )
 
-    async def _close_store(self, store: Store) -> None:
+    async def _close_store(self, store: StoreBackend) -> None:
         committer = self._committer
         journal = self._journal
         try:
-            if committer is not None:
+            if committer is not None and self.lost is None:
                 await committer.drain()
         finally:
             if self._body_reader is not None:
@@ -456,17 +507,45 @@ class Server:
         with anyio.move_on_after(SHUTDOWN_GRACE):
             for peer in peers:
                 await peer.done.wait()
-        if self._task_group is not None:
-            self._task_group.cancel_scope.cancel()
+        if self._scope is not None:
+            self._scope.cancel()
 
     async def _ticker(self) -> None:
+        """Run the core's timers when a deadline is due and at least every
+        ``tick_interval``: queue deadlines (a head's TTL, x-expires) come from the clock
+        (`Clock.wake_at`), each connection's (heartbeats, timeouts) from its
+        ``next_deadline``; a due deadline ticks the broker and the due connections, the
+        periodic tick everything. `after_core` wakes it when input brings an earlier
+        deadline; deadline ticks are at least TIMER_RESOLUTION apart."""
+        clock = self.broker.clock
+        interval = self.config.tick_interval
+        periodic = time.time() + interval
+        last = -math.inf
         while True:
-            await anyio.sleep(self.config.tick_interval)
             now = time.time()
+            due = min(clock.wake_at, min((c.next_deadline for c in self._peers), default=math.inf))
+            until = min(max(due, last + TIMER_RESOLUTION) + TIMER_SLACK, periodic)
+            if until > now:
+                self._ticker_wake = wake = anyio.Event()
+                self._ticker_until = until
+                with anyio.move_on_after(until - now):
+                    await wake.wait()
+                self._ticker_until = math.inf
+                if wake.is_set():
+                    continue  # an earlier deadline came in: plan again
+                now = time.time()
+            else:
+                await anyio.sleep(0)
+            last = now
+            everything = now >= periodic
+            if everything:
+                periodic = now + interval
+            clock.wake_at = math.inf  # the broker's tick announces what is still pending
             try:
                 self.broker.tick(now)
                 for conn in list(self._peers):
-                    conn.tick(now)
+                    if everything or conn.next_deadline <= now:
+                        conn.tick(now)
             except Exception:  # a bug in a timer must not take the broker down
                 log.exception("timers failed")
             self.after_core()
@@ -560,7 +639,7 @@ class Server:
                     standard_compatible=False,
                 )
         except (OSError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:  # ssl, timeout
-            log.info("TLS handshake with %s failed: %s", peer_name, exc or type(exc).__name__)
+            log.info("TLS handshake with %s failed: %s", peer_name, tls_failure_reason(exc))
             with suppress(Exception):
                 await stream.aclose()
             return None
@@ -637,7 +716,8 @@ async def run(broker_config: BrokerConfig, server_config: ServerConfig) -> None:
 
 
 def _make_broker(broker_config: BrokerConfig | None, server_config: ServerConfig) -> Broker:
-    journal = Journal() if server_config.data_dir is not None else None
+    stored = server_config.data_dir is not None or server_config.store is not None
+    journal = Journal() if stored else None
     return Broker(broker_config, journal, time.time())
 
 

@@ -102,3 +102,22 @@ def certificate_identity(cert: dict[str, Any] | None, login_from: str) -> str | 
         for rdn in reversed(subject)
     ]
     return ",".join(parts) or None
+
+
+def tls_failure_reason(exc: BaseException) -> str:
+    """Why a TLS server handshake failed, for the log: the SSL error anyio wraps (a
+    certificate verification message such as "certificate verify failed: unable to get
+    local issuer certificate", or OpenSSL's reason such as "WRONG_VERSION_NUMBER"), a
+    timeout, or the peer going away; never an empty string."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return f"certificate verify failed: {seen.verify_message}"
+        if isinstance(seen, ssl.SSLError):
+            return str(seen.reason or seen)
+        if isinstance(seen, TimeoutError):
+            return "no TLS handshake within the handshake timeout"
+        seen = seen.__cause__ or seen.__context__
+    if type(exc).__name__ == "EndOfStream":
+        return "the peer closed the connection during the handshake"
+    return str(exc) or type(exc).__name__

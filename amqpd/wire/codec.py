@@ -1,29 +1,33 @@
 """Frame codec: split the byte stream into frames, decode methods, encode the hot frames.
 
 `FrameReader` works over one bytearray with a read offset: it peeks the 7-byte frame header
-with a precompiled struct, rejects a frame larger than the negotiated frame_max before
-buffering its payload, and returns ``None`` (never raises) when it needs more data.
+with a precompiled struct, rejects a frame whose payload is larger than frame_max (RabbitMQ's
+FRAME_SIZE_FUDGE: frame_max + 8 bytes in all pass) before buffering its payload, and returns
+``None`` (never raises) when it needs more data.
 
-Methods are decoded and encoded with pamqp, except the hot ones: Basic.Publish is decoded
-here, and Basic.Deliver / Get-Ok / Ack / Nack are encoded here with `struct`. Content headers
-are never re-encoded: the broker keeps the raw payload the publisher sent and forwards it,
-peeking only the few properties it needs. tests/unit/test_codec.py checks the fast paths
-byte for byte against pamqp.
+Methods are decoded with pamqp and encoded with pamqp's field encoders (`encode_method`,
+without pamqp's name validation: any UTF-8 shortstr is a name), except the hot ones:
+Basic.Publish is decoded here, and Basic.Deliver / Get-Ok / Ack / Nack are encoded here with
+`struct`. Content headers are never re-encoded: the broker keeps the raw payload the
+publisher sent and forwards it, peeking only the few properties it needs.
+tests/unit/test_codec.py checks the fast paths byte for byte against pamqp.
 """
 
 from __future__ import annotations
 
+import inspect
 import struct
 import warnings
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final, TypeVar
 
-from pamqp import commands, decode
-from pamqp import frame as pamqp_frame
+from pamqp import commands, decode, encode
 from pamqp.base import Frame as Method
 from pamqp.common import FieldTable
 
 from amqpd.wire.errors import FRAME_ERROR, SYNTAX_ERROR, AMQPError
+
+M = TypeVar("M", bound=Method)
 
 FRAME_METHOD: Final = 1
 FRAME_HEADER: Final = 2
@@ -95,11 +99,14 @@ class FrameReader:
         if len(buf) - pos < 7:
             return None
         frame_type, channel, size = _FRAME_HEADER.unpack_from(buf, pos)
-        if size + FRAME_OVERHEAD > self.frame_max:
+        if size > self.frame_max:
+            # rabbit_reader's FRAME_SIZE_FUDGE: a payload of frame_max bytes (frame_max + 8
+            # in all) is accepted because many clients get the limit wrong (rabbitpy sends
+            # such frames for large bodies); anything larger is a fatal frame error
             raise AMQPError(
                 FRAME_ERROR,
-                f"frame size {size + FRAME_OVERHEAD} larger than negotiated maximum "
-                f"{self.frame_max}",
+                f"type {frame_type}, all octets = <<>>: "
+                f"{{frame_too_large,{size},{self.frame_max - FRAME_OVERHEAD}}}",
             )
         end = pos + 7 + size
         if len(buf) <= end:
@@ -117,8 +124,59 @@ def frame(frame_type: int, channel: int, payload: bytes) -> bytes:
 
 
 def encode_method(channel: int, method: Method) -> bytes:
-    """Encode any method frame with pamqp (cold path)."""
-    return pamqp_frame.marshal(method, channel)
+    """Encode any method frame (cold path): pamqp's field encoders, in pamqp's argument
+    order, but not pamqp's validation. pamqp checks names against the spec's grammar
+    (``^[a-zA-Z0-9-_.:]*$``) and raises for ``café`` or ``orders!``; RabbitMQ accepts any
+    UTF-8 shortstr as a name, so every reply must encode every name the broker accepted.
+    What is sent is the method's own values: callers set every reserved field explicitly
+    to what RabbitMQ sends (see `CHANNEL_OPEN_OK`)."""
+    args: list[bytes] = [_METHOD_INDEX.pack(method.index)]
+    bits = -1  # the octet being filled with consecutive bit arguments (-1: none)
+    offset = 0
+    for name in method.__slots__:
+        kind = method.amqp_type(name)
+        value = getattr(method, name, 0)
+        if kind == "bit":
+            if bits < 0:
+                bits = offset = 0
+            bits |= (1 if value else 0) << offset
+            offset += 1
+            if offset == 8:
+                args.append(bytes((bits,)))
+                bits = -1
+            continue
+        if bits >= 0:
+            args.append(bytes((bits,)))
+            bits = -1
+        args.append(encode.by_type(value, kind))
+    if bits >= 0:
+        args.append(bytes((bits,)))
+    return frame(FRAME_METHOD, channel, b"".join(args))
+
+
+_DEFAULTS: dict[type[Method], dict[str, Any]] = {}
+
+
+def build(cls: type[M], **values: Any) -> M:
+    """A pamqp method with these argument values and pamqp's defaults for the others, not
+    validated: pamqp's constructors check names against the spec grammar too, so a reply
+    naming ``café`` must be built here (and encoded with `encode_method`)."""
+    defaults = _DEFAULTS.get(cls)
+    if defaults is None:
+        parameters = inspect.signature(cls.__init__).parameters
+        defaults = {n: p.default for n, p in parameters.items() if n != "self"}
+        _DEFAULTS[cls] = defaults
+    method = cls.__new__(cls)
+    for name, default in defaults.items():
+        setattr(method, name, values.pop(name, default))
+    if values:
+        raise TypeError(f"{cls.__name__} has no arguments {sorted(values)}")
+    return method
+
+
+# Channel.OpenOk as RabbitMQ sends it: the deprecated ``channel-id`` longstr is empty (pamqp's
+# default is "0", and clients that parse the fixed size desynchronise on it).
+CHANNEL_OPEN_OK: Final = build(commands.Channel.OpenOk, channel_id="")
 
 
 @dataclass(slots=True)

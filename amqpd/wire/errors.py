@@ -110,8 +110,19 @@ class AMQPError(Exception):
 
     @property
     def reply_text(self) -> str:
-        """The reply text as RabbitMQ puts it on the wire: ``NAME - text``."""
-        return str(self)[:255]
+        """The reply text as RabbitMQ puts it on the wire: ``NAME - text``, shortened to
+        fit a shortstr (`shortstr_text`)."""
+        return shortstr_text(str(self))
+
+
+def shortstr_text(text: str) -> str:
+    """``text`` if its UTF-8 form fits a shortstr (255 bytes), else its first 252 bytes and
+    "..." (rabbit_binary_generator's amqp_exception_explanation), cut at a character
+    boundary: a reply text naming a long non-ASCII queue must still encode."""
+    raw = text.encode()
+    if len(raw) <= 255:
+        return text
+    return raw[:252].decode(errors="ignore") + "..."
 
 
 def not_found(kind: str, name: str, vhost: str) -> AMQPError:

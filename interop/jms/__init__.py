@@ -2,7 +2,8 @@
 
 Sessions with the five acknowledgement modes, prefetch (with pull at 0), optimized and
 batched acknowledgements, client-side redelivery with a dead-letter queue, queues, topics
-with wildcards and selectors, durable subscribers. Works against amqpd and RabbitMQ 3.x;
+with wildcards and selectors, durable subscribers, failover, asynchronous sends, queue
+browsers (and queue selectors on amqpd). Works against amqpd and RabbitMQ 3.x;
 see docs/jms.md for the guide and the differences from ActiveMQ.
 
 Example::
@@ -24,6 +25,8 @@ Example::
 
 from __future__ import annotations
 
+from interop.jms.browser import QueueBrowser
+from interop.jms.completion import CompletionListener
 from interop.jms.connection import Connection, ConnectionFactory
 from interop.jms.constants import AckMode, DeliveryMode
 from interop.jms.consumer import MessageConsumer, MessageListener
@@ -53,6 +56,7 @@ from interop.jms.session import Session
 __all__ = [
     "AckMode",
     "BytesMessage",
+    "CompletionListener",
     "ConfigurationError",
     "Connection",
     "ConnectionFactory",
@@ -74,6 +78,7 @@ __all__ = [
     "MessageProducer",
     "PrefetchPolicy",
     "Queue",
+    "QueueBrowser",
     "RedeliveryPolicy",
     "Session",
     "SharedDeadLetterStrategy",

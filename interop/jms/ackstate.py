@@ -6,7 +6,9 @@ One AMQP channel per session, and acks and transactions are per channel in AMQP:
 JMS's per-session scope. This object holds what the session must remember about the
 deliveries on its channel; every method runs with the session's condition held (the I/O
 thread only takes it for short, non-blocking updates, and nothing here blocks on the broker:
-acks and rejects are queued to the I/O thread).
+acks and rejects are queued to the I/O thread). An ack the application must be able to rely
+on (AUTO after receive, CLIENT / INDIVIDUAL after acknowledge) sets ``unwritten``; the
+session then waits, with its condition released, until the frame is written to the socket.
 
 - ``outstanding``: every delivery unacked at the broker, by tag, in tag order. A delivery
   enters when it arrives (`register`, I/O thread) and leaves when its ack or reject is
@@ -47,22 +49,25 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from interop.jms import codec
 from interop.jms.acks import plan_acks
+from interop.jms.channel import ChannelLink
 from interop.jms.constants import AckMode
 from interop.jms.delivery import Delivery
 from interop.jms.messages import AckHandle
 from interop.jms.options import ConnectionOptions
 from interop.jms.ports import AckConsumer
-from interop.jms.transport import ChannelLink
 
 __all__ = ["AckState"]
 
 log = logging.getLogger(__name__)
 
+_SEEN_BEFORE_LIMIT = 10_000
+"""Message ids remembered across failovers (ActiveMQ's previously delivered messages)."""
 _BATCH_ACKS = (AckMode.AUTO_ACKNOWLEDGE, AckMode.DUPS_OK_ACKNOWLEDGE)
 HOLDING_MODES = (
     AckMode.CLIENT_ACKNOWLEDGE,
@@ -104,6 +109,12 @@ class AckState:
         self.outstanding: dict[int, Delivery] = {}
         self.consumed: list[Delivery] = []
         self.tx_internal: list[tuple[int, bool | None]] = []  # (tag, requeue); None = ack
+        self.unwritten = False  # acks queued that the caller must see written (take_unwritten)
+        self.tx_work = False  # transacted: something was consumed or sent in this transaction
+        self.tx_failed = False  # transacted: a failover lost the transaction in flight
+        # failover: message id -> counter of messages the application saw unacknowledged
+        # on a lost connection; they come back from the broker flagged redelivered
+        self.seen_before: OrderedDict[str, int] = OrderedDict()
 
     # -- arrival and dispatch ----------------------------------------------------------------
     def register(
@@ -116,6 +127,12 @@ class AckState:
         headers = properties.headers or {}
         redelivered = bool(method.redelivered)
         counter = codec.delivery_counter(headers, redelivered)
+        if self.seen_before and message.message_id is not None:
+            with self._cond:
+                earlier = self.seen_before.pop(message.message_id, None)
+            if earlier is not None:
+                counter = max(counter, earlier + 1)
+                redelivered = True
         publisher = headers.get(codec.CONNECTION_ID_HEADER)
         delivery = Delivery(
             tag=int(method.delivery_tag),
@@ -158,6 +175,8 @@ class AckState:
 
     def before_app(self, consumer: AckConsumer, delivery: Delivery) -> None:
         """The application is about to see ``delivery``."""
+        if self.transacted:
+            self.tx_work = True
         if self.ack_mode in HOLDING_MODES:
             self.consumed.append(delivery)
             window = consumer.window
@@ -168,6 +187,8 @@ class AckState:
         self, consumer: AckConsumer, delivery: Delivery, failed: bool, now: float
     ) -> None:
         """The application has seen ``delivery`` (receive returned, listener finished)."""
+        if delivery.settled:  # e.g. forgotten by a failover while a listener ran
+            return
         mode = self.ack_mode
         batcher = consumer.batcher
         if mode in _BATCH_ACKS:
@@ -199,8 +220,17 @@ class AckState:
             return
         for tag, multiple in plan_acks(wanted, self.outstanding):
             self._link.ack(tag, multiple)
+        if self.ack_mode is not AckMode.DUPS_OK_ACKNOWLEDGE:
+            self.unwritten = True
         for tag in wanted:
             self._settled(tag)
+
+    def take_unwritten(self) -> bool:
+        """True when acks were queued since the last call that the call returning to the
+        application must wait for (`interop.jms.transport.ChannelLink.written`): every mode
+        but DUPS_OK, whose acks are lazy by contract."""
+        unwritten, self.unwritten = self.unwritten, False
+        return unwritten
 
     def internal_ack(self, delivery: Delivery, record: bool = True) -> None:
         """Ack a delivery the application never saw (or drops)."""
@@ -257,6 +287,29 @@ class AckState:
         self._cond.notify_all()
         return settled
 
+    # -- failover ------------------------------------------------------------------------------
+    def forget(self) -> None:
+        """The connection was lost: every delivery on the dead channel is void (the broker
+        requeues them; their tags mean nothing on the next channel). A transaction with
+        work in it can no longer commit (``tx_failed``)."""
+        if self.transacted and (self.tx_work or self.consumed or self.tx_internal):
+            self.tx_failed = True
+        for delivery in self.consumed:
+            if delivery.message.message_id is not None:
+                self.seen_before[delivery.message.message_id] = delivery.counter
+        while len(self.seen_before) > _SEEN_BEFORE_LIMIT:
+            self.seen_before.popitem(last=False)
+        for delivery in [*self.outstanding.values(), *self.consumed]:
+            delivery.settled = True
+        self.outstanding.clear()
+        self.consumed.clear()
+        self.tx_internal.clear()
+        self.unwritten = False
+
+    def rebind(self, link: ChannelLink) -> None:
+        """Failover: acks go to the session's new channel."""
+        self._link = link
+
     # -- session operations --------------------------------------------------------------------
     def ack_consumed(self) -> None:
         """CLIENT acknowledge / commit: ack everything consumed."""
@@ -282,11 +335,13 @@ class AckState:
         """Before ``tx.commit``: ack what was consumed; internal settlements become final."""
         self.ack_consumed()
         self.tx_internal.clear()
+        self.tx_work = False
 
     def start_rollback(self) -> tuple[list[Delivery], list[tuple[int, bool | None]]]:
         """Before ``tx.rollback``: take the consumed deliveries and the internal settlements."""
         consumed, self.consumed = self.consumed, []
         internal, self.tx_internal = self.tx_internal, []
+        self.tx_work = self.tx_failed = False
         return consumed, internal
 
     def finish_rollback(

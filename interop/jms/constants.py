@@ -10,6 +10,7 @@ __all__ = [
     "DUPS_OK_BATCH_PERCENT",
     "MAX_PREFETCH",
     "OPTIMIZE_ACK_PERCENT",
+    "QUEUE_SELECTOR_ARGUMENT",
     "WINDOW_STEP_PERCENT",
     "AckMode",
     "DeliveryMode",
@@ -47,3 +48,6 @@ DUPS_OK_BATCH_PERCENT: Final = 50
 
 WINDOW_STEP_PERCENT: Final = 50
 """ActiveMQ's DELIVERED ack (window extension) cadence: 50 % of the prefetch."""
+
+QUEUE_SELECTOR_ARGUMENT: Final = "x-selector"
+"""The ``basic.consume`` argument amqpd reads a queue consumer's JMS selector from."""

@@ -39,7 +39,7 @@ from typing import Any
 from interop.jms.acks import AckBatcher, WindowTracker
 from interop.jms.delivery import Delivery
 from interop.jms.destinations import Destination
-from interop.jms.errors import JMSException
+from interop.jms.errors import IllegalStateException, JMSException
 from interop.jms.messages import Message
 from interop.jms.ports import ConsumerSession, MessageListener
 from interop.jms.selector import Predicate
@@ -94,6 +94,7 @@ class MessageConsumer:
         self.window = window
         self.temporary_queue = temporary_queue
         self.subscription_name: str | None = None
+        self.single_active_consumer = False
         self.closed = False
         self._tag_base = tag
         self._tag_seq = 0
@@ -112,7 +113,7 @@ class MessageConsumer:
 
     def __iter__(self) -> Iterator[Message]:
         while True:
-            message = self.receive()
+            message = self._receive(None, closed_ok=True)
             if message is None:
                 return
             yield message
@@ -158,21 +159,31 @@ class MessageConsumer:
         closed; ``receive(0)`` does not wait (unlike JMS, where 0 means forever).
 
         Returns:
-            The message, or None on timeout or when the consumer is closed.
+            The message, or None on timeout or when the consumer is closed while the
+            receive waits.
 
         Raises:
-            IllegalStateException: a listener is set on this session.
+            IllegalStateException: the consumer (or its session) is already closed, or a
+                listener is set on this session.
             JMSException: the session or connection failed.
         """
+        return self._receive(timeout, closed_ok=False)
+
+    def _receive(self, timeout: float | None, *, closed_ok: bool) -> Message | None:
         session = self._session
+        if self.closed or session.closed:
+            if closed_ok:
+                return None
+            raise IllegalStateException("The Consumer is closed")
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         session._begin_receive()
         try:
-            if self.prefetch == 0:
-                return self._pull(deadline)
-            return self._push(deadline)
+            message = self._pull(deadline) if self.prefetch == 0 else self._push(deadline)
         finally:
             session._end_receive()
+        if message is not None:
+            session._acks_written()
+        return message
 
     def receive_no_wait(self) -> Message | None:
         """The next message if one is here already, else None (``receive(0)``)."""
@@ -183,7 +194,7 @@ class MessageConsumer:
         the queue, a non-durable subscription's queue is deleted."""
         self._session._close_consumer(self)
 
-    # -- receiving -------------------------------------------------------------------------------
+    # -- receiving ---------------------------------------------------------------------------------
     def _deliver(self, delivery: Delivery) -> Message:
         session = self._session
         session._acks.before_app(self, delivery)
@@ -235,6 +246,8 @@ class MessageConsumer:
             except JMSException:
                 if self.closed or session.closed:
                     return None  # closed while the basic.get was in flight
+                if session._failed_over():
+                    continue
                 raise
             if got is not None:
                 pause = _PULL_FIRST_WAIT
@@ -288,6 +301,26 @@ class MessageConsumer:
 
     def _on_get(self, method: Any, properties: Any, body: bytes) -> Delivery:
         return self._session._acks.register(self, method, properties, body)
+
+    # -- failover ----------------------------------------------------------------------------------
+    def _forget(self) -> None:
+        """The connection was lost (session lock held): drop what was buffered; the broker
+        redelivers it on the next connection."""
+        self._buffer.clear()
+        self._redelivery.clear()
+        if self.batcher is not None:
+            self.batcher.take_all()
+
+    def _restart(self, queue: str) -> None:
+        """Failover (session lock held): consume ``queue`` under a fresh consumer tag."""
+        self.queue = queue
+        self._tag_seq += 1
+        tag = f"{self._tag_base}.{self._tag_seq}"
+        if self.window is not None:
+            self.window.start_rotation(tag)
+            self.window.rotation_done()
+        else:
+            self._plain_tag = tag
 
     # -- window ------------------------------------------------------------------------------------
     def _rotate(self) -> None:

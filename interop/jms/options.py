@@ -25,7 +25,7 @@ from interop.jms.policies import (
     SharedDeadLetterStrategy,
 )
 
-__all__ = ["ConnectionOptions", "parse_url", "pika_parameters"]
+__all__ = ["ConnectionOptions", "parse_url", "pika_parameters", "split_jms_query"]
 
 DEFAULT_URL: Final = "amqp://guest:guest@localhost:5672/%2F"
 _SCHEMES: Final = ("amqp", "amqps")
@@ -87,6 +87,9 @@ _FACTORY_KEYS: Final[Mapping[str, tuple[str, _Parser]]] = {
     "optimizedAckScheduledAckInterval": ("optimized_ack_scheduled_ack_interval", _ms),
     "topicExchange": ("topic_exchange", _str),
     "deadLetterStrategy": ("dead_letter_strategy", _strategy),
+    "useAsyncSend": ("use_async_send", _bool),
+    "producerWindowSize": ("producer_window_size", _int),
+    "sendAcksAsync": ("send_acks_async", _bool),
 }
 _PREFETCH_KEYS: Final[Mapping[str, str]] = {
     "queuePrefetch": "queue_prefetch",
@@ -129,6 +132,13 @@ class ConnectionOptions:
         dead_letter_strategy: Names the dead-letter queue of each destination; None leaves
             queues without dead-letter arguments (a broker policy decides).
         topic_exchange: The AMQP topic exchange JMS topics live on.
+        use_async_send: Persistent sends outside a transaction do not wait for the
+            publisher confirm (ActiveMQ's useAsyncSend).
+        producer_window_size: Bytes a producer may have sent asynchronously without a
+            confirm before ``send`` blocks (0 = no limit; ActiveMQ's producerWindowSize).
+        send_acks_async: True: an acknowledgement call returns once the ack is written to
+            the socket; False: once the broker has processed it (a round trip per call;
+            ActiveMQ's sendAcksAsync).
     """
 
     client_id: str | None = None
@@ -141,8 +151,13 @@ class ConnectionOptions:
         default_factory=SharedDeadLetterStrategy
     )
     topic_exchange: str = "amq.topic"
+    use_async_send: bool = False
+    producer_window_size: int = 0
+    send_acks_async: bool = True
 
     def __post_init__(self) -> None:
+        if self.producer_window_size < 0:
+            raise ConfigurationError("producer_window_size must be >= 0 bytes")
         if self.optimize_acknowledge_timeout < 0:
             raise ConfigurationError("optimize_acknowledge_timeout must be >= 0 seconds")
         if self.optimized_ack_scheduled_ack_interval < 0:
@@ -156,8 +171,10 @@ def _check_scheme(url: str) -> None:
     if scheme in _SCHEMES:
         return
     hint = ""
-    if scheme in ("tcp", "nio", "ssl", "failover", "auto", "vm"):
+    if scheme in ("tcp", "nio", "ssl", "auto", "vm"):
         hint = " (ActiveMQ transport URLs do not apply: use amqp://host:5672/vhost)"
+    elif scheme == "failover":
+        hint = " (failover URLs go to ConnectionFactory, not here)"
     raise ConfigurationError(f"unsupported URL scheme {scheme!r}{hint}")
 
 
@@ -188,9 +205,24 @@ def parse_url(url: str) -> tuple[str, dict[str, Any]]:
     """
     _check_scheme(url)
     parts = urlsplit(url)
+    query, options = split_jms_query(parts.query)
+    pika_url = urlunsplit(parts._replace(query=query))
+    return pika_url, options
+
+
+def split_jms_query(query: str) -> tuple[str, dict[str, Any]]:
+    """Take the ``jms.*`` keys out of a URL query.
+
+    Returns:
+        ``(rest, options)``: the query without ``jms.*`` keys, and the keyword arguments
+        they stand for (see `parse_url`).
+
+    Raises:
+        ConfigurationError: an unknown or repeated ``jms.*`` key or a bad value.
+    """
     kept: list[str] = []
     seen: dict[str, str] = {}
-    for segment in parts.query.split("&") if parts.query else []:
+    for segment in query.split("&") if query else []:
         raw_key, _sep, raw_value = segment.partition("=")
         key = unquote_plus(raw_key)
         if not key.startswith("jms."):
@@ -233,8 +265,7 @@ def parse_url(url: str) -> tuple[str, dict[str, Any]]:
         )
     if redelivery:
         options["redelivery_policy"] = RedeliveryPolicy(**redelivery)
-    pika_url = urlunsplit(parts._replace(query="&".join(kept)))
-    return pika_url, options
+    return "&".join(kept), options
 
 
 def pika_parameters(url: str) -> Any:

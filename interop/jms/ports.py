@@ -5,7 +5,7 @@ each of them calls the session back; a session calls its connection back. Those 
 through the Protocols here, so the modules import one way only::
 
     connection -> session -> consumer, producer, dispatcher, ackstate -> ports
-    ports -> delivery, topology, transport, options, selector, messages, acks
+    ports -> completion, delivery, topology, channel, transport, options, selector, messages, acks
 
 `interop.jms.session.Session` implements `ConsumerSession`, `ListenerSession`,
 `ProducerSession`; `interop.jms.connection.Connection` implements `SessionConnection`;
@@ -19,16 +19,19 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar
 
 from interop.jms.acks import AckBatcher
+from interop.jms.channel import ChannelLink
+from interop.jms.completion import ProducerWindow
 from interop.jms.delivery import Delivery, DeliveryOwner
 from interop.jms.destinations import Destination
 from interop.jms.messages import Message
 from interop.jms.options import ConnectionOptions
 from interop.jms.selector import Predicate
 from interop.jms.topology import Topology
-from interop.jms.transport import ChannelLink, Transport
+from interop.jms.transport import Transport
 
 __all__ = [
     "AckConsumer",
@@ -114,8 +117,9 @@ _L = TypeVar("_L", bound=ListenerConsumer)
 class ConsumerSession(Protocol[_C_contra]):
     """What a consumer needs of its session (the type parameter: the consumer's class).
 
-    Every member except ``_begin_receive``, ``_end_receive``, ``_set_listener`` and
-    ``_close_consumer`` expects the session's condition ``_cond`` held.
+    Every member except ``_begin_receive``, ``_end_receive``, ``_acks_written``,
+    ``_failed_over``, ``_set_listener`` and ``_close_consumer`` expects the session's
+    condition ``_cond`` held.
     """
 
     @property
@@ -164,6 +168,15 @@ class ConsumerSession(Protocol[_C_contra]):
         """A receive ended."""
         ...
 
+    def _failed_over(self) -> bool:
+        """After a channel error: True when it was a lost connection that failover has
+        recovered (the caller may try again); waits for the reconnection (not held)."""
+        ...
+
+    def _acks_written(self) -> None:
+        """Wait until the acks the last call queued are written to the socket (not held)."""
+        ...
+
     def _set_listener(self, consumer: _C_contra, listener: MessageListener | None) -> None:
         """Set (or clear) the listener of ``consumer``; starts the listener thread."""
         ...
@@ -198,8 +211,32 @@ class ListenerSession(Protocol[_L]):
 class ProducerSession(Protocol):
     """What a producer needs of its session."""
 
-    def _send(self, message: Message, destination: Destination, time_to_live: float) -> None:
-        """Publish ``message`` (its JMS headers set) to ``destination``."""
+    @property
+    def transacted(self) -> bool:
+        """The session is transacted."""
+        ...
+
+    @property
+    def _options(self) -> ConnectionOptions:
+        """The connection's options (useAsyncSend, producerWindowSize)."""
+        ...
+
+    def _send(
+        self,
+        message: Message,
+        destination: Destination,
+        time_to_live: float,
+        *,
+        asynchronous: bool = False,
+        window: ProducerWindow | None = None,
+    ) -> Future[None] | None:
+        """Publish ``message`` (its JMS headers set) to ``destination``; asynchronous: the
+        publish's future, at once."""
+        ...
+
+    def _complete(self, future: Future[None], callback: Callable[[], None]) -> None:
+        """Run ``callback`` on the session's completion thread once ``future`` is done,
+        after the callbacks of earlier sends."""
         ...
 
 
@@ -240,6 +277,15 @@ class SessionConnection(Protocol):
     @property
     def transport(self) -> Transport:
         """The AMQP connection and its I/O thread."""
+        ...
+
+    @property
+    def failover(self) -> bool:
+        """The connection has a failover URL (losses are recovered, not fatal)."""
+        ...
+
+    def _await_transport(self, what: str) -> None:
+        """Block while failing over (up to the failover timeout); raises when it fails."""
         ...
 
     def _durable_in_use(self, name: str) -> bool:

@@ -2,7 +2,9 @@
 
 The acknowledgement rules live in `interop.jms.ackstate` (its module docstring is the
 theory of operation of the session's acknowledgement state); this module holds the public
-API, consumer creation, sending, and the session's failure and close handling. Transacted
+API, consumer creation and close handling; the session's channel (sending, acks on the
+wire, failure, failover) is `interop.jms.session_link`, its listener thread and receive
+bookkeeping `interop.jms.session_dispatch` (mixins of `Session`). Transacted
 sessions run ``tx.select`` on their channel, the others ``confirm.select`` (a persistent
 send outside a transaction waits for its confirm, as ActiveMQ's synchronous send waits for
 the broker's receipt). Every piece of session state is guarded by ``_cond``.
@@ -15,12 +17,16 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future
+from typing import Any
 
-from interop.jms import codec
 from interop.jms.acks import consumer_helpers
 from interop.jms.ackstate import AckState
-from interop.jms.constants import AckMode
+from interop.jms.browser import QueueBrowser
+from interop.jms.channel import ChannelLink
+from interop.jms.completion import Completions
+from interop.jms.constants import QUEUE_SELECTOR_ARGUMENT, AckMode
 from interop.jms.consumer import MessageConsumer
 from interop.jms.delivery import Delivery
 from interop.jms.destinations import (
@@ -29,7 +35,6 @@ from interop.jms.destinations import (
     Queue,
     TemporaryQueue,
     Topic,
-    is_wildcard,
 )
 from interop.jms.dispatcher import Dispatcher
 from interop.jms.errors import (
@@ -39,11 +44,12 @@ from interop.jms.errors import (
     JMSException,
     TransactionRolledBackException,
 )
-from interop.jms.messages import Message
-from interop.jms.ports import MessageListener, SessionConnection
+from interop.jms.messages import BytesMessage, MapMessage, Message, TextMessage
+from interop.jms.ports import SessionConnection
 from interop.jms.producer import MessageProducer
 from interop.jms.selector import compile_selector
-from interop.jms.transport import ChannelLink
+from interop.jms.session_dispatch import SessionDispatch
+from interop.jms.transport import REQUEST_TIMEOUT
 
 __all__ = ["Session"]
 
@@ -66,7 +72,7 @@ class _Receipt:
         self.session._message_failed(self.delivery)
 
 
-class Session:
+class Session(SessionDispatch):
     """A single-threaded context for producing and consuming (JMS ``Session``).
 
     Create it with `Connection.create_session`. It is a context manager (closed on exit).
@@ -96,6 +102,8 @@ class Session:
         self._error: JMSException | None = None
         self._dispatcher: Dispatcher[MessageConsumer] | None = None
         self._in_listener = False
+        self._async_pending: set[Future[None]] = set()
+        self._completions = Completions("jms-completion")
         link.on_close = self._channel_failed
         link.on_consumer_cancelled = self._consumer_cancelled
 
@@ -126,6 +134,27 @@ class Session:
         self._check_open()
         return TemporaryQueue(self._connection.topology.temporary_queue())
 
+    # -- message factories (JMS Session.createXxxMessage) ---------------------------------------
+    def create_message(self) -> Message:
+        """A message without a body (JMS ``createMessage``): headers and properties only."""
+        self._check_open()
+        return Message()
+
+    def create_text_message(self, text: str | None = None) -> TextMessage:
+        """A `TextMessage` (JMS ``createTextMessage``)."""
+        self._check_open()
+        return TextMessage(text)
+
+    def create_bytes_message(self, data: bytes = b"") -> BytesMessage:
+        """A `BytesMessage` (JMS ``createBytesMessage``)."""
+        self._check_open()
+        return BytesMessage(data)
+
+    def create_map_message(self, mapping: Mapping[str, Any] | None = None) -> MapMessage:
+        """A `MapMessage` (JMS ``createMapMessage``)."""
+        self._check_open()
+        return MapMessage(mapping)
+
     def create_producer(self, destination: Destination | None = None) -> MessageProducer:
         """A producer for ``destination`` (None: give the destination to each ``send``)."""
         self._check_open()
@@ -138,12 +167,14 @@ class Session:
 
         Args:
             destination: The queue or topic, with optional ``consumer.*`` options.
-            selector: A JMS selector; topics only (evaluated by the client).
+            selector: A JMS selector: on a topic evaluated by the client, on a queue by the
+                broker (amqpd's ``x-selector``; brokers without selectors refuse it).
             no_local: Skip messages published on this connection (topics).
 
         Raises:
             ConfigurationError: an unknown or bad ``consumer.*`` option.
-            InvalidSelectorException: a selector on a queue, or one that does not parse.
+            InvalidSelectorException: a selector that does not parse, or one on a queue of
+                a broker without selectors.
         """
         self._check_open()
         options = ConsumerOptions.parse(destination)
@@ -164,6 +195,21 @@ class Session:
             raise InvalidDestinationException(f"cannot consume from {destination!r}")
         default_prefetch = self._options.prefetch_policy.queue_prefetch
         return self._subscribe(destination, queue, options, selector, no_local, default_prefetch)
+
+    def create_browser(self, queue: Queue, selector: str | None = None) -> QueueBrowser:
+        """A `QueueBrowser`: the queue's messages without consuming them (JMS
+        ``createBrowser``). On amqpd the broker sends copies and nothing changes; on other
+        brokers see `interop.jms.browser` for what browsing costs.
+
+        Raises:
+            InvalidDestinationException: not a queue.
+            InvalidSelectorException: the selector does not parse.
+        """
+        self._check_open()
+        if not isinstance(queue, Queue):
+            raise InvalidDestinationException("a QueueBrowser browses a queue, not a topic")
+        prefetch = self._options.prefetch_policy.queue_browser_prefetch
+        return QueueBrowser(self._connection, queue, selector, prefetch)
 
     def create_durable_subscriber(
         self, topic: Topic, name: str, selector: str | None = None, no_local: bool = False
@@ -225,6 +271,7 @@ class Session:
             self._check_open()
             if self.ack_mode in (AckMode.CLIENT_ACKNOWLEDGE, AckMode.INDIVIDUAL_ACKNOWLEDGE):
                 self._acks.ack_consumed()
+        self._acks_written()
 
     def commit(self) -> None:
         """Commit: acknowledge what was consumed and publish what was sent in this
@@ -236,12 +283,25 @@ class Session:
         """
         if not self.transacted:
             raise IllegalStateException("Not a transacted session")
+        self._connection._await_transport("commit")
         with self._cond:
             self._check_open()
+            if self._acks.tx_failed:
+                self._acks.start_rollback()  # clears the failed transaction's state
+                raise TransactionRolledBackException(
+                    "Transaction completion in doubt due to failover: the connection was "
+                    "lost while the transaction was in flight, so the broker rolled it back "
+                    "(what it consumed is redelivered, what it sent is discarded); repeat "
+                    "the transaction"
+                )
             self._acks.commit()
+            link = self._link
         try:
-            self._link.tx_commit()
+            link.tx_commit()
         except JMSException as exc:
+            if self._failed_over(link):
+                with self._cond:
+                    self._acks.start_rollback()
             raise TransactionRolledBackException(
                 f"commit failed: {exc}", reply_code=exc.reply_code, reply_text=exc.reply_text
             ) from exc
@@ -255,14 +315,21 @@ class Session:
         """
         if not self.transacted:
             raise IllegalStateException("Not a transacted session")
+        self._connection._await_transport("rollback")
         with self._cond:
             self._check_open()
             consumed, internal = self._acks.start_rollback()
-        self._link.tx_rollback()
-        with self._cond:
-            must_commit = self._acks.finish_rollback(consumed, internal)
-        if must_commit:
-            self._link.tx_commit()
+            link = self._link
+        try:
+            link.tx_rollback()
+            with self._cond:
+                must_commit = self._acks.finish_rollback(consumed, internal)
+            if must_commit:
+                link.tx_commit()
+        except JMSException:
+            if not self._failed_over(link):
+                raise
+            # the broker rolled the transaction back with the connection
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Session]:
@@ -306,10 +373,34 @@ class Session:
             self._close_consumer(consumer, session_closing=True)
             if consumer.temporary_queue:
                 temporary.append(consumer.queue)
+        with self._cond:  # JMS: close waits for the outcome of asynchronous sends
+            self._cond.wait_for(lambda: not self._async_pending, REQUEST_TIMEOUT)
         self._link.close()
+        self._completions.close(REQUEST_TIMEOUT)
         for queue in temporary:
             if self._connection.transport.is_open:
                 self._connection.topology.delete_queue(queue)
+        self._connection._session_closed(self)
+
+    def _complete(self, future: Future[None], callback: Callable[[], None]) -> None:
+        """Run ``callback`` on the session's completion thread once ``future`` is done, after
+        the callbacks of earlier sends."""
+        self._completions.submit(future, callback)
+
+    def _abandon(self) -> None:
+        """The connection was aborted: closed locally, nothing sent to the broker."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            for consumer in self._consumers:
+                consumer.closed = True
+                consumer._listener = None
+            self._consumers.clear()
+            dispatcher, self._dispatcher = self._dispatcher, None
+            self._cond.notify_all()
+        if dispatcher is not None:
+            dispatcher.stop()
         self._connection._session_closed(self)
 
     # ==========================================================================================
@@ -329,21 +420,18 @@ class Session:
     ) -> MessageConsumer:
         selector = selector if selector is not None else options.selector
         predicate = None
+        prefetch = options.prefetch_size if options.prefetch_size is not None else default_prefetch
+        prefetch = min(prefetch, 32767)
+        broker_selector = None
         if selector is not None and selector.strip():
-            if not destination.is_topic:
-                self._drop_temporary(queue, temporary)
-                raise InvalidSelectorException(
-                    "message selectors on queues are not supported (AMQP brokers have no "
-                    "broker-side selectors); use a topic with a selector, or one queue per "
-                    "kind of message"
-                )
             try:
-                predicate = compile_selector(selector)
+                predicate = compile_selector(selector)  # the same grammar as the broker's
+                if not destination.is_topic:
+                    broker_selector = self._queue_selector(selector, prefetch)
+                    predicate = None  # the broker filters: the others' messages stay queued
             except InvalidSelectorException:
                 self._drop_temporary(queue, temporary)
                 raise
-        prefetch = options.prefetch_size if options.prefetch_size is not None else default_prefetch
-        prefetch = min(prefetch, 32767)
         tag = f"jms-{uuid.uuid4().hex[:12]}"
         batcher, window = consumer_helpers(
             self.ack_mode,
@@ -355,7 +443,11 @@ class Session:
             consumer_tag=f"{tag}.0",
             now=time.monotonic(),
         )
-        arguments = {"x-priority": options.priority} if options.priority is not None else None
+        arguments: dict[str, object] | None = None
+        if options.priority is not None:
+            arguments = {"x-priority": options.priority}
+        if broker_selector is not None:
+            arguments = {**(arguments or {}), QUEUE_SELECTOR_ARGUMENT: broker_selector}
         consumer = MessageConsumer(
             self,
             destination,
@@ -370,6 +462,7 @@ class Session:
             window=window,
             temporary_queue=temporary,
         )
+        consumer.single_active_consumer = options.exclusive
         with self._cond:
             self._consumers.append(consumer)
         if prefetch > 0:
@@ -391,21 +484,27 @@ class Session:
             self._schedule_flush(consumer, interval)
         return consumer
 
+    def _queue_selector(self, selector: str, prefetch: int) -> str:
+        """A selector on a queue goes to the broker (``x-selector``), if it has them.
+
+        Raises:
+            InvalidSelectorException: the broker has no selectors, or the consumer pulls.
+        """
+        if not self._connection.transport.has_capability("consumer_selectors"):
+            raise InvalidSelectorException(
+                "message selectors on queues are not supported by this broker (AMQP 0-9-1 "
+                "brokers such as RabbitMQ have no broker-side selectors; amqpd has them); "
+                "use a topic with a selector, or one queue per kind of message"
+            )
+        if prefetch == 0:
+            raise InvalidSelectorException(
+                "a queue selector needs a prefetch above 0 (basic.get cannot carry one)"
+            )
+        return selector
+
     def _drop_temporary(self, queue: str, temporary: bool) -> None:
         if temporary:
             self._connection.topology.delete_queue(queue)
-
-    def _schedule_flush(self, consumer: MessageConsumer, interval: float) -> None:
-        """optimizedAckScheduledAckInterval: flush the optimized acks every ``interval``."""
-
-        def flush() -> None:
-            with self._cond:
-                if consumer.closed or self._error is not None or consumer.batcher is None:
-                    return
-                self._acks.send_acks(consumer.batcher.take_all())
-            self._connection.transport.call_later(interval, flush)
-
-        self._connection.transport.call_later(interval, flush)
 
     def _close_consumer(self, consumer: MessageConsumer, session_closing: bool = False) -> None:
         with self._cond:
@@ -433,40 +532,6 @@ class Session:
             if self._dispatcher is not None and not any(c._listener for c in self._consumers):
                 self._cond.notify_all()
 
-    def _next_for_listener(self, now: float) -> tuple[MessageConsumer, Delivery] | float | None:
-        """Dispatcher: the next (consumer, delivery) for a listener, or when to look again
-        (a monotonic time), or None (nothing to wait for)."""
-        if self._closed or self._error is not None or not self._started:
-            return None
-        consumers = self._consumers
-        count = len(consumers)
-        wake: float | None = None
-        for offset in range(count):
-            consumer = consumers[(self._rr + offset) % count]
-            if consumer._listener is None or consumer.closed:
-                continue
-            delivery, when = consumer._take(now)
-            if delivery is not None:
-                self._rr = (self._rr + offset + 1) % count
-                self._acks.before_app(consumer, delivery)
-                self._in_listener = True
-                return consumer, delivery
-            if when is not None and (wake is None or when < wake):
-                wake = when
-        return wake
-
-    def _listener_done(self, consumer: MessageConsumer, delivery: Delivery, failed: bool) -> None:
-        with self._cond:
-            self._in_listener = False
-            if self._error is None and not (self._closed and delivery.settled):
-                self._acks.after_app(consumer, delivery, failed, time.monotonic())
-            self._cond.notify_all()
-
-    def _ensure_dispatcher(self) -> None:
-        if self._dispatcher is None:
-            self._dispatcher = Dispatcher(self)
-            self._dispatcher.start()
-
     # ==========================================================================================
     # Message handles
     # ==========================================================================================
@@ -476,132 +541,9 @@ class Session:
                 raise IllegalStateException("The Session is closed")
             self._raise_if_failed()
             self._acks.acknowledge(delivery)
+        self._acks_written()
 
     def _message_failed(self, delivery: Delivery) -> None:
         with self._cond:
             if not self._closed and self._error is None:
                 self._acks.processing_failed(delivery)
-
-    # ==========================================================================================
-    # Sending
-    # ==========================================================================================
-    def _send(self, message: Message, destination: Destination, time_to_live: float) -> None:
-        self._check_open()
-        topology = self._connection.topology
-        connection_id = None
-        if isinstance(destination, Topic):
-            if is_wildcard(destination.name):
-                raise InvalidDestinationException(
-                    f"cannot publish to wildcard topic {destination.name!r}"
-                )
-            exchange, routing_key = topology.topic_exchange, destination.name
-            connection_id = self._connection.connection_id
-        elif isinstance(destination, TemporaryQueue):
-            exchange, routing_key = "", destination.name
-        elif isinstance(destination, Queue):
-            exchange, routing_key = "", topology.ensure_queue(destination.name, consumer=False)
-        else:
-            raise InvalidDestinationException(f"cannot send to {destination!r}")
-        outgoing = codec.encode(
-            message,
-            exchange,
-            routing_key,
-            connection_id=connection_id,
-            time_to_live=time_to_live,
-        )
-        future = self._link.publish(outgoing)
-        if not self.transacted and message.delivery_mode == 2:
-            self._connection.transport.wait(future, "publisher confirm")
-
-    # ==========================================================================================
-    # State checks and failures
-    # ==========================================================================================
-    def _channel_failed(self, error: JMSException) -> None:
-        """The channel closed under us (I/O thread)."""
-        log.warning("session channel closed: %s", error)
-        self._fail(error)
-
-    def _consumer_cancelled(self, consumer_tag: str) -> None:
-        """The broker cancelled a subscription (its queue was deleted): I/O thread."""
-        with self._cond:
-            for consumer in self._consumers:
-                if consumer.current_tag == consumer_tag:
-                    log.warning(
-                        "the broker cancelled the consumer of queue %r (queue deleted?); "
-                        "the consumer is closed",
-                        consumer.queue,
-                    )
-                    consumer.closed = True
-                    consumer._listener = None
-                    self._consumers.remove(consumer)
-                    break
-            self._cond.notify_all()
-
-    def _fail(self, error: JMSException) -> None:
-        with self._cond:
-            if self._error is None:
-                self._error = error
-            self._cond.notify_all()
-
-    def _raise_if_failed(self) -> None:
-        error = self._error
-        if error is not None:
-            raise JMSException(
-                f"session failed: {error}", reply_code=error.reply_code, reply_text=error.reply_text
-            )
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise IllegalStateException("The Session is closed")
-        self._raise_if_failed()
-
-    @property
-    def _started(self) -> bool:
-        """The connection is started: messages may reach the application."""
-        return self._connection.started
-
-    def _begin_receive(self) -> None:
-        """A receive starts: the exclusivity rule, receive side."""
-        with self._cond:
-            if any(consumer._listener is not None for consumer in self._consumers):
-                raise IllegalStateException(
-                    "Cannot synchronously receive a message when a MessageListener is set"
-                )
-            self._receivers += 1
-
-    def _end_receive(self) -> None:
-        """A receive ended."""
-        with self._cond:
-            self._receivers -= 1
-
-    def _wait(self, until: float | None) -> None:
-        """Wait on the condition until notified or the monotonic deadline."""
-        if until is None:
-            self._cond.wait()
-        else:
-            self._cond.wait(max(0.0, until - time.monotonic()))
-
-    def _set_listener(self, consumer: MessageConsumer, listener: MessageListener | None) -> None:
-        with self._cond:
-            self._check_open()
-            if listener is not None and self._receivers > 0:
-                raise IllegalStateException(
-                    "A MessageListener cannot be set if receive() is outstanding on a session"
-                )
-            consumer._listener = listener
-            if listener is not None:
-                self._ensure_dispatcher()
-            self._cond.notify_all()
-
-    def _wait_listener_idle(self) -> None:
-        """Connection.stop(): wait for a running listener to return."""
-        dispatcher = self._dispatcher
-        if dispatcher is not None and dispatcher.is_current_thread():
-            return
-        with self._cond:
-            while self._in_listener:
-                self._cond.wait(0.1)
-
-    def _notify(self) -> None:
-        with self._cond:
-            self._cond.notify_all()

@@ -25,14 +25,15 @@ import logging
 import threading
 from typing import Any, Final
 
-from interop.jms.destinations import Topic, binding_key
+from interop.jms.channel import ChannelLink, open_channel
+from interop.jms.destinations import Destination, Queue, TemporaryQueue, Topic, binding_key
 from interop.jms.errors import (
     InvalidClientIDException,
     InvalidDestinationException,
     JMSException,
 )
 from interop.jms.policies import DeadLetterStrategy
-from interop.jms.transport import ChannelLink, Transport
+from interop.jms.transport import Transport
 
 __all__ = ["Topology"]
 
@@ -60,9 +61,17 @@ class Topology:
         self._link: ChannelLink | None = None
         self._declared: dict[str, dict[str, Any]] = {}
 
+    def rebind(self, transport: Transport) -> None:
+        """Failover: declare on ``transport`` from now on (the cache starts empty, since
+        the new broker may have none of the queues)."""
+        with self._lock:
+            self._transport = transport
+            self._link = None
+            self._declared.clear()
+
     def _admin(self) -> ChannelLink:
         if self._link is None or self._link.error is not None:
-            self._link = self._transport.open_channel()
+            self._link = open_channel(self._transport)
         return self._link
 
     def close(self) -> None:
@@ -138,6 +147,21 @@ class Topology:
         with self._lock:
             self._declare(name, durable=True, arguments=arguments)
         return name
+
+    def route(self, destination: Destination) -> tuple[str, str]:
+        """``(exchange, routing_key)`` to publish to ``destination`` (a JMS queue is
+        declared, with its dead-letter arguments, the first time).
+
+        Raises:
+            InvalidDestinationException: not a queue, temporary queue or topic.
+        """
+        if isinstance(destination, Topic):
+            return self.topic_exchange, destination.name
+        if isinstance(destination, TemporaryQueue):
+            return "", destination.name
+        if isinstance(destination, Queue):
+            return "", self.ensure_queue(destination.name, consumer=False)
+        raise InvalidDestinationException(f"cannot send to {destination!r}")
 
     def subscriber_queue(self, topic: Topic) -> str:
         """A new exclusive queue bound to ``topic`` (non-durable subscriber)."""

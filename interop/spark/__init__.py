@@ -8,8 +8,9 @@ Usage::
     df.write.format("amqp").option("url", url).option("routingKey", "q").mode("append").save()
 
 Needs the ``spark`` extra (``pip install amqpd[spark]``: pyspark >= 4.0, pyarrow, pika). The
-pure parts (``publisher``, ``window``, ``mapping``) import no Spark, so ``AmqpDataSource`` is
-imported lazily.
+pure parts (``publisher``, ``window``, ``mapping``) import no Spark, so ``AmqpDataSource`` and
+``activate_session`` are imported lazily. ``wait_for_broker(url)`` waits until a broker
+answers (for scripts that start one and publish at once).
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ from interop.spark.errors import (
     PublishError,
     RowError,
 )
+from interop.spark.preflight import wait_for_broker
 
 if TYPE_CHECKING:
     from interop.spark.datasource import AmqpDataSource
+    from interop.spark.session import activate_session
 
 __all__ = [
     "AmqpDataSource",
@@ -42,6 +45,8 @@ __all__ = [
     "MessageReturned",
     "PublishError",
     "RowError",
+    "activate_session",
+    "wait_for_broker",
 ]
 
 
@@ -50,4 +55,8 @@ def __getattr__(name: str) -> Any:
         from interop.spark.datasource import AmqpDataSource
 
         return AmqpDataSource
+    if name == "activate_session":
+        from interop.spark.session import activate_session
+
+        return activate_session
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

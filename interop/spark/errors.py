@@ -38,11 +38,32 @@ class RowError(ValueError):
 
 
 class PublishError(RuntimeError):
-    """Publishing a partition failed; the task fails and Spark's retry republishes it."""
+    """Publishing a partition failed; the task fails and Spark's retry republishes it.
+
+    Attributes:
+        retryable: True when a new connection may succeed (the task reconnects and
+            republishes, within ``deliveryTimeout``); False when the broker refused on purpose
+            and every attempt would fail the same way.
+    """
+
+    retryable = False
+
+    def __init__(self, message: str, *, retryable: bool | None = None) -> None:
+        super().__init__(message)
+        if retryable is not None:
+            self.retryable = retryable
 
 
 class ConnectError(PublishError):
-    """TCP connect, the AMQP handshake or ``confirm.select`` failed or timed out."""
+    """TCP connect, the AMQP handshake or ``confirm.select`` failed or timed out.
+
+    Attributes:
+        no_handshake: The server accepted the TCP connection but never started the AMQP
+            handshake: not an AMQP port, or a frozen broker. A task gives up at once when
+            that happens on its first connection, and retries when it had been connected.
+    """
+
+    no_handshake = False
 
 
 class BrokerNacked(PublishError):
@@ -56,6 +77,8 @@ class MessageReturned(PublishError):
 class ConfirmTimeout(PublishError):
     """No publisher confirm arrived for ``confirmTimeoutMs`` while messages were outstanding."""
 
+    retryable = True
+
 
 class ChannelClosed(PublishError):
     """The broker closed the publishing channel (``channel.close`` with a reply code)."""
@@ -63,6 +86,8 @@ class ChannelClosed(PublishError):
 
 class ConnectionLost(PublishError):
     """The connection closed or was blocked too long before every message was confirmed."""
+
+    retryable = True
 
 
 def redact_url(url: str) -> str:

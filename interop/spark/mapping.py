@@ -21,8 +21,8 @@ import pika.data
 
 from interop.spark.columns import STRING_PROPERTIES, Column, ColumnPlan, Kind
 from interop.spark.errors import RowError
+from interop.spark.message import OutgoingMessage
 from interop.spark.options import SinkOptions
-from interop.spark.publisher import OutgoingMessage
 
 __all__ = ["MessageBuilder"]
 

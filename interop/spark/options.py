@@ -34,6 +34,8 @@ OPTION_NAMES = {
         "maxInFlight",
         "confirmTimeoutMs",
         "connectTimeoutMs",
+        "deliveryTimeoutMs",
+        "connectionIdleTimeoutMs",
         "messageIdMode",
         "checkExchange",
         "ignoreUnknownColumns",
@@ -55,9 +57,13 @@ class SinkOptions:
         mandatory: Publish with ``mandatory``; a ``basic.return`` fails the task.
         delivery_mode: 2 (persistent) or 1; the ``delivery_mode`` column wins per row.
         max_in_flight: Unconfirmed messages allowed per task.
-        confirm_timeout_ms: No confirm progress for this long fails the task; also pika's
-            ``blocked_connection_timeout``.
+        confirm_timeout_ms: No confirm progress for this long drops the connection (the task
+            reconnects and republishes); also pika's ``blocked_connection_timeout``.
         connect_timeout_ms: Bound on TCP connect, AMQP handshake and ``confirm.select``.
+        delivery_timeout_ms: How long a task keeps reconnecting after its connection was lost
+            (from the loss until a confirm arrives on a new connection); 0 fails at once.
+        connection_idle_timeout_ms: How long a connection stays open in the Python worker
+            for the next task after it fell idle; 0 closes it at the end of each task.
         message_id_mode: ``column``, ``deterministic`` or ``uuid``.
         check_exchange: Passive-declare ``exchange`` in ``writer()`` to fail fast on a 404.
         ignore_unknown_columns: Skip unknown columns instead of rejecting them.
@@ -72,7 +78,9 @@ class SinkOptions:
     delivery_mode: int = 2
     max_in_flight: int = 1000
     confirm_timeout_ms: int = 30_000
-    connect_timeout_ms: int = 10_000
+    connect_timeout_ms: int = 5_000
+    delivery_timeout_ms: int = 120_000
+    connection_idle_timeout_ms: int = 60_000
     message_id_mode: MessageIdMode = "column"
     check_exchange: bool = True
     ignore_unknown_columns: bool = False
@@ -120,7 +128,9 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sin
         delivery_mode=parser.integer("deliveryMode", 2, 1, 2),
         max_in_flight=parser.integer("maxInFlight", 1000, 1, 1_000_000),
         confirm_timeout_ms=parser.integer("confirmTimeoutMs", 30_000, 1, 86_400_000),
-        connect_timeout_ms=parser.integer("connectTimeoutMs", 10_000, 1, 86_400_000),
+        connect_timeout_ms=parser.integer("connectTimeoutMs", 5_000, 1, 86_400_000),
+        delivery_timeout_ms=parser.integer("deliveryTimeoutMs", 120_000, 0, 86_400_000),
+        connection_idle_timeout_ms=parser.integer("connectionIdleTimeoutMs", 60_000, 0, 86_400_000),
         message_id_mode=parser.message_id_mode(),
         check_exchange=parser.boolean("checkExchange", True),
         ignore_unknown_columns=parser.boolean("ignoreUnknownColumns", False),

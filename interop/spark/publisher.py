@@ -1,59 +1,56 @@
-"""Publish one partition's messages on one connection with a window of publisher confirms.
+"""Publish one partition's messages with a window of publisher confirms, riding out lost
+connections.
 
-Built on pika's ``SelectConnection`` with a private I/O loop per call (no threads, no asyncio):
-callbacks pull messages from the iterator while the window has room, and every ack/nack frees
-room and pulls again. The first failure — a nack, a return, a confirm timeout, a closed channel
-or connection, or an exception from the iterator itself — stops publishing, closes the
-connection and is raised. There is no reconnect: the caller (a Spark task) fails and Spark's
-retry republishes the partition.
+Theory of operation. A partition is published over one or more *links* (a connection and its
+confirm channel, ``link.py``), one at a time:
+
+    ACQUIRE ──> PUBLISH ──(every message confirmed)──> DONE: link back to the pool
+       ^           │
+       │           ├──(nack, return, channel error, bad row, refusal)──> FAILED: raise
+       │           │
+       └─ BACKOFF <┴──(connection lost, confirms stalled, broker not reachable)
+
+ACQUIRE takes an idle link from the worker's pool or opens one. PUBLISH first republishes the
+messages the previous link left unconfirmed (the confirm window keeps them, in order), then
+pulls new ones from the iterator while the window has room; every ack frees room and pulls
+again. A failure the broker chose (a nack, a return, a channel closed with a reply code, bad
+credentials) and an exception from the iterator end the task at once: a retry would fail the
+same way. A lost connection, a ``confirmTimeoutMs`` without confirm progress (the socket is
+dropped) or a failed reconnect goes to BACKOFF: wait (exponential, with jitter) and ACQUIRE
+again, until ``deliveryTimeout`` has passed since the outage began (an ack on a new link ends
+the outage); then the task fails with ``ConnectionLost`` (``ConfirmTimeout`` if confirms
+stalled, ``ConnectError`` if no connection was ever made). Republishing makes duplicates of
+messages the broker had taken but not yet confirmed: delivery stays at-least-once.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import pika
-from pika.spec import Basic
+import pika.exceptions
 
 from interop.spark.errors import (
     ChannelClosed,
+    ConfirmTimeout,
     ConnectError,
     ConnectionLost,
     PublishError,
     redact_url,
     scrub,
 )
+from interop.spark.link import Link, LinkSettings, Transport, open_link
+from interop.spark.message import OutgoingMessage
+from interop.spark.pool import LinkPool
+from interop.spark.retry import Backoff, is_retryable_close
 from interop.spark.window import ConfirmWindow, WindowStats
 
-__all__ = ["OutgoingMessage", "PublisherSettings", "publish"]
+__all__ = ["PublishStats", "PublisherSettings", "publish"]
 
 log = logging.getLogger(__name__)
-# Seconds a graceful close may take before the socket is dropped (a frozen broker never
-# answers connection.close).
-CLOSE_GRACE = 2.0
-
-
-@dataclass(slots=True)
-class OutgoingMessage:
-    """One message ready for ``basic_publish``.
-
-    Attributes:
-        exchange: Target exchange (``""`` is the default exchange).
-        routing_key: Routing key.
-        body: Message body.
-        properties: A ``pika.BasicProperties``.
-        message_id: The ``message_id`` property, kept for reports and error texts.
-    """
-
-    exchange: str
-    routing_key: str
-    body: bytes
-    properties: Any  # pika.BasicProperties
-    message_id: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +60,14 @@ class PublisherSettings:
     Attributes:
         url: AMQP URL (parsed by ``pika.URLParameters``).
         max_in_flight: Window of unconfirmed messages.
-        confirm_timeout: Seconds without confirm progress that fail the publish.
+        confirm_timeout: Seconds without confirm progress after which the connection is
+            dropped and the unconfirmed messages republished on a new one.
         connect_timeout: Seconds for TCP connect, handshake, channel open and
             ``confirm.select``.
+        delivery_timeout: Seconds a task keeps reconnecting after an outage began (0: fail at
+            the first lost connection).
+        idle_timeout: Seconds an idle connection stays in the worker's pool (0: close it when
+            the task ends).
         mandatory: Publish with ``mandatory``.
         connection_name: ``connection_name`` client property.
     """
@@ -73,146 +75,189 @@ class PublisherSettings:
     url: str
     max_in_flight: int = 1000
     confirm_timeout: float = 30.0
-    connect_timeout: float = 10.0
+    connect_timeout: float = 5.0
+    delivery_timeout: float = 120.0
+    idle_timeout: float = 60.0
     mandatory: bool = True
     connection_name: str = "spark"
+
+    def link_settings(self) -> LinkSettings:
+        """What the link is opened with (and pooled by)."""
+        return LinkSettings(
+            url=self.url,
+            connect_timeout=self.connect_timeout,
+            blocked_timeout=self.confirm_timeout,
+            connection_name=self.connection_name,
+        )
+
+
+@dataclass(slots=True)
+class PublishStats:
+    """What publishing one partition took.
+
+    Attributes:
+        window: The confirm window's counters (published, acked, republished…).
+        reconnects: Links opened after the first one failed or was lost.
+        reused: True when the first link came from the worker's pool.
+    """
+
+    window: WindowStats
+    reconnects: int = 0
+    reused: bool = False
 
 
 def publish(
     settings: PublisherSettings,
     messages: Iterator[OutgoingMessage],
     *,
-    connection_factory: Callable[..., Any] = pika.SelectConnection,
-    clock: Callable[[], float] = time.monotonic,
-) -> WindowStats:
+    transport: Transport | None = None,
+    pool: LinkPool | None = None,
+) -> PublishStats:
     """Publish every message and wait until the broker confirmed all of them.
 
     Args:
         settings: Broker URL, window and timeouts.
         messages: The messages, pulled lazily.
-        connection_factory: ``pika.SelectConnection`` or a test double with its interface.
-        clock: Monotonic clock (a test double can drive virtual time).
+        transport: pika, the clock and sleep (tests pass doubles).
+        pool: Where idle links are kept between tasks; None opens and closes one per call.
 
     Returns:
-        The channel's counters; on return every published message was acked.
+        The counters; on return every published message was acked.
 
     Raises:
         PublishError: A subclass naming the cause (never the password).
         Exception: Whatever ``messages`` raised, unchanged.
     """
-    return _PartitionPublish(settings, messages, connection_factory, clock).run()
+    return _PartitionPublish(settings, messages, transport or Transport(), pool).run()
 
 
 class _PartitionPublish:
-    """One connection's life: connect, confirm.select, pump, drain, close."""
+    """The state machine of the module docstring; it is the ``LinkListener`` of its link."""
 
     def __init__(
         self,
         settings: PublisherSettings,
         messages: Iterator[OutgoingMessage],
-        connection_factory: Callable[..., Any],
-        clock: Callable[[], float],
+        transport: Transport,
+        pool: LinkPool | None,
     ) -> None:
         self._settings = settings
-        self._connection_factory = connection_factory
-        self._clock = clock
+        self._link_settings = settings.link_settings()
         self._messages = messages
+        self._transport = transport
+        self._pool = pool
         self._window = ConfirmWindow(settings.max_in_flight, settings.confirm_timeout)
-        self._error: BaseException | None = None
+        self._backoff = Backoff(jitter=transport.jitter)
+        self._stats = PublishStats(self._window.stats)
         self._exhausted = False
-        self._closing = False
-        self._conn: Any = None
-        self._channel: Any = None
+        self._resend: deque[OutgoingMessage] = deque()
+        self._link: Link | None = None
         self._timer: Any = None
+        self._fatal: BaseException | None = None  # ends the task
+        self._lost: PublishError | None = None  # ends this link; reconnect
+        self._outage: tuple[float, PublishError] | None = None  # since when, first cause
+        self._connected = False
 
-    def run(self) -> WindowStats:
-        params = pika.URLParameters(self._settings.url)
-        properties = dict(params.client_properties or {})
-        properties.setdefault("connection_name", self._settings.connection_name)
-        params.client_properties = properties
-        params.socket_timeout = self._settings.connect_timeout
-        params.stack_timeout = self._settings.connect_timeout
-        params.blocked_connection_timeout = self._settings.confirm_timeout
-        self._conn = self._connection_factory(
-            params,
-            on_open_callback=self._on_open,
-            on_open_error_callback=self._on_open_error,
-            on_close_callback=self._on_closed,
-        )
-        ioloop = self._conn.ioloop
-        self._timer = ioloop.call_later(self._settings.connect_timeout, self._on_connect_timeout)
-        try:
-            ioloop.start()
-        finally:
-            ioloop.close()
-        if self._error is not None:
-            raise self._error
-        return self._window.stats
+    def run(self) -> PublishStats:
+        while True:
+            error = self._one_link()
+            if error is None:
+                return self._stats
+            self._back_off(error)
 
-    # -- connection set-up -------------------------------------------------------------
+    # -- ACQUIRE and PUBLISH -----------------------------------------------------------------
 
-    def _on_open(self, conn: Any) -> None:
-        conn.channel(on_open_callback=self._on_channel_open)
-
-    def _on_open_error(self, conn: Any, error: BaseException) -> None:
-        self._fail(ConnectError(f"cannot connect to {self._where()}: {self._text(error)}"))
-        self._conn.ioloop.stop()
-
-    def _on_connect_timeout(self) -> None:
-        ms = self._settings.connect_timeout * 1000
-        self._fail(
-            ConnectError(
-                f"connecting to {self._where()} timed out after {ms:.0f} ms "
-                "(TCP connect, AMQP handshake, channel open and confirm.select)"
-            )
-        )
-
-    def _on_channel_open(self, channel: Any) -> None:
-        self._channel = channel
-        channel.add_on_close_callback(self._on_channel_closed)
-        channel.add_on_return_callback(self._on_return)
-        channel.confirm_delivery(ack_nack_callback=self._on_confirm, callback=self._on_select_ok)
-
-    def _on_select_ok(self, _frame: Any) -> None:
-        self._reset_timer(self._tick_interval(), self._on_tick)
+    def _one_link(self) -> PublishError | None:
+        """Publish on one link; None when done, else the retryable reason it ended."""
+        link = None if self._pool is None else self._pool.checkout(self._link_settings)
+        if link is not None and not self._connected:
+            self._stats.reused = True
+        if link is None:
+            try:
+                link = open_link(self._link_settings, self._transport)
+            except ConnectError as exc:
+                if not exc.retryable or (exc.no_handshake and not self._connected):
+                    raise
+                return exc
+        if self._connected or self._outage is not None:
+            self._stats.reconnects += 1
+        self._connected = True
+        self._backoff.reset()
+        acked = self._window.stats.acked
+        self._link = link
+        link.listener = self
+        self._resend = deque(self._window.rebase(link.next_tag))
+        self._timer = link.call_later(self._tick_interval(), self._on_tick)
         self._pump()
+        if not self._finished():
+            link.run()
+        link.cancel(self._timer)
+        link.listener = None
+        link.next_tag = self._window.next_tag
+        self._link = None
+        if self._window.stats.acked > acked:
+            self._outage = None
+        if self._fatal is not None:
+            link.close()
+            raise self._fatal
+        if self._lost is not None:
+            lost, self._lost = self._lost, None
+            link.abort()
+            return lost
+        if self._pool is None:
+            link.close()
+        else:
+            self._pool.checkin(link, self._settings.idle_timeout)
+        return None
 
-    # -- publishing --------------------------------------------------------------------
+    def _finished(self) -> bool:
+        done = self._exhausted and not self._resend and self._window.outstanding == 0
+        return done or self._fatal is not None or self._lost is not None
 
     def _pump(self) -> None:
-        if self._closing:
+        link = self._link
+        if link is None:
             return
-        window = self._window
-        try:
-            while not self._exhausted and window.room > 0:
-                message = next(self._messages, None)
-                if message is None:
+        if self._finished():
+            link.stop()
+            return
+        window, clock, mandatory = self._window, self._transport.clock, self._settings.mandatory
+        while window.room > 0 and (self._resend or not self._exhausted):
+            again = bool(self._resend)
+            if again:
+                message = self._resend.popleft()
+            else:
+                try:
+                    pulled = next(self._messages, None)
+                except Exception as exc:  # from the iterator (bad row, upstream failure)
+                    self._fatal = exc
+                    break
+                if pulled is None:
                     self._exhausted = True
                     break
-                self._channel.basic_publish(
-                    message.exchange,
-                    message.routing_key,
-                    message.body,
-                    message.properties,
-                    self._settings.mandatory,
+                message = pulled
+            try:
+                link.publish(message, mandatory)
+            except (pika.exceptions.AMQPConnectionError, pika.exceptions.AMQPChannelError) as exc:
+                self._resend.appendleft(message)  # not sent: it goes out on the next link
+                self._lose(
+                    ConnectionLost(f"publishing to {self._where()} failed: {self._text(exc)}")
                 )
-                window.published(len(message.body), message.message_id, self._clock())
-        except Exception as exc:  # from the iterator (bad row, upstream failure) or pika
-            self._fail(exc)
-            return
-        if self._exhausted and window.outstanding == 0:
-            self._shutdown()
+                return
+            window.published(message, clock(), again=again)
+        if self._finished():
+            link.stop()
 
-    def _on_confirm(self, frame: Any) -> None:
-        method = frame.method
-        ack = isinstance(method, Basic.Ack)
-        self._window.confirmed(method.delivery_tag, method.multiple, ack, self._clock())
+    # -- LinkListener ------------------------------------------------------------------------
+
+    def on_confirm(self, tag: int, multiple: bool, ack: bool) -> None:
+        self._window.confirmed(tag, multiple, ack, self._transport.clock())
         if self._window.failure is not None:
             self._fail(self._window.failure)
         else:
             self._pump()
 
-    def _on_return(self, _channel: Any, method: Any, properties: Any, _body: bytes) -> None:
+    def on_return(self, method: Any, properties: Any) -> None:
         self._window.returned(
             method.reply_code,
             method.reply_text,
@@ -223,79 +268,90 @@ class _PartitionPublish:
         assert self._window.failure is not None
         self._fail(self._window.failure)
 
-    def _on_tick(self) -> None:
-        self._window.check_timeout(self._clock())
-        if self._window.failure is not None:
-            self._fail(self._window.failure)
+    def on_channel_closed(self, reason: BaseException) -> None:
+        if not isinstance(reason, pika.exceptions.ChannelClosedByBroker):
+            return  # the connection went away; on_connection_closed says why
+        self._fail(
+            ChannelClosed(
+                f"channel closed by the broker: {reason.reply_code} "
+                f"{self._text(reason.reply_text)} ({self._window.outstanding} message(s) "
+                "unconfirmed; not retried: the broker refused the publish)"
+            )
+        )
+
+    def on_connection_closed(self, reason: BaseException) -> None:
+        text = (
+            f"connection to {self._where()} lost: {self._text(reason)} "
+            f"({self._window.outstanding} message(s) unconfirmed)"
+        )
+        if is_retryable_close(reason):
+            self._lose(ConnectionLost(text))
         else:
-            self._reset_timer(self._tick_interval(), self._on_tick)
+            self._fail(ConnectionLost(text + "; not retried", retryable=False))
+        if self._link is not None:
+            self._link.stop()
+
+    # -- timers, failures ----------------------------------------------------------------------
+
+    def _on_tick(self) -> None:
+        link = self._link
+        if link is None:
+            return
+        stalled = self._window.stalled(self._transport.clock())
+        if stalled is not None:
+            self._lose(stalled)
+        else:
+            self._timer = link.call_later(self._tick_interval(), self._on_tick)
 
     def _tick_interval(self) -> float:
         return max(0.05, min(1.0, self._settings.confirm_timeout / 10))
 
-    # -- failures and shutdown ---------------------------------------------------------
-
-    def _on_channel_closed(self, _channel: Any, reason: BaseException) -> None:
-        if self._closing:
-            return
-        code = getattr(reason, "reply_code", None)
-        text = getattr(reason, "reply_text", str(reason))
-        self._fail(
-            ChannelClosed(
-                f"channel closed by the broker: {code} {self._text(text)} "
-                f"({self._window.outstanding} message(s) unconfirmed)"
-            )
-        )
-
-    def _on_closed(self, _conn: Any, reason: BaseException) -> None:
-        if not self._closing:
-            self._fail(
-                ConnectionLost(
-                    f"connection to {self._where()} lost: {self._text(reason)} "
-                    f"({self._window.outstanding} message(s) unconfirmed)"
-                )
-            )
-        self._cancel_timer()
-        self._conn.ioloop.stop()
-
     def _fail(self, error: BaseException) -> None:
-        if self._error is None:
-            self._error = error
+        if self._fatal is None and self._lost is None:
+            self._fatal = error
             if isinstance(error, PublishError):
                 self._window.fail(error)
-        self._shutdown()
+        if self._link is not None:
+            self._link.stop()
 
-    def _shutdown(self) -> None:
-        if self._closing:
-            return
-        self._closing = True
-        conn = self._conn
-        if conn.is_closed:
-            self._cancel_timer()
-            conn.ioloop.stop()
-            return
-        if not conn.is_closing:
-            conn.close()
-        self._reset_timer(CLOSE_GRACE, self._on_close_grace_expired)
+    def _lose(self, error: PublishError) -> None:
+        if self._fatal is None and self._lost is None:
+            self._lost = error
+        if self._link is not None:
+            self._link.stop()
 
-    def _on_close_grace_expired(self) -> None:
-        log.warning(
-            "amqp sink: %s did not close within %.0f s; dropping the socket",
-            self._where(),
-            CLOSE_GRACE,
+    # -- BACKOFF -------------------------------------------------------------------------------
+
+    def _back_off(self, error: PublishError) -> None:
+        clock = self._transport.clock
+        now = clock()
+        if self._outage is None:
+            self._outage = (now, error)
+            log.warning(
+                "amqp sink: %s; reconnecting for up to %.0f s (deliveryTimeout)",
+                error,
+                self._settings.delivery_timeout,
+            )
+        since, first = self._outage
+        delay = self._backoff.delay()
+        if now + delay - since > self._settings.delivery_timeout:
+            raise self._give_up(first, error, now - since)
+        self._transport.sleep(delay)
+
+    def _give_up(self, first: PublishError, last: PublishError, waited: float) -> PublishError:
+        ms = self._settings.delivery_timeout * 1000
+        detail = (
+            f"; gave up after {waited:.1f} s of retrying (deliveryTimeout {ms:.0f} ms, "
+            f"{self._stats.reconnects} reconnect(s), {self._window.outstanding + len(self._resend)}"
+            f" message(s) unconfirmed)"
         )
-        # pika has no public abort; this is what Connection.close() uses while opening.
-        self._conn._adapter_disconnect_stream()
-        self._reset_timer(CLOSE_GRACE, self._conn.ioloop.stop)
-
-    def _reset_timer(self, delay: float, callback: Any) -> None:
-        self._cancel_timer()
-        self._timer = self._conn.ioloop.call_later(delay, callback)
-
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._conn.ioloop.remove_timeout(self._timer)
-            self._timer = None
+        if last is not first:
+            detail += f"; last error: {last}"
+        if not self._connected:
+            return ConnectError(f"{first}{detail}", retryable=False)
+        if isinstance(first, ConfirmTimeout):
+            return ConfirmTimeout(f"{first}{detail}", retryable=False)
+        return ConnectionLost(f"{first}{detail}", retryable=False)
 
     def _where(self) -> str:
         return redact_url(self._settings.url)

@@ -35,6 +35,9 @@ class TaskReport(WriterCommitMessage):
         acked: Messages the broker acked (equals ``published`` in a report).
         nacked: Messages nacked (0 in a report: a nack fails the task).
         returned: Messages returned (0 in a report: a return fails the task).
+        republished: Messages published again after a lost connection (possible duplicates).
+        reconnects: Connections the task opened after losing one.
+        reused_connection: The task published on a connection an earlier task left open.
         bytes: Body bytes published.
         seconds: Wall time of the task's publishing.
         max_outstanding: Most unconfirmed messages at once.
@@ -51,6 +54,9 @@ class TaskReport(WriterCommitMessage):
     acked: int = 0
     nacked: int = 0
     returned: int = 0
+    republished: int = 0
+    reconnects: int = 0
+    reused_connection: bool = False
     bytes: int = 0
     seconds: float = 0.0
     max_outstanding: int = 0
@@ -69,18 +75,25 @@ def summarize_commit(
         batch_id: The micro-batch id for streaming writes.
 
     Returns:
-        One ``key=value`` line: rows, tasks, retries seen, slowest task.
+        One ``key=value`` line: the counters Spark has no place for (published, confirmed,
+        returned, nacked, republished, reconnects, task retries), tasks, connections reused,
+        bytes, the slowest task, the target.
     """
     reports = [m for m in messages if isinstance(m, TaskReport)]
     what = "job" if batch_id is None else f"batch {batch_id}"
     query = next((r.query_id for r in reports if r.query_id), None)
     parts = [
         f"amqp sink: {what} committed",
-        f"rows={sum(r.published for r in reports)}",
-        f"acked={sum(r.acked for r in reports)}",
-        f"bytes={sum(r.bytes for r in reports)}",
+        f"published={sum(r.published for r in reports)}",
+        f"confirmed={sum(r.acked for r in reports)}",
+        f"returned={sum(r.returned for r in reports)}",
+        f"nacked={sum(r.nacked for r in reports)}",
+        f"republished={sum(r.republished for r in reports)}",
+        f"reconnects={sum(r.reconnects for r in reports)}",
+        f"retries={sum(1 for r in reports if r.attempt > 0)}",
         f"tasks={len(reports)}",
-        f"retries_seen={sum(1 for r in reports if r.attempt > 0)}",
+        f"reused_connections={sum(1 for r in reports if r.reused_connection)}",
+        f"bytes={sum(r.bytes for r in reports)}",
     ]
     if reports:
         slowest = max(reports, key=lambda r: r.seconds)

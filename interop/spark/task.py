@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from pyspark import TaskContext
@@ -70,6 +71,10 @@ class TaskInfo:
         return f"{self.app_id}-{self.execution_id}-{self.partition}"
 
     def connection_name(self, prefix: str | None) -> str:
-        """``{prefix or spark-{app name}}:{stage}.{partition}.{attempt}``."""
+        """``{prefix or spark-{app name}}:worker-{pid}``.
+
+        A connection serves every task of one Python worker (see ``pool.py``), so it is named
+        after the worker process, not after the task that happened to open it.
+        """
         base = prefix or f"spark-{self.app_name}"
-        return f"{base}:{self.stage}.{self.partition}.{self.attempt}"
+        return f"{base}:worker-{os.getpid()}"

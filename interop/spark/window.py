@@ -1,9 +1,12 @@
 """Publisher-confirm bookkeeping for one channel: pure, no sockets, time passed in.
 
-Delivery tags are 1, 2, 3… in publish order on a confirm channel. The broker settles them with
-``basic.ack`` / ``basic.nack``, singly or ``multiple`` (every outstanding tag up to and
-including the given one). The window bounds how many may be outstanding; the first failure
-(a nack, a return, a confirm timeout, a protocol violation) is kept and ends publishing.
+Delivery tags are n, n+1, n+2… in publish order on a confirm channel (n is 1 on a new
+channel; a channel reused from an earlier task continues where it stopped). The broker settles
+them with ``basic.ack`` / ``basic.nack``, singly or ``multiple`` (every outstanding tag up to
+and including the given one). The window keeps each unconfirmed message itself, so that after a
+lost connection ``rebase()`` hands them back, in publish order, for republishing on a new
+channel. It bounds how many may be outstanding; the first failure (a nack, a return, a confirm
+timeout, a protocol violation) is kept and ends publishing.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from interop.spark.errors import BrokerNacked, ConfirmTimeout, MessageReturned, PublishError
+from interop.spark.message import OutgoingMessage
 
 __all__ = ["ConfirmWindow", "WindowStats"]
 
@@ -21,10 +25,12 @@ class WindowStats:
     """Counters of one channel's publishing.
 
     Attributes:
-        published: Messages handed to ``basic_publish``.
+        published: Messages handed to ``basic_publish`` (republished ones count once).
         acked: Messages the broker acked.
         nacked: Messages the broker nacked.
         returned: Messages returned as unroutable (``basic.return``).
+        republished: Messages published again on a new connection (unconfirmed when the
+            previous one was lost).
         bytes: Body bytes published.
         max_outstanding: Most unconfirmed messages at any time.
         first_message_id: ``message_id`` of the first message, if any.
@@ -35,6 +41,7 @@ class WindowStats:
     acked: int = 0
     nacked: int = 0
     returned: int = 0
+    republished: int = 0
     bytes: int = 0
     max_outstanding: int = 0
     first_message_id: str | None = None
@@ -57,8 +64,9 @@ class ConfirmWindow:
         self.confirm_timeout = confirm_timeout
         self.stats = WindowStats()
         self.failure: PublishError | None = None
-        self._outstanding: OrderedDict[int, str | None] = OrderedDict()
+        self._outstanding: OrderedDict[int, OutgoingMessage] = OrderedDict()
         self._last_progress = 0.0
+        self.next_tag = 1
 
     @property
     def outstanding(self) -> int:
@@ -72,26 +80,42 @@ class ConfirmWindow:
             return 0
         return self.max_in_flight - len(self._outstanding)
 
-    def published(self, size: int, message_id: str | None, now: float) -> int:
+    def published(self, message: OutgoingMessage, now: float, *, again: bool = False) -> int:
         """Record a ``basic_publish`` and return its delivery tag.
 
         Args:
-            size: Body length in bytes.
-            message_id: The message's ``message_id`` property, for reports and errors.
+            message: The message (kept until it is confirmed).
             now: Monotonic clock reading.
+            again: True when republishing a message ``rebase()`` handed back.
         """
         stats = self.stats
-        stats.published += 1
-        stats.bytes += size
-        tag = stats.published
+        if again:
+            stats.republished += 1
+        else:
+            stats.published += 1
+            stats.bytes += len(message.body)
+            if stats.published == 1:
+                stats.first_message_id = message.message_id
+            stats.last_message_id = message.message_id
+        tag = self.next_tag
+        self.next_tag += 1
         if not self._outstanding:
             self._last_progress = now
-        self._outstanding[tag] = message_id
+        self._outstanding[tag] = message
         stats.max_outstanding = max(stats.max_outstanding, len(self._outstanding))
-        if tag == 1:
-            stats.first_message_id = message_id
-        stats.last_message_id = message_id
         return tag
+
+    def rebase(self, next_tag: int) -> list[OutgoingMessage]:
+        """Move to a new channel whose next delivery tag is ``next_tag``.
+
+        Returns:
+            The unconfirmed messages of the old channel, in publish order; the caller
+            republishes them (with ``again=True``) before anything new.
+        """
+        unconfirmed = list(self._outstanding.values())
+        self._outstanding.clear()
+        self.next_tag = next_tag
+        return unconfirmed
 
     def confirmed(self, tag: int, multiple: bool, ack: bool, now: float) -> int:
         """Settle ``tag`` (and every earlier outstanding tag when ``multiple``).
@@ -105,7 +129,7 @@ class ConfirmWindow:
         Returns:
             How many messages this settled.
         """
-        settled: list[tuple[int, str | None]] = []
+        settled: list[tuple[int, OutgoingMessage]] = []
         if multiple:
             while self._outstanding:
                 first = next(iter(self._outstanding))
@@ -117,7 +141,7 @@ class ConfirmWindow:
         elif self.failure is None:
             self.failure = PublishError(
                 f"protocol error: broker {'acked' if ack else 'nacked'} delivery tag {tag}, "
-                f"which is not outstanding (published {self.stats.published})"
+                f"which is not outstanding (next tag {self.next_tag})"
             )
         if settled:
             self._last_progress = now
@@ -147,23 +171,27 @@ class ConfirmWindow:
         if self.failure is None:
             self.failure = error
 
-    def check_timeout(self, now: float) -> None:
-        """Record a ``ConfirmTimeout`` if confirms made no progress for too long."""
-        if self._outstanding and now - self._last_progress >= self.confirm_timeout:
-            first = next(iter(self._outstanding))
-            last = next(reversed(self._outstanding))
-            self.fail(
-                ConfirmTimeout(
-                    f"no publisher confirm for {self.confirm_timeout * 1000:.0f} ms with "
-                    f"{len(self._outstanding)} message(s) outstanding (delivery tags "
-                    f"{first}..{last} of {self.stats.published} published)"
-                )
-            )
+    def stalled(self, now: float) -> ConfirmTimeout | None:
+        """A ``ConfirmTimeout`` if confirms made no progress for too long, else None.
+
+        Not recorded as the failure: the publisher drops the connection and republishes,
+        and gives up only when ``deliveryTimeout`` runs out.
+        """
+        if not self._outstanding or now - self._last_progress < self.confirm_timeout:
+            return None
+        first = next(iter(self._outstanding))
+        last = next(reversed(self._outstanding))
+        return ConfirmTimeout(
+            f"no publisher confirm for {self.confirm_timeout * 1000:.0f} ms with "
+            f"{len(self._outstanding)} message(s) outstanding (delivery tags "
+            f"{first}..{last}, {self.stats.published} published)"
+        )
 
 
-def _nack_text(settled: list[tuple[int, str | None]], multiple: bool) -> str:
-    first_tag, first_id = settled[0]
-    last_tag, last_id = settled[-1]
+def _nack_text(settled: list[tuple[int, OutgoingMessage]], multiple: bool) -> str:
+    first_tag, first = settled[0]
+    last_tag, last = settled[-1]
+    first_id, last_id = first.message_id, last.message_id
     ids = f"message_id {first_id!r}" if len(settled) == 1 else f"{first_id!r}..{last_id!r}"
     return (
         f"broker nacked {len(settled)} message(s): delivery tags {first_tag}..{last_tag} "

@@ -22,6 +22,7 @@ from pyspark.sql.types import StructType
 from interop.spark.columns import plan_columns
 from interop.spark.mapping import MessageBuilder
 from interop.spark.options import SinkOptions
+from interop.spark.pool import shared_pool
 from interop.spark.publisher import PublisherSettings, publish
 from interop.spark.report import TaskReport, emit, summarize_abort, summarize_commit
 from interop.spark.task import TaskInfo
@@ -43,8 +44,9 @@ def write_partition(options: SinkOptions, schema: StructType, rows: Iterator[Any
         The task's commit message.
 
     Raises:
-        PublishError: The broker did not confirm every message (the task fails; Spark
-            retries it and republishes the whole partition).
+        PublishError: The broker did not confirm every message, even after reconnecting for
+            ``deliveryTimeoutMs`` (the task fails; Spark retries it and republishes the whole
+            partition).
         RowError: A row cannot be sent.
     """
     task = TaskInfo.current()
@@ -72,14 +74,20 @@ def write_partition(options: SinkOptions, schema: StructType, rows: Iterator[Any
         max_in_flight=options.max_in_flight,
         confirm_timeout=options.confirm_timeout_ms / 1000,
         connect_timeout=options.connect_timeout_ms / 1000,
+        delivery_timeout=options.delivery_timeout_ms / 1000,
+        idle_timeout=options.connection_idle_timeout_ms / 1000,
         mandatory=options.mandatory,
         connection_name=task.connection_name(options.connection_name),
     )
-    stats = publish(settings, messages)
+    result = publish(settings, messages, pool=shared_pool())
+    stats = result.window
     report.published = stats.published
     report.acked = stats.acked
     report.nacked = stats.nacked
     report.returned = stats.returned
+    report.republished = stats.republished
+    report.reconnects = result.reconnects
+    report.reused_connection = result.reused
     report.bytes = stats.bytes
     report.max_outstanding = stats.max_outstanding
     report.first_message_id = stats.first_message_id

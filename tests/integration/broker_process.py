@@ -13,16 +13,22 @@ LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
 
 
 class BrokerProcess:
-    """``python -m amqpd --port 0 --data-dir DIR``; ``port`` and ``url`` are set once it
-    listens. Its stderr is drained in the background so it never blocks on a full pipe."""
+    """``python -m amqpd --port PORT --data-dir DIR`` (PORT 0: a free one); ``port`` and
+    ``url`` are set once it listens. Its stderr is drained in the background so it never
+    blocks on a full pipe. ``restart()`` starts it again on the same port and data directory
+    (after ``kill()``: a crash and recovery)."""
 
     def __init__(self, data_dir: Path, port: int = 0, extra: tuple[str, ...] = ()) -> None:
         self.data_dir = data_dir
+        self.extra = extra  # more command-line options
+        self._start(port)
+
+    def _start(self, port: int) -> None:
         self.proc = subprocess.Popen(
             [
                 sys.executable,
-                *("-m", "amqpd", "--port", str(port), "--data-dir", str(data_dir)),
-                *extra,
+                *("-m", "amqpd", "--port", str(port), "--data-dir", str(self.data_dir)),
+                *self.extra,
             ],
             stderr=subprocess.PIPE,
             text=True,
@@ -39,11 +45,21 @@ class BrokerProcess:
         self._drain = threading.Thread(target=self.proc.stderr.read, daemon=True)
         self._drain.start()
 
+    def restart(self) -> None:
+        """Start the broker again on the same port and data directory; returns once it
+        listens (its recovery is done)."""
+        self._start(self.port)
+
     def kill(self) -> None:
         """SIGKILL (a crash)."""
         self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
+        self.reap(timeout=10)
+
+    def reap(self, timeout: float | None = None) -> int:
+        """Wait until the process exits (killed by someone else, say) and return its status."""
+        status = self.proc.wait(timeout=timeout)
         self._close_pipe()
+        return status
 
     def stop(self) -> None:
         """A clean stop (SIGCONT first, in case a test paused it); asserts exit status 0."""

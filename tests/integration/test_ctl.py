@@ -112,10 +112,12 @@ def test_listings_status_and_close_connection(tmp_path: Path) -> None:
 
         code, out = run(data, "status")
         assert code == 0 and "Status of node amqpd@" in out and "Queue count: 1" in out
+        assert "Role: standalone" in out  # SQLite: no election (PostgreSQL: active / standby)
         code, out = run(data, "status", "--format", "json")
         status = json.loads(out)
         assert status["totals"]["connections"] == 1 and status["memory"]["used"] > 0
         assert status["listeners"][0]["port"] == server.port
+        assert status["role"] == "standalone"
 
         code, out = run(data, "close-connection", name, "go away")
         assert code == 0

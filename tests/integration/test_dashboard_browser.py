@@ -119,6 +119,9 @@ def test_dashboard_pages_charts_and_purge() -> None:
             channel.queue_bind("keep-me", "dash.topic", "dash.#")
             assert channel.queue_declare("purge-me", passive=True).method.message_count == 5
             base = f"http://127.0.0.1:{server.management_port}/"
+            policy = {"pattern": "^dash-", "definition": {"max-length": 100}}
+            with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=30) as client:
+                assert client.put("api/policies/%2F/dash-cap", json=policy).status_code == 201
             with _browser_page(errors) as page:
                 page.goto(base)
                 # a wrong password: the form says so (no browser login dialog blocks it)
@@ -184,6 +187,9 @@ def test_dashboard_pages_charts_and_purge() -> None:
                 page.wait_for_selector("#permissions tbody tr td")
                 assert "guest" in _column(page, "users", 1)
                 assert "/" in _column(page, "vhosts", 1)
+                assert _column(page, "policies", 2) == ["dash-cap"]
+                assert _column(page, "policies", 5) == ['{"max-length":100}']
+                assert _column(page, "operator-policies", 1) == ["No operator policies."]
 
                 # shovels: a local -> local shovel's state (then cleared again)
                 shovel = f"{base}api/parameters/shovel/%2F/dash"

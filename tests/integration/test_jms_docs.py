@@ -47,6 +47,9 @@ def test_guide_example_runs(
         "durable subscriber with a selector": "large",
         "request and reply over a temporary queue": "PING",
         "transacted session": "done: job",
+        "asynchronous send": "stored order 7",
+        "failover": "survives a broker restart",
+        "queue browser": "['job 1', 'job 2']",
     }
     if name in expected:
         assert printed.strip() == expected[name]

@@ -209,3 +209,72 @@ def test_publish_users_vhosts_permissions_survive_a_restart(tmp_path: Path) -> N
         assert who == {"name": "kept-user", "tags": ["monitoring"]}
         kept = client.get("/api/permissions/kept-vhost/kept-user").json()
         assert (kept["configure"], kept["write"]) == ("", ".*")
+
+
+def test_rabbitmqadmin_declares_lists_and_deletes_policies(broker: Server) -> None:
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
+    try:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare("capped-q")
+        admin(
+            broker,
+            "declare",
+            "policy",
+            "name=cap",
+            "pattern=^capped-",
+            'definition={"max-length": 3}',
+            "apply-to=queues",
+            "priority=2",
+        )
+        admin(
+            broker,
+            "declare",
+            "operator_policy",
+            "name=op-cap",
+            "pattern=^capped-",
+            'definition={"max-length": 2}',
+        )
+        assert tsv(broker, "policies", "vhost", "name", "pattern", "apply-to", "priority") == [
+            ["/", "cap", "^capped-", "queues", "2"]
+        ]
+        [operator_row] = tsv(broker, "operator_policies", "name", "definition", "apply-to")
+        assert operator_row[0] == "op-cap" and json.loads(operator_row[1]) == {"max-length": 2}
+        assert operator_row[2] == "all"
+        for n in range(5):
+            ch.basic_publish("", "capped-q", f"m{n}".encode())
+        with api(broker) as client:
+            queue = client.get("/api/queues/%2F/capped-q").json()
+        assert (queue["policy"], queue["operator_policy"]) == ("cap", "op-cap")
+        assert queue["effective_policy_definition"] == {"max-length": 2}
+        assert ch.queue_declare("capped-q", passive=True).method.message_count == 2
+        bodies = [ch.basic_get("capped-q", auto_ack=True)[2] for _ in range(2)]
+        assert bodies == [b"m3", b"m4"]  # drop-head: the oldest were dropped
+
+        admin(broker, "delete", "operator_policy", "name=op-cap")
+        admin(broker, "delete", "policy", "name=cap")
+        assert tsv(broker, "policies") == [] and tsv(broker, "operator_policies") == []
+        for n in range(5):
+            ch.basic_publish("", "capped-q", f"n{n}".encode())
+        assert ch.queue_declare("capped-q", passive=True).method.message_count == 5
+    finally:
+        if conn.is_open:
+            conn.close()
+
+
+def test_policies_set_over_http_survive_a_restart(tmp_path: Path) -> None:
+    config = ServerConfig(port=0, management_port=0, data_dir=tmp_path)
+    policy = {"pattern": "^kept", "definition": {"max-length": 1}, "apply-to": "queues"}
+    with background_server(BrokerConfig(), config) as server, api(server) as client:
+        assert client.put("/api/policies/%2F/kept-policy", json=policy).status_code == 201
+        operator = {"pattern": "^kept", "definition": {"message-ttl": 60000}, "priority": 3}
+        assert client.put("/api/operator-policies/%2F/kept-op", json=operator).status_code == 201
+        assert client.put("/api/policies/%2F/dropped", json=policy).status_code == 201
+        assert client.delete("/api/policies/%2F/dropped").status_code == 204
+    with background_server(BrokerConfig(), config) as server, api(server) as client:
+        assert [p["name"] for p in client.get("/api/policies").json()] == ["kept-policy"]
+        kept = client.get("/api/operator-policies/%2F/kept-op").json()
+        assert (kept["definition"], kept["priority"]) == ({"message-ttl": 60000}, 3)
+        assert client.put("/api/queues/%2F/kept-q", json={"durable": False}).status_code == 201
+        queue = client.get("/api/queues/%2F/kept-q").json()
+        assert queue["effective_policy_definition"] == {"max-length": 1, "message-ttl": 60000}

@@ -218,7 +218,7 @@ def test_default_user_replaces_guest_in_a_new_data_directory(tmp_path: Path) -> 
 
 def test_client_chosen_names_cannot_forge_or_flood_log_lines(broker: Broker) -> None:
     forged = 'mallory\nts=2026-01-01T00:00:00.000Z level=info logger=amqpd msg="admin ok"'
-    for user in (forged, "u" * 5000):
+    for user in (forged, "u" * 3000):  # a Start-Ok must fit frame_min_size (4096) bytes
         params = pika.ConnectionParameters(
             "127.0.0.1",
             broker.port,

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pika
+import pytest
 
 from amqpd.cli.ctl import main as ctl
 from amqpd.model.broker import BrokerConfig
@@ -24,7 +25,7 @@ def run_ctl(*argv: str) -> tuple[int, str]:
 
 
 def test_policy_set_on_a_running_broker_applies_at_once_and_survives_restart(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data = tmp_path / "data"
     config = ServerConfig(port=0, data_dir=data)
@@ -56,7 +57,10 @@ def test_policy_set_on_a_running_broker_applies_at_once_and_survives_restart(
             code, out = run_ctl(
                 "set-operator-policy", "--data-dir", str(data), "op", ".*", '{"max-length": -1}'
             )
-            assert code == 1
+            assert code == 69  # rabbitmqctl's status for a refused policy
+            assert out.startswith('Setting operator policy override "op" for pattern ".*"')
+            err = capsys.readouterr().err
+            assert "Error:\nValidation failed\n\n-1 is not a valid maximum length" in err
         finally:
             conn.close()
     # stopped: the policy is in the store, and the ctl commands work on the directory

@@ -82,7 +82,8 @@ def test_ctl_sets_lists_and_clears_a_shovel(pair: tuple[BrokerProcess, BrokerPro
     )
     assert item["destination"] == f"amqp://127.0.0.1:{b.port}/%2F"  # no credentials
     refused = ctl(a.data_dir, "set-parameter", "shovel", "bad", '{"src-uri": "amqp://"}')
-    assert refused.returncode == 1
+    assert refused.returncode == 69  # as rabbitmqctl: the banner, then the error
+    assert refused.stdout.startswith('Setting runtime parameter "bad" for component "shovel"')
     assert "Must specify 'src-exchange' or 'src-queue'" in refused.stderr
     cleared = ctl(a.data_dir, "clear-parameter", "shovel", "s1")
     assert cleared.returncode == 0

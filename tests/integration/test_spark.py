@@ -8,13 +8,16 @@ pickled by value so the Python workers need not import this module.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import signal
 import sys
+import threading
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,13 +27,13 @@ import pytest
 
 pytest.importorskip("pyspark", reason="the Spark connector needs pyspark (the spark extra)")
 from pyspark import TaskContext, cloudpickle
-from pyspark.errors import AnalysisException, PythonException
+from pyspark.errors import AnalysisException, PythonException, StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from interop.spark import AmqpDataSource
+from interop.spark import AmqpDataSource, activate_session
 from interop.spark.options import SinkOptions
 from interop.spark.writer import AmqpBatchWriter, AmqpStreamWriter
 from tests.integration.broker_process import BrokerProcess
@@ -95,6 +98,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     session.dataSource.register(AmqpDataSource)
     session.dataSource.register(FaultyAmqpDataSource)
     session.dataSource.register(RecordingAmqpDataSource)
+    session.dataSource.register(FailingStreamAmqpDataSource)
     yield session
     session.stop()
     for key, value in saved.items():
@@ -136,17 +140,20 @@ def _ids(messages: list[tuple[Any, bytes]]) -> list[str]:
 
 @dataclass(frozen=True)
 class Fault:
-    """What to do on attempt 0 after ``after`` rows of a partition.
+    """What to do on attempt 0 after ``after`` rows of a partition (of ``partition`` only
+    when it is not -1).
 
-    ``raise``: raise RuntimeError. ``sigstop``: SIGSTOP the broker ``pid`` (attempt 1
-    SIGCONTs it before publishing, with the default confirm timeout). Every failed attempt
-    appends a line to ``record``.
+    ``raise``: raise RuntimeError. ``sigstop``: SIGSTOP the broker ``pid`` and SIGCONT it
+    ``seconds`` later. ``sigkill``: SIGKILL the broker ``pid`` (the test restarts it). Every
+    failed attempt appends a line to ``record``.
     """
 
     kind: str
     after: int
     record: str
     pid: int = 0
+    partition: int = -1
+    seconds: float = 0.0
 
 
 class FaultyWriter(AmqpBatchWriter):
@@ -158,11 +165,7 @@ class FaultyWriter(AmqpBatchWriter):
         context = TaskContext.get()
         assert context is not None
         attempt = context.attemptNumber()
-        if self.fault.kind == "sigstop" and attempt > 0:
-            os.kill(self.fault.pid, signal.SIGCONT)
-            # the short timeout is for the frozen attempt; a loaded CI box may need more
-            self.options = replace(self.options, confirm_timeout_ms=30_000)
-        elif attempt == 0:
+        if attempt == 0 and self.fault.partition in (-1, context.partitionId()):
             iterator = self._inject(iterator)
         try:
             return super().write(iterator)
@@ -176,7 +179,14 @@ class FaultyWriter(AmqpBatchWriter):
             if index == self.fault.after:
                 if self.fault.kind == "raise":
                     raise RuntimeError(f"injected failure at row {index}")
-                os.kill(self.fault.pid, signal.SIGSTOP)
+                if self.fault.kind == "sigkill":
+                    os.kill(self.fault.pid, signal.SIGKILL)
+                else:
+                    os.kill(self.fault.pid, signal.SIGSTOP)
+                    resume = threading.Timer(
+                        self.fault.seconds, os.kill, (self.fault.pid, signal.SIGCONT)
+                    )
+                    resume.start()
             yield row
 
 
@@ -191,9 +201,39 @@ class FaultyAmqpDataSource(AmqpDataSource):
             after=int(self.options.pop("faultafter")),
             record=self.options.pop("faultrecord"),
             pid=int(self.options.pop("faultpid", "0")),
+            partition=int(self.options.pop("faultpartition", "-1")),
+            seconds=float(self.options.pop("faultseconds", "0")),
         )
         plain = super().writer(schema, overwrite)
         return FaultyWriter(plain.options, plain.schema, fault)
+
+
+class FailingStreamWriter(AmqpStreamWriter):
+    """Every attempt of every partition fails after ``after`` rows (the query dies)."""
+
+    def __init__(self, options: SinkOptions, schema: StructType, after: int) -> None:
+        super().__init__(options, schema)
+        self.after = after
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        def rows() -> Iterator[Any]:
+            for index, row in enumerate(iterator):
+                if index == self.after:
+                    raise RuntimeError(f"injected streaming failure at row {index}")
+                yield row
+
+        return super().write(rows())
+
+
+class FailingStreamAmqpDataSource(AmqpDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "amqp_failing_stream"
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> FailingStreamWriter:
+        after = int(self.options.pop("faultafter"))
+        plain = super().streamWriter(schema, overwrite)
+        return FailingStreamWriter(plain.options, plain.schema, after)
 
 
 class RecordingStreamWriter(AmqpStreamWriter):
@@ -288,8 +328,9 @@ def test_batch_exact_count_and_properties_round_trip(spark: SparkSession, broker
     assert props.headers == {"k": b"v2", "z": None}
 
     lines = _sink_lines(spark, broker)
-    assert any("job committed rows=10000 acked=10000" in x and "tasks=2" in x for x in lines)
-    assert any("job committed rows=1 " in x for x in lines)
+    assert any("published=10000 confirmed=10000" in x and "tasks=2" in x for x in lines)
+    # the second write's task ran in a Python worker that kept its connection from the first
+    assert any("job committed published=1 " in x and "reused_connections=1" in x for x in lines)
     assert all("guest:***@" in x and "guest:guest" not in x for x in lines)
 
 
@@ -355,10 +396,10 @@ def test_injected_task_failure_republishes_with_duplicates(
     ids = _ids(broker.drain("retried"))
     assert set(ids) == {f"m{i}" for i in range(n)}
     assert len(ids) > n  # attempt 0 of each partition got rows out before failing
-    assert any("rows=10000" in x and "retries_seen=2" in x for x in _sink_lines(spark, broker))
+    assert any("published=10000" in x and "retries=2" in x for x in _sink_lines(spark, broker))
 
 
-def test_confirm_timeout_while_broker_stopped_then_retry_succeeds(
+def test_frozen_broker_stalls_confirms_and_the_task_reconnects(
     spark: SparkSession, broker: Broker, tmp_path: Path
 ) -> None:
     ch = broker.channel()
@@ -372,18 +413,63 @@ def test_confirm_timeout_while_broker_stopped_then_retry_succeeds(
         .option("url", broker.url)
         .option("routingKey", "frozen")
         .option("confirmTimeoutMs", "1500")
+        .option("connectTimeoutMs", "1000")
         .option("fault", "sigstop")
         .option("faultAfter", "2000")
+        .option("faultSeconds", "5")
         .option("faultPid", str(broker.proc.pid))
         .option("faultRecord", str(record))
         .mode("append")
         .save()
     )
-    [failure] = record.read_text().splitlines()
-    assert failure.startswith("p0 a0 ConfirmTimeout: no publisher confirm for 1500 ms with ")
+    assert not record.exists()  # no attempt failed: the task rode out the freeze
     ids = _ids(broker.drain("frozen"))
     assert set(ids) == {f"m{i}" for i in range(n)}
-    assert any("rows=5000" in x and "retries_seen=1" in x for x in _sink_lines(spark, broker))
+    [line] = [x for x in _sink_lines(spark, broker) if "job committed" in x]
+    assert "published=5000 confirmed=5000" in line and "retries=0" in line
+    assert "reconnects=0 " not in line and "republished=0 " not in line
+
+
+@pytest.mark.parametrize("outage", [5, 30])
+def test_broker_killed_mid_write_and_restarted_loses_nothing(
+    spark: SparkSession, broker: Broker, tmp_path: Path, outage: int
+) -> None:
+    ch = broker.channel()
+    ch.queue_declare("restarted", durable=True)
+    ch.connection.close()
+    record = tmp_path / "failures.txt"
+    n = 60_000
+
+    def restart_after_the_kill() -> None:
+        broker.reap()  # returns when the task's SIGKILL has landed
+        time.sleep(outage)  # the outage is the scenario, not a synchronisation
+        broker.restart()  # same port, same data directory
+
+    restarter = threading.Thread(target=restart_after_the_kill)
+    restarter.start()
+    try:
+        (
+            _numbered(spark, n)
+            .write.format("amqp_faulty")
+            .option("url", broker.url)
+            .option("routingKey", "restarted")
+            .option("fault", "sigkill")
+            .option("faultAfter", "10000")
+            .option("faultPartition", "0")
+            .option("faultPid", str(broker.proc.pid))
+            .option("faultRecord", str(record))
+            .mode("append")
+            .save()
+        )
+    finally:
+        restarter.join(timeout=outage + 60)
+    assert not restarter.is_alive()
+    assert not record.exists()  # no attempt failed: both tasks reconnected and republished
+    ids = _ids(broker.drain("restarted"))
+    assert set(ids) == {f"m{i}" for i in range(n)}  # 0 missing (duplicates allowed)
+    [line] = [x for x in _sink_lines(spark, broker) if "job committed" in x]
+    assert "published=60000 confirmed=60000" in line and "retries=0" in line
+    assert "reconnects=0 " not in line
 
 
 def test_bad_mode_options_and_columns_fail_before_any_task(
@@ -414,9 +500,48 @@ def test_bad_mode_options_and_columns_fail_before_any_task(
     assert "option maxInFlight must be an integer" in save(df, MaxInFlight="0")
     text = save(df, exchange="no-such-exchange")
     assert "exchange 'no-such-exchange' not found in vhost '/'" in text
+    wrong = broker.url.replace("guest:guest", "guest:wrong")
+    text = save(df, url=wrong)
+    assert "refused the connection" in text and "check the user, password and vhost" in text
+    assert ":wrong@" not in text
+    # without the driver-side check, every task attempt fails at once, saying why
+    with pytest.raises(PythonException) as info:
+        df.write.format("amqp").option("url", wrong).option("routingKey", "untouched").option(
+            "checkExchange", "false"
+        ).mode("append").save()
+    text = str(info.value)
+    assert "ConnectError: cannot connect to amqp://guest:***@" in text
+    assert "check the user name and password in the url option; not retried" in text
     text = save(df.select(F.col("value").cast("binary").alias("body"), F.lit(1.5).alias("x")))
     assert "unknown column 'x'" in text
     assert broker.count("untouched") == 0
+
+
+def test_save_from_a_thread_after_activate_session(spark: SparkSession, broker: Broker) -> None:
+    ch = broker.channel()
+    ch.queue_declare("threaded")
+    ch.connection.close()
+    failures: list[BaseException] = []
+
+    def job() -> None:
+        try:
+            activate_session(spark)  # a new thread has no active session in the JVM
+            (
+                _numbered(spark, 100)
+                .write.format("amqp")
+                .option("url", broker.url)
+                .option("routingKey", "threaded")
+                .mode("append")
+                .save()
+            )
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=job)
+    thread.start()
+    thread.join()
+    assert failures == []
+    assert broker.count("threaded") == 100
 
 
 def test_streaming_available_now_publishes_each_row_once_and_restart_adds_nothing(
@@ -469,9 +594,84 @@ def test_streaming_available_now_publishes_each_row_once_and_restart_adds_nothin
     assert batches.count("0") == 3000 and batches.count("1") == 500
     assert [p["sink"]["numOutputRows"] for p in first.recentProgress] == [3000]
     lines = record.read_text().splitlines()
-    assert [line.split(" rows=")[0] for line in lines] == [
+    assert [line.split(" published=")[0] for line in lines] == [
         "amqp sink: batch 0 committed",
         "amqp sink: batch 1 committed",
     ]
-    assert "rows=3000 acked=3000" in lines[0] and f"query={first.id}" in lines[0]
-    assert "rows=500 acked=500" in lines[1]
+    assert "published=3000 confirmed=3000" in lines[0] and f"query={first.id}" in lines[0]
+    assert "published=500 confirmed=500" in lines[1]
+
+
+# -- exactly-once into amqpd: deterministic ids + x-message-deduplication ---------------------
+
+DEDUP_ARGS = {"x-message-deduplication": True, "x-deduplication-window": 100_000}
+
+
+def test_batch_retry_with_deterministic_ids_leaves_each_row_once_in_a_dedup_queue(
+    spark: SparkSession, broker: Broker, tmp_path: Path
+) -> None:
+    ch = broker.channel()
+    ch.queue_declare("exactly-once", durable=True, arguments=DEDUP_ARGS)
+    ch.connection.close()
+    record = tmp_path / "failures.txt"
+    n = 10_000
+    (
+        _numbered(spark, n)
+        .drop("message_id")
+        .write.format("amqp_faulty")
+        .option("url", broker.url)
+        .option("routingKey", "exactly-once")
+        .option("messageIdMode", "deterministic")
+        .option("fault", "raise")
+        .option("faultAfter", "3000")
+        .option("faultRecord", str(record))
+        .mode("append")
+        .save()
+    )
+    assert len(record.read_text().splitlines()) == 2  # both partitions failed once, retried
+    messages = broker.drain("exactly-once")
+    values = sorted(json.loads(body)["id"] for _, body in messages)
+    assert values == list(range(n))  # 0 duplicates, 0 missing
+    [line] = [x for x in _sink_lines(spark, broker) if "job committed" in x]
+    assert "published=10000" in line and "retries=2" in line
+
+
+def test_streaming_restart_after_a_failed_batch_leaves_each_row_once_in_a_dedup_queue(
+    spark: SparkSession, broker: Broker, tmp_path: Path
+) -> None:
+    ch = broker.channel()
+    ch.queue_declare("stream-once", durable=True, arguments=DEDUP_ARGS)
+    ch.connection.close()
+    source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
+    source.mkdir()
+    for name, start in (("a.json", 0), ("b.json", 2000)):
+        lines = (json.dumps({"n": i}) for i in range(start, start + 2000))
+        (source / name).write_text("\n".join(lines) + "\n")
+
+    def run(fmt: str, **options: str) -> Any:
+        writer = (
+            spark.readStream.schema("n long")
+            .json(str(source))
+            .select(F.to_json(F.struct("n")).alias("value"))
+            .writeStream.format(fmt)
+            .option("url", broker.url)
+            .option("routingKey", "stream-once")
+            .option("messageIdMode", "deterministic")
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+        )
+        for key, value in options.items():
+            writer = writer.option(key, value)
+        query = writer.start()
+        with contextlib.suppress(StreamingQueryException):  # the failing run: checked below
+            query.awaitTermination()
+        return query
+
+    failed = run("amqp_failing_stream", faultAfter="700")
+    assert "injected streaming failure at row 700" in str(failed.exception())
+    assert broker.count("stream-once") > 0  # the failed batch left messages behind
+    restarted = run("amqp")  # same checkpoint: the uncommitted batch is replayed
+    assert restarted.exception() is None and restarted.id == failed.id
+    messages = broker.drain("stream-once")
+    values = sorted(json.loads(body)["n"] for _, body in messages)
+    assert values == list(range(4000))  # 0 duplicates, 0 missing

@@ -1,13 +1,18 @@
-"""AMQPS: pika over TLS with certificates the test generates; wrong CAs; EXTERNAL login."""
+"""AMQPS: pika and py-amqp over TLS with certificates the test generates; wrong CAs;
+EXTERNAL login when configured; why a handshake failed, in the log."""
 
 from __future__ import annotations
 
 import json
+import logging
 import ssl
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import amqp
+import amqp.exceptions
 import pika
 import pika.credentials
 import pika.exceptions
@@ -17,6 +22,8 @@ from amqpd.model.broker import BrokerConfig
 from amqpd.shell.server import Server, ServerConfig, background_server
 from amqpd.shell.tls import TLSOptions
 from tests.integration.tls_certs import Pki, make_pki
+
+WITH_EXTERNAL = ("PLAIN", "AMQPLAIN", "EXTERNAL")
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +38,7 @@ def tls_server(
     verify_peer: bool = False,
     fail_if_no_peer_cert: bool = False,
     login_from: str = "distinguished_name",
+    mechanisms: tuple[str, ...] = ("PLAIN", "AMQPLAIN"),  # RabbitMQ's default
 ) -> Iterator[Server]:
     definitions = tmp_path / "definitions.json"
     definitions.write_text(
@@ -61,7 +69,7 @@ def tls_server(
         ),
         definitions=definitions,
     )
-    with background_server(BrokerConfig(), config) as server:
+    with background_server(BrokerConfig(auth_mechanisms=mechanisms), config) as server:
         yield server
 
 
@@ -139,14 +147,16 @@ def test_fail_if_no_peer_cert_refuses_a_client_without_one(pki: Pki, tmp_path: P
 def test_external_login_with_a_client_certificate(
     pki: Pki, tmp_path: Path, login_from: str
 ) -> None:
-    with tls_server(pki, tmp_path, verify_peer=True, login_from=login_from) as server:
+    with tls_server(
+        pki, tmp_path, verify_peer=True, login_from=login_from, mechanisms=WITH_EXTERNAL
+    ) as server:
         context = client_context(pki.ca, pki.client_cert, pki.client_key)
         credentials = pika.credentials.ExternalCredentials()
         roundtrip(pika.BlockingConnection(tls_params(server, context, credentials)))
 
 
 def test_external_is_not_offered_without_a_client_certificate(pki: Pki, tmp_path: Path) -> None:
-    with tls_server(pki, tmp_path, verify_peer=True) as server:
+    with tls_server(pki, tmp_path, verify_peer=True, mechanisms=WITH_EXTERNAL) as server:
         context = client_context(pki.ca)  # verify_peer but no certificate: PLAIN only
         with pytest.raises(pika.exceptions.AMQPConnectionError):
             conn = pika.BlockingConnection(
@@ -158,7 +168,7 @@ def test_external_is_not_offered_without_a_client_certificate(pki: Pki, tmp_path
 
 def test_external_login_of_an_unknown_certificate_user_is_403(pki: Pki, tmp_path: Path) -> None:
     definitions_user = "CN=app-client,O=amqpd tests"
-    with tls_server(pki, tmp_path, verify_peer=True) as server:
+    with tls_server(pki, tmp_path, verify_peer=True, mechanisms=WITH_EXTERNAL) as server:
         server.broker.access.state.users.pop(definitions_user)
         context = client_context(pki.ca, pki.client_cert, pki.client_key)
         with pytest.raises(pika.exceptions.ProbableAuthenticationError) as info:
@@ -181,3 +191,68 @@ def test_a_silent_tls_client_is_dropped_after_the_handshake_timeout(
             assert sock.recv(1) == b""  # the broker closed it without a word
             assert time.monotonic() - began < 4
         assert_plain_port_still_serves(server)
+
+
+def py_amqp_ssl(ca: Path, cert: Path, key: Path) -> dict[str, object]:
+    return {
+        "ca_certs": str(ca),
+        "certfile": str(cert),
+        "keyfile": str(key),
+        "cert_reqs": ssl.CERT_REQUIRED,
+        "server_hostname": "localhost",
+    }
+
+
+def test_py_amqp_with_a_client_certificate_logs_in_with_plain_by_default(
+    pki: Pki, tmp_path: Path
+) -> None:
+    """py-amqp (Celery's transport) prefers EXTERNAL whenever it is offered; like RabbitMQ,
+    amqpd offers only PLAIN and AMQPLAIN unless EXTERNAL is configured, while still
+    verifying the certificate (issue 21, item 12)."""
+    with tls_server(pki, tmp_path, verify_peer=True) as server:
+        conn = amqp.Connection(  # Celery's broker_use_ssl options
+            f"127.0.0.1:{server.tls_port}",
+            userid="app",
+            password="app-secret",
+            ssl=py_amqp_ssl(pki.ca, pki.client_cert, pki.client_key),
+            connect_timeout=10,
+        )
+        conn.connect()
+        try:
+            assert conn.mechanisms == [b"AMQPLAIN", b"PLAIN"]
+            channel = conn.channel()
+            channel.queue_declare("py-amqp-tls", auto_delete=True)
+            channel.basic_publish(amqp.Message("over tls"), routing_key="py-amqp-tls")
+            message = channel.basic_get("py-amqp-tls", no_ack=True)
+            assert message is not None and message.body == "over tls"
+        finally:
+            conn.close()
+        # the certificate is still verified: one from another CA never gets in
+        refused = amqp.Connection(
+            f"127.0.0.1:{server.tls_port}",
+            userid="app",
+            password="app-secret",
+            ssl=py_amqp_ssl(pki.ca, pki.rogue_cert, pki.rogue_key),
+            connect_timeout=10,
+        )
+        with pytest.raises((OSError, amqp.exceptions.AMQPError)):
+            refused.connect()
+
+
+def test_a_failed_tls_handshake_is_logged_with_its_reason(
+    pki: Pki, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="amqpd.shell.server")
+    with tls_server(pki, tmp_path, verify_peer=True, fail_if_no_peer_cert=True) as server:
+        rogue = client_context(pki.ca, pki.rogue_cert, pki.rogue_key)
+        with pytest.raises(pika.exceptions.AMQPConnectionError):
+            pika.BlockingConnection(tls_params(server, rogue)).close()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any(
+            "TLS handshake" in r.getMessage() for r in caplog.records
+        ):
+            time.sleep(0.05)  # the broker logs from its own thread: poll for the record
+    [line] = [r.getMessage() for r in caplog.records if "TLS handshake" in r.getMessage()]
+    reason = line.split("failed: ", 1)[1]
+    assert reason.startswith("certificate verify failed: "), line
+    assert len(reason) > len("certificate verify failed: ")

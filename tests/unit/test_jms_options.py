@@ -103,7 +103,7 @@ def test_pika_keys_pass_through_and_jms_keys_are_removed() -> None:
     factory = ConnectionFactory.from_url(f"{BASE}?heartbeat=7&jms.clientID=me")
     assert factory.url == f"{BASE}?heartbeat=7"
     assert factory.options.client_id == "me"
-    assert factory._parameters.heartbeat == 7
+    assert factory._endpoints[0].heartbeat == 7
 
 
 @pytest.mark.parametrize(
@@ -248,3 +248,17 @@ def test_topic_wildcards_and_addresses() -> None:
     assert destination_from_address(Topic("a.b").address()) == Topic("a.b")
     with pytest.raises(InvalidDestinationException):
         Queue("?consumer.prefetchSize=1")
+
+
+def test_send_and_ack_options_from_the_url() -> None:
+    factory = ConnectionFactory.from_url(
+        f"{BASE}?jms.useAsyncSend=true&jms.producerWindowSize=1024&jms.sendAcksAsync=false"
+    )
+    assert factory.options.use_async_send is True
+    assert factory.options.producer_window_size == 1024
+    assert factory.options.send_acks_async is False
+    defaults = ConnectionFactory(BASE).options
+    assert not defaults.use_async_send and defaults.producer_window_size == 0
+    assert defaults.send_acks_async
+    with pytest.raises(ConfigurationError, match="producer_window_size"):
+        ConnectionFactory(BASE, producer_window_size=-1)

@@ -87,13 +87,27 @@ def test_operator_policies_allow_only_limits() -> None:
 
 
 def test_pattern_priority_and_apply_to_are_checked() -> None:
-    with pytest.raises(PolicyError, match="not a valid regular expression"):
+    with pytest.raises(PolicyError, match="pattern should be regular expression but is invalid"):
         validate("/", "p", "(", {"max-length": 1})
     with pytest.raises(PolicyError, match="priority should be a number"):
         validate("/", "p", ".*", {"max-length": 1}, priority="high")
-    with pytest.raises(PolicyError, match='"streams" is not a valid apply-to value'):
+    with pytest.raises(PolicyError, match="apply-to 'streams' unrecognised; should be"):
         validate("/", "p", ".*", {"max-length": 1}, apply_to="streams")
     assert validate("/", "p", ".*", {"queue-mode": "lazy"}, priority="7").priority == 7
+    with pytest.raises(PolicyError, match="priority should be a number"):
+        validate("/", "p", ".*", {"max-length": 1}, priority="7", priority_text=False)
+
+
+def test_every_field_error_is_listed_in_rabbitmqs_order() -> None:
+    with pytest.raises(PolicyError) as info:
+        validate("/", "p", 1, {"max-length": -1}, priority=None, apply_to=None)
+    assert str(info.value) == (
+        "Validation failed\n\n"
+        "apply-to 'null' unrecognised; should be 'queues', 'exchanges' or 'all'\n"
+        "-1 is not a valid maximum length\n"
+        "pattern should be a binary but was 1\n"
+        "priority should be a number, actually was null\n"
+    )
 
 
 # -- matching and merging -----------------------------------------------------------------
@@ -392,3 +406,19 @@ def test_import_reports_what_it_could_not_apply() -> None:
         broker, {"group": "definitions", "command": "import", "definitions": document}
     )
     assert outcome.changed and len(outcome.problems) == 5
+
+
+def test_ttl_and_expires_policies_run_on_the_queue_timers() -> None:
+    broker = Broker()
+    client = client_of(broker)
+    declare(client, "ttl")
+    declare(client, "idle")
+    client.advance(10.0)  # unused for a while before the policy: its expires counts from it
+    set_policy(broker, "/", "t", {"pattern": "^ttl$", "definition": {"message-ttl": 1000}})
+    set_policy(broker, "/", "e", {"pattern": "^idle$", "definition": {"expires": 5000}})
+    publish(client, "ttl", 3)
+    client.advance(2.0)
+    assert depth(broker, "ttl") == 0  # published under the policy: expired
+    assert "idle" in broker.vhosts["/"].queues
+    client.advance(4.0)
+    assert "idle" not in broker.vhosts["/"].queues  # unused for longer than the policy's expires

@@ -757,16 +757,27 @@ def test_method_between_header_and_body_is_505() -> None:
     assert code == 505 and text.startswith("UNEXPECTED_FRAME - expected content ")
 
 
-def test_channel_number_above_channel_max_is_530() -> None:
+def test_channel_max_limits_open_channels_not_channel_numbers() -> None:
+    """rabbit_reader:create_channel: aiormq opens channel 65535 with channel_max 2047; what
+    is limited is how many channels are open at once (closing ones count)."""
     broker = Broker()
-    client = tuned(broker, channel_max=5)
-    client.open_channel(5)  # the limit itself is allowed
-    client.send(6, commands.Channel.Open())
+    client = tuned(broker, channel_max=3)
+    client.open_channel(65535)
+    client.open_channel(1000)
+    client.send(
+        1000, commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0)
+    )
+    assert [type(m) for m in client.methods()] == [commands.Channel.CloseOk]
+    client.open_channel(1)
+    client.send(1, commands.Queue.Declare(queue="missing", passive=True))  # 404: closing
+    assert [type(m) for m in client.methods()] == [commands.Channel.Close]
+    client.open_channel(7)
+    client.send(9, commands.Channel.Open())  # 65535, 7 and the closing 1 are open: 3
     assert connection_error(client) == (
         530,
-        "NOT_ALLOWED - channel number 6 is above the negotiated channel_max (5)",
-        20,
-        10,
+        "NOT_ALLOWED - number of channels opened (3) has reached the negotiated channel_max (3)",
+        0,
+        0,
     )
     assert_serves(broker)
 
@@ -824,11 +835,60 @@ def test_oversized_frame_is_501_before_its_payload_arrives() -> None:
     client.conn.receive_data(struct.pack(">BHI", 3, 1, 10000))
     assert connection_error(client, answer=False) == (
         501,
-        "FRAME_ERROR - frame size 10008 larger than negotiated maximum 4096",
+        "FRAME_ERROR - type 3, all octets = <<>>: {frame_too_large,10000,4088}",
         0,
         0,
     )
     assert_serves(broker)
+
+
+def test_a_frame_whose_payload_is_frame_max_is_accepted() -> None:
+    """rabbit_reader's FRAME_SIZE_FUDGE: rabbitpy sends body frames of frame_max payload
+    bytes (frame_max + 8 in all); one byte more is 501."""
+    broker = Broker()
+    client = tuned(broker, frame_max=4096)
+    client.open_channel(1)
+    declare(client, 1, "fudge")
+    body = bytes(range(256)) * 16  # 4096 bytes in one body frame
+    publish, content = publish_frames("fudge", body)[:2]
+    client.send(1, publish, content)
+    client.feed(struct.pack(">BHI", 3, 1, len(body)) + body + b"\xce")
+    client.send(1, commands.Basic.Get(queue="fudge", no_ack=True))
+    frames = client.received()
+    [message] = deliveries(frames)
+    assert message.body == body
+    # outgoing frames stay within frame_max: 4088-byte body chunks
+    assert all(len(part.value) <= 4096 - 8 for _c, part in frames if isinstance(part, ContentBody))
+    client.feed(struct.pack(">BHI", 3, 1, 4097))
+    code, text, *_ = connection_error(client, answer=False)
+    assert (code, text) == (
+        501,
+        "FRAME_ERROR - type 3, all octets = <<>>: {frame_too_large,4097,4088}",
+    )
+
+
+def test_before_tuning_frames_are_limited_to_frame_min_size() -> None:
+    """rabbit_reader: frame_max is frame_min_size (4096) until Tune-Ok, so a 10 KB Start-Ok
+    is a frame error, not 128 KiB the broker buffers for an unauthenticated peer."""
+    client = Client(Broker())
+    client.conn.receive_data(PROTOCOL_HEADER)
+    client.received()
+    big = commands.Connection.StartOk(
+        client_properties={"padding": "x" * 10_000}, mechanism="PLAIN", response="\0guest\0guest"
+    )
+    client.send(0, big)
+    code, text, *_ = connection_error(client, answer=False)
+    assert code == 501 and "frame_too_large" in text and ",4088}" in text
+    # a Start-Ok that fits 4096 bytes is fine, and after Tune-Ok the negotiated size holds
+    client = Client(Broker())
+    client.conn.receive_data(PROTOCOL_HEADER)
+    client.send(0, START_OK)
+    client.send(0, commands.Connection.TuneOk(channel_max=10, frame_max=131072, heartbeat=0))
+    client.send(0, commands.Connection.Open(virtual_host="/"))
+    client.received()
+    client.open_channel(1)
+    client.send(1, commands.Queue.Declare(queue="q" + "x" * 200, arguments={"a": "y" * 9000}))
+    assert [type(m) for m in client.methods()] == [commands.Queue.DeclareOk]
 
 
 def test_after_a_fatal_frame_error_nothing_more_is_parsed_and_the_close_times_out() -> None:
@@ -899,23 +959,16 @@ def test_channel_error_leaves_other_connections_alone() -> None:
 # ---------------------------------------------------------------------------------------------
 # Channel.Flow and orderly closes
 # ---------------------------------------------------------------------------------------------
-def test_channel_flow_stops_and_resumes_deliveries() -> None:
-    client = connect(Broker())
-    declare(client, 1, "flow-queue")
-    consume = commands.Basic.Consume(queue="flow-queue", consumer_tag="c", no_ack=True)
-    rpc(client, 1, consume, commands.Basic.ConsumeOk)
-    assert (
-        rpc(client, 1, commands.Channel.Flow(active=False), commands.Channel.FlowOk).active is False
-    )
-    client.send(1, *publish_frames("flow-queue", b"held back"))
-    assert client.received() == []
-    assert counts(client, 1, "flow-queue") == (1, 1)
-    client.send(1, commands.Channel.Flow(active=True))
-    frames = client.received()
-    assert isinstance(frames[0][1], commands.Channel.FlowOk) and frames[0][1].active is True
-    [message] = deliveries(frames[1:])
-    assert (message.method.consumer_tag, message.method.routing_key) == ("c", "flow-queue")
-    assert message.body == b"held back"
+def test_channel_flow_active_false_from_a_client_is_540_and_true_is_acknowledged() -> None:
+    """rabbit_channel: a client cannot stop deliveries with channel.flow (Go's amqp091
+    suite relies on the 540); active=true is answered with flow-ok."""
+    broker = Broker()
+    client = connect(broker)
+    ok = rpc(client, 1, commands.Channel.Flow(active=True), commands.Channel.FlowOk)
+    assert ok.active is True
+    client.send(1, commands.Channel.Flow(active=False))
+    assert connection_error(client) == (540, "NOT_IMPLEMENTED - active=false", 20, 20)
+    assert_serves(broker)
 
 
 def test_connection_close_from_the_client_is_answered_with_close_ok() -> None:
@@ -925,9 +978,55 @@ def test_connection_close_from_the_client_is_answered_with_close_ok() -> None:
     close = commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
     client.send(0, close)
     assert [(c, type(v)) for c, v in client.received()] == [(0, commands.Connection.CloseOk)]
-    assert client.conn.should_close and client.conn.state is State.CLOSED
+    assert client.conn.state is State.CLOSED
     assert broker.connections == set()
     assert_serves(broker)
+
+
+def test_after_the_clients_close_the_broker_reads_on_until_the_client_goes() -> None:
+    """rabbit_reader keeps reading (and discarding) after Close-Ok: closing the socket while
+    the client's earlier frames still arrive resets the connection (amqplib writes Close
+    and then flushes queued publishes; Go's amqp091 closes concurrently)."""
+    broker = Broker()
+    client = connect(broker)
+    declare(client, 1, "kept", durable=False)
+    close = commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
+    client.send(0, close)
+    client.send(1, *publish_frames("kept", b"after close"))  # still arriving: discarded
+    assert [(c, type(v)) for c, v in client.received()] == [(0, commands.Connection.CloseOk)]
+    assert not client.conn.should_close  # the socket stays open for the client to close
+    other = connect(broker)
+    assert counts(other, 1, "kept") == (0, 0)
+    client.conn.connection_lost()  # the client closed its end
+    assert client.conn.should_close
+
+
+def test_a_closed_client_that_never_closes_its_socket_is_dropped_after_30_s() -> None:
+    broker = Broker()
+    client = connect(broker)
+    advance(broker, 0.0, client)
+    client.send(
+        0, commands.Connection.Close(reply_code=200, reply_text="", class_id=0, method_id=0)
+    )
+    client.received()
+    advance(broker, 29.0, client)
+    assert not client.conn.should_close
+    advance(broker, 30.0, client)
+    assert client.conn.should_close
+
+
+def test_the_linger_after_close_is_the_heartbeat_when_shorter() -> None:
+    broker = Broker()
+    client = tuned(broker, heartbeat=5)
+    advance(broker, 0.0, client)
+    client.send(
+        0, commands.Connection.Close(reply_code=200, reply_text="", class_id=0, method_id=0)
+    )
+    client.received()
+    advance(broker, 4.5, client)
+    assert not client.conn.should_close
+    advance(broker, 5.0, client)
+    assert client.conn.should_close
 
 
 def test_channel_close_from_the_client_is_answered_with_close_ok() -> None:

@@ -124,13 +124,57 @@ def test_user_without_a_password_cannot_log_in_with_plain() -> None:
     assert close.reply_code == 403
 
 
-def test_external_is_offered_and_accepted_only_with_a_certificate_identity() -> None:
-    broker = broker_with({"CN=app": ""})
+def broker_with_mechanisms(users: dict[str, str], *mechanisms: str) -> Broker:
+    broker = broker_with(users)
+    broker.config.auth_mechanisms = mechanisms
+    return broker
+
+
+def start_with_certificate(broker: Broker, cert_user: str | None) -> tuple[Client, str]:
     client = Client(broker)
-    client.conn.peer_cert_user = "CN=app"
+    client.conn.peer_cert_user = cert_user
     client.feed(b"AMQP\x00\x00\x09\x01")
     start = client.methods()[0]
-    assert start.mechanisms == "PLAIN AMQPLAIN EXTERNAL"
+    assert isinstance(start, commands.Connection.Start)
+    return client, start.mechanisms
+
+
+def test_external_is_not_offered_by_default_even_with_a_verified_certificate() -> None:
+    """RabbitMQ's auth_mechanisms default is PLAIN and AMQPLAIN: py-amqp prefers EXTERNAL
+    whenever it is offered, so offering it to every client with a certificate refused
+    all of Celery's TLS logins (issue 21, item 12)."""
+    broker = broker_with({"CN=app": ""})
+    client, mechanisms = start_with_certificate(broker, "CN=app")
+    assert mechanisms == "AMQPLAIN PLAIN"
+    client.send(
+        0,
+        commands.Connection.StartOk(
+            client_properties={"capabilities": client.capabilities},
+            mechanism="EXTERNAL",
+            response="",
+        ),
+    )
+    close = client.methods()[-1]
+    assert isinstance(close, commands.Connection.Close) and close.reply_code == 403
+    # PLAIN still works for the same client
+    assert isinstance(Client(broker).handshake()[-1][1], commands.Connection.OpenOk)
+
+
+def test_external_when_configured_is_offered_only_with_a_verified_certificate() -> None:
+    broker = broker_with_mechanisms({"CN=app": ""}, "PLAIN", "AMQPLAIN", "EXTERNAL")
+    assert start_with_certificate(broker, None)[1] == "AMQPLAIN PLAIN"
+    assert start_with_certificate(broker, "CN=app")[1] == "AMQPLAIN EXTERNAL PLAIN"
+    only_external = broker_with_mechanisms({"CN=app": ""}, "EXTERNAL")
+    assert start_with_certificate(only_external, "CN=app")[1] == "EXTERNAL"
+    client = Client(only_external)  # PLAIN is not offered, so it is refused
+    close = client.handshake()[-1][1]
+    assert isinstance(close, commands.Connection.Close) and close.reply_code == 403
+
+
+def test_external_is_offered_and_accepted_only_with_a_certificate_identity() -> None:
+    broker = broker_with_mechanisms({"CN=app": ""}, "PLAIN", "AMQPLAIN", "EXTERNAL")
+    client, mechanisms = start_with_certificate(broker, "CN=app")
+    assert mechanisms == "AMQPLAIN EXTERNAL PLAIN"
     client.send(
         0,
         commands.Connection.StartOk(

@@ -38,7 +38,9 @@ def test_defaults_follow_the_design() -> None:
     options = parse_options({"url": URL})
     assert options == SinkOptions(url=URL)
     assert options.mandatory and options.delivery_mode == 2 and options.max_in_flight == 1000
-    assert options.confirm_timeout_ms == 30_000 and options.connect_timeout_ms == 10_000
+    assert options.confirm_timeout_ms == 30_000 and options.connect_timeout_ms == 5_000
+    assert options.delivery_timeout_ms == 120_000  # Kafka's delivery.timeout.ms
+    assert options.connection_idle_timeout_ms == 60_000
     assert options.message_id_mode == "column" and options.check_exchange
     assert not options.ignore_unknown_columns
 
@@ -58,6 +60,8 @@ def test_option_names_ignore_case_as_spark_lower_cases_them() -> None:
             "ignoreunknowncolumns": "true",
             "connectionname": "etl",
             "connecttimeoutms": "250",
+            "deliveryTimeoutMs": "0",
+            "connectionidletimeoutms": "0",
         }
     )
     assert options == SinkOptions(
@@ -69,6 +73,8 @@ def test_option_names_ignore_case_as_spark_lower_cases_them() -> None:
         max_in_flight=5,
         confirm_timeout_ms=1500,
         connect_timeout_ms=250,
+        delivery_timeout_ms=0,
+        connection_idle_timeout_ms=0,
         message_id_mode="deterministic",
         check_exchange=False,
         ignore_unknown_columns=True,

@@ -3,7 +3,7 @@ resource family contributes its routes), RabbitMQ's 404 / 405 answers, and ``%2F
 inside one path segment.
 
 The dashboard's page and static files (``/``, ``/static``: amqpd/shell/dashboard) are
-matched after the API's routes; other HTTP parts (policies) can add theirs with
+matched after the API's routes; other HTTP parts can add theirs with
 ``create_app(host, extra_routes=[...])``.
 """
 
@@ -31,6 +31,7 @@ from amqpd.shell.management import (
     limits,
     node,
     parameters,
+    policies,
     queues,
 )
 from amqpd.shell.management.errors import not_found
@@ -82,6 +83,7 @@ def api_routes(host: BrokerHost) -> list[BaseRoute]:
         *clients.routes(host),
         *definitions.routes(host),
         *parameters.routes(host),
+        *policies.routes(host),
     ]
 
 

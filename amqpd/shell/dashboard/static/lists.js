@@ -1,5 +1,5 @@
 // Exchanges and bindings, connections and channels (with force-close), and the admin
-// page (users, virtual hosts, permissions).
+// page (users, virtual hosts, permissions, policies and operator policies).
 
 import { api, seg } from "./api.js";
 import { DataTable, bytes, h, num, rate } from "./dom.js";
@@ -113,6 +113,21 @@ export function connectionsPage(notify) {
   return { element, refresh };
 }
 
+function policyTable(id, empty) {
+  return new DataTable(
+    id,
+    [
+      { key: "vhost", label: "Virtual host" },
+      { key: "name", label: "Name" },
+      { key: "pattern", label: "Pattern" },
+      { key: "apply-to", label: "Apply to" },
+      { key: "definition", label: "Definition", value: (p) => JSON.stringify(p.definition || {}), cell: (p) => JSON.stringify(p.definition || {}) },
+      { key: "priority", label: "Priority", numeric: true, cell: (p) => num(p.priority) },
+    ],
+    { filterOn: (p) => `${p.vhost} ${p.name} ${p.pattern}`, empty },
+  );
+}
+
 export function adminPage() {
   const users = new DataTable(
     "users",
@@ -145,6 +160,8 @@ export function adminPage() {
     ],
     { filterOn: (p) => `${p.user} ${p.vhost}`, empty: "No permissions." },
   );
+  const policies = policyTable("policies", "No policies.");
+  const operatorPolicies = policyTable("operator-policies", "No operator policies.");
   const element = h(
     "div",
     {},
@@ -152,12 +169,22 @@ export function adminPage() {
     section("Users", users),
     section("Virtual hosts", vhosts),
     section("Permissions", permissions),
+    section("Policies", policies),
+    section("Operator policies", operatorPolicies),
   );
   async function refresh() {
-    const [u, v, p] = await Promise.all([api("/users"), api("/vhosts"), api("/permissions")]);
+    const [u, v, p, pol, op] = await Promise.all([
+      api("/users"),
+      api("/vhosts"),
+      api("/permissions"),
+      api("/policies"),
+      api("/operator-policies"),
+    ]);
     users.update(u);
     vhosts.update(v);
     permissions.update(p);
+    policies.update(pol);
+    operatorPolicies.update(op);
   }
   return { element, refresh };
 }
