@@ -45,7 +45,12 @@ from amqpd.model.auth import (
     validate_hash,
     validate_regex,
 )
-from amqpd.model.parameters import ParameterError, check_parameter, parameter_json
+from amqpd.model.parameters import (
+    ParameterError,
+    check_parameter,
+    parameter_json,
+    sorted_keys,
+)
 from amqpd.model.policies import PolicyError, policy_json, validate
 from amqpd.model.queue import Queue
 from amqpd.model.vhost import Exchange
@@ -220,7 +225,7 @@ def _parse_parameters(data: Mapping[str, Any], state: AccessState, problems: lis
         except ParameterError as exc:
             problems.append(f"{what}: {' '.join(str(exc).split())}")
             continue
-        state.parameters[(str(component), vhost, name)] = item.get("value")
+        state.parameters[(str(component), vhost, name)] = sorted_keys(item.get("value"))
         count += 1
     return count
 

@@ -28,6 +28,7 @@ __all__ = [
     "list_parameters",
     "parameter_json",
     "set_parameter",
+    "sorted_keys",
 ]
 
 COMPONENTS: Final = ("shovel",)
@@ -44,6 +45,16 @@ class ParameterNotFound(LookupError):
 def parameter_json(component: str, vhost: str, name: str, value: Any) -> dict[str, Any]:
     """A parameter as RabbitMQ's API and definitions show it."""
     return {"value": value, "vhost": vhost, "component": component, "name": name}
+
+
+def sorted_keys(value: Any) -> Any:
+    """A copy of a JSON value with every object's keys sorted: RabbitMQ keeps parameter
+    values as Erlang maps, so they come back sorted by key."""
+    if isinstance(value, dict):
+        return {key: sorted_keys(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [sorted_keys(item) for item in value]
+    return value
 
 
 def check_parameter(component: str, name: str, value: Any) -> None:
@@ -101,7 +112,7 @@ def set_parameter(broker: Broker, component: str, vhost: str, name: str, value: 
         raise ParameterNotFound(f"no such vhost: '{vhost}'")
     check_parameter(component, name, value)
     created = (component, vhost, name) not in state.parameters
-    state.parameters[(component, vhost, name)] = copy.deepcopy(value)
+    state.parameters[(component, vhost, name)] = sorted_keys(value)
     broker.replace_access(state)
     return created
 

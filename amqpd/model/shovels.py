@@ -123,7 +123,7 @@ def _publish_properties(key: str, value: Any) -> str | None:
 
 
 def _enum(options: tuple[str, ...]) -> _Check:
-    shown = "[" + ",".join(f"'{option}'" for option in options) + "]"
+    shown = erlang_term(list(options))
 
     def check(key: str, value: Any) -> str | None:
         if not isinstance(value, str):
@@ -152,7 +152,7 @@ def _uri_error(uri: str) -> str | None:
         return f'"{uri}" not a valid URI: {{unable_to_parse_uri,"{uri}"}}'
     if parts.scheme not in ("amqp", "amqps"):
         scheme = parts.scheme or uri
-        return f'"{uri}" not a valid URI: {{unexpected_uri_scheme,"{scheme}"}}'
+        return f'"{uri}" not a valid URI: {{{{unexpected_uri_scheme,"{scheme}"}},"{uri}"}}'
     return None
 
 

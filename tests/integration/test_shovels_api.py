@@ -53,6 +53,8 @@ def test_put_get_list_delete(server: Server, api: httpx.Client) -> None:
     assert api.put(PATH, json={"value": SHOVEL}).status_code == 204
     expected = {"value": SHOVEL, "vhost": "/", "component": "shovel", "name": "s"}
     assert api.get(PATH).json() == expected
+    # stored as RabbitMQ stores it (a map): keys come back sorted
+    assert list(api.get(PATH).json()["value"]) == sorted(SHOVEL)
     assert api.get("/api/parameters").json() == [expected]
     assert api.get("/api/parameters/shovel").json() == [expected]
     assert api.get("/api/parameters/shovel/%2F").json() == [expected]
@@ -70,6 +72,10 @@ def test_refusals(api: httpx.Client) -> None:
         "error": "bad_request",
         "reason": "Validation failed\n\nMust specify 'src-exchange' or 'src-queue'\n",
     }
+    unknown = api.put(PATH, json={"value": {**SHOVEL, "bogus": 1}})
+    assert unknown.json()["reason"] == (  # checked against RabbitMQ 3.10.8, HTML-escaped too
+        'Validation failed\n\nUnrecognised terms [{&lt;&lt;"bogus"&gt;&gt;,1}] in s\n'
+    )
     other = api.put("/api/parameters/federation-upstream/%2F/u", json={"value": {"uri": "x"}})
     assert other.status_code == 400
     assert "component federation-upstream not found" in other.json()["reason"]

@@ -65,7 +65,7 @@ def test_missing_uris_and_unknown_keys_use_rabbitmqs_wording() -> None:
     [
         (
             {"ack-mode": "sometimes"},
-            "ack-mode should be one of ['no-ack','on-publish','on-confirm'], "
+            'ack-mode should be one of [<<"no-ack">>,<<"on-publish">>,<<"on-confirm">>], '
             'actually was <<"sometimes">>',
         ),
         (
@@ -82,11 +82,14 @@ def test_missing_uris_and_unknown_keys_use_rabbitmqs_wording() -> None:
             'src-delete-after should be number, "never" or "queue-length", actually was '
             '<<"later">>',
         ),
-        ({"src-uri": "http://h"}, '"http://h" not a valid URI: {unexpected_uri_scheme,"http"}'),
+        (
+            {"src-uri": "http://h"},
+            '"http://h" not a valid URI: {{unexpected_uri_scheme,"http"},"http://h"}',
+        ),
         ({"dest-queue": 5}, "dest-queue should be a string, actually was 5"),
         (
             {"src-protocol": "amqp1"},
-            "src-protocol should be one of ['amqp10','amqp091'], actually was <<\"amqp1\">>",
+            'src-protocol should be one of [<<"amqp10">>,<<"amqp091">>], actually was <<"amqp1">>',
         ),
     ],
 )
