@@ -221,7 +221,8 @@ class ShovelLink:
         if remaining is not None and remaining <= 0:
             return True
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        forward = self._forwarder(out, inbound, failure, done, remaining)
+        acker = _Acker(inbound)
+        forward = self._forwarder(out, inbound, acker, failure, done, remaining)
         if spec_.prefetch_count:
             await inbound.basic_qos(prefetch_count=min(spec_.prefetch_count, 65535))
         await inbound.basic_consume(queue, forward, no_ack=spec_.ack_mode == "no-ack")
@@ -241,6 +242,7 @@ class ShovelLink:
             for observer in watched[2:]:
                 observer.cancel()
         if done.done():
+            await acker.flush()  # the last acks, before the connections close
             return True
         if failure.done() and failure.exception() is not None:
             raise _Failed(_reason(failure.exception()))
@@ -264,6 +266,7 @@ class ShovelLink:
         self,
         out: aiormq.Channel,
         inbound: aiormq.abc.AbstractChannel,
+        acker: _Acker,
         failure: asyncio.Future[None],
         done: asyncio.Future[None],
         remaining: int | None,
@@ -273,8 +276,6 @@ class ShovelLink:
         confirms = ack_mode == "on-confirm"
         received = 0
         left = remaining
-
-        acker = _Acker(inbound)
 
         async def forward(message: aiormq.abc.DeliveredMessage) -> None:
             nonlocal received, left
@@ -286,9 +287,9 @@ class ShovelLink:
             tag = delivery.delivery_tag or 0
             if ack_mode != "no-ack":
                 acker.received(tag)
-            exchange, key = self._target(delivery)
-            properties = self._properties(message.header.properties)
             try:
+                exchange, key = self._target(delivery)
+                properties = self._properties(message.header.properties)
                 confirmation = await out.basic_publish(
                     message.body,
                     exchange=exchange,
@@ -378,6 +379,10 @@ class _Acker:
             await asyncio.sleep(0)  # let the other forwards settled by the same frame run
         finally:
             self._flushing = False
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Ack the settled run of deliveries now."""
         pending, settled = self._pending, self._settled
         last = None
         while pending and pending[0] in settled:
