@@ -1,4 +1,5 @@
-"""A TCP proxy on 127.0.0.1 whose connections a test can cut (a broken network link)."""
+"""A TCP proxy on 127.0.0.1 whose connections a test can cut (reset) or freeze (a silent
+network partition)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ class CuttableProxy:
         self.port = int(self._listener.getsockname()[1])
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
+        self._frozen: set[socket.socket] = set()  # connections whose bytes are dropped
         self.accepted = 0
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
@@ -44,16 +46,23 @@ class CuttableProxy:
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         try:
             while data := src.recv(65536):
+                if src in self._frozen:
+                    continue  # a partition: the bytes vanish, nobody is told
                 dst.sendall(data)
         except OSError:
             pass
         finally:
             with contextlib.suppress(OSError):
                 dst.shutdown(socket.SHUT_RDWR)
+
+    def freeze(self) -> None:
+        """Black-hole every current connection (a network partition: no FIN, no RST);
+        only heartbeats can tell the peers. New connections work normally."""
+        with self._lock:
+            self._frozen.update(self._sockets)
 
     def cut(self) -> None:
         """Reset every connection through the proxy."""

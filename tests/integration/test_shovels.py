@@ -152,6 +152,28 @@ def test_cut_link_reconnects_and_loses_nothing(
         proxy.close()
 
 
+def test_a_silent_partition_is_noticed_by_heartbeats(
+    pair: tuple[BrokerProcess, BrokerProcess],
+) -> None:
+    """The link's bytes vanish without a FIN or RST: heartbeats (1 s here) tell the shovel,
+    which reconnects; nothing is lost."""
+    a, b = pair
+    proxy = CuttableProxy(b.port)
+    try:
+        publish(a.url, "src", range(N))
+        dest = f"amqp://guest:guest@127.0.0.1:{proxy.port}/%2F?heartbeat=1"
+        set_shovel(a.data_dir, "s", _shovel(dest))
+        wait_for(lambda: count(b.url, "dst") >= N // 5, "the transfer to be under way")
+        connections = proxy.accepted
+        proxy.freeze()
+        wait_for(lambda: proxy.accepted > connections, "the shovel to reconnect")
+        wait_for(lambda: count(a.url, "src") == 0, "the source queue empty")
+        wait_for(lambda: count(b.url, "dst") >= N, "every message at the destination")
+        _assert_all_arrived(b.url)
+    finally:
+        proxy.close()
+
+
 def test_shovel_survives_a_restart_and_delete_after_clears_it(
     pair: tuple[BrokerProcess, BrokerProcess],
 ) -> None:

@@ -44,7 +44,7 @@ from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
 from typing import Any, Final, cast
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import aiormq
 import aiormq.abc
@@ -60,6 +60,7 @@ log = logging.getLogger(__name__)
 MAX_BACKOFF: Final = 30.0  # seconds between reconnection attempts, at most
 STABLE_AFTER: Final = 10.0  # a run this long resets the back-off
 CLOSE_TIMEOUT: Final = 5.0  # seconds a connection may take to close
+HEARTBEAT: Final = 10  # seconds, unless the URI says (amqp_client's default)
 _PROPERTY_NAMES: Final = {"type": "message_type"}  # publish-properties key -> pamqp name
 
 
@@ -73,8 +74,16 @@ class LocalEndpoint:
         self.secret = secret
 
     def resolve(self, uri: str) -> str:
-        """The URI to connect to: a host-less URI becomes the local listener."""
+        """The URI to connect to: a host-less URI becomes the local listener; a URI without
+        ``heartbeat`` gets RabbitMQ's client default (10 s), so a link whose peer vanished
+        without closing the TCP connection (a network partition) is noticed."""
         parts = urlsplit(uri)
+        if "heartbeat=" not in parts.query:
+            query = (
+                f"{parts.query}&heartbeat={HEARTBEAT}" if parts.query else f"heartbeat={HEARTBEAT}"
+            )
+            parts = parts._replace(query=query)
+            uri = urlunsplit(parts)
         if parts.hostname:
             return uri
         vhost = parts.path[1:] if parts.path.startswith("/") else ""
