@@ -26,6 +26,7 @@ import pika
 import pika.exceptions
 import pytest
 
+from interop.jms import AckMode, ConnectionFactory
 from tests.pg_cluster import PgCluster
 
 pytestmark = pytest.mark.slow
@@ -429,6 +430,53 @@ def test_a_standby_that_loses_its_connection_reconnects_and_still_takes_over(
         assert [body for body, _ in drain(standby_port, "jobs")] == [
             b"tx-%d" % i for i in range(20)
         ]
+    finally:
+        active.stop()
+        if standby is not None:
+            standby.stop()
+
+
+def test_jms_failover_url_follows_the_active_to_the_standby(pg_url: str, tmp_path: Path) -> None:
+    """The JMS client's `failover:` URL names both brokers of an active/standby pair: when the
+    active dies, the standby takes over and the client moves to it by itself; every send that
+    returned (each one confirmed) is there, unacknowledged deliveries come back redelivered."""
+    active = PgBroker(pg_url, tmp_path / "a")
+    standby: PgBroker | None = None
+    try:
+        first = active.wait_listening()
+        second = free_port()
+        standby = PgBroker(pg_url, tmp_path / "b", port=second)
+        standby.wait_for(r"standby: another amqpd holds the lock")
+        urls = ",".join(f"amqp://guest:guest@127.0.0.1:{p}/%2F" for p in (first, second))
+        url = f"failover:({urls})?randomize=false&initialReconnectDelay=50&maxReconnectDelay=500"
+        connection = ConnectionFactory(url).create_connection()
+        try:
+            session = connection.create_session(ack_mode=AckMode.CLIENT_ACKNOWLEDGE)
+            queue = session.queue("jms-jobs")
+            producer = session.create_producer(queue)
+            sent = [f"m{n}" for n in range(20)]
+            for body in sent[:10]:
+                producer.send(body)  # persistent by default: returns once confirmed
+            consumer = session.create_consumer(queue)
+            connection.start()
+            held = consumer.receive(DEADLINE)  # delivered, not acknowledged
+            assert held is not None and held.body == "m0"
+
+            active.kill()
+            for body in sent[10:]:
+                producer.send(body)  # blocks while the client fails over, then confirmed
+            assert standby.wait_listening() == second
+            assert connection.broker_url.endswith(f":{second}/%2F")
+            got: list[tuple[str, bool]] = []
+            while len({body for body, _ in got}) < len(sent):
+                message = consumer.receive(DEADLINE)
+                assert message is not None, got
+                got.append((str(message.body), message.redelivered))
+                message.acknowledge()
+            assert {body for body, _ in got} == set(sent)  # nothing confirmed is lost
+            assert ("m0", True) in got  # the unacknowledged one comes back redelivered
+        finally:
+            connection.close()
     finally:
         active.stop()
         if standby is not None:
