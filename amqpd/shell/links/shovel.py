@@ -289,8 +289,9 @@ class ShovelLink:
         async def forward(message: aiormq.abc.DeliveredMessage) -> None:
             nonlocal received, left
             received += 1
-            if remaining is not None and received > remaining:
+            if remaining is not None and received > remaining and ack_mode != "no-ack":
                 return  # beyond src-delete-after: requeued when the source channel closes
+            # (no-ack: the source already forgot it, so it is forwarded rather than dropped)
             delivery = message.delivery
             assert isinstance(delivery, spec.Basic.Deliver)
             tag = delivery.delivery_tag or 0
