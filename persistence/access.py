@@ -1,5 +1,6 @@
 """Access-control records and their SQL (schema 2): users, vhosts, permissions; policies,
-operator policies and global parameters (schema 3).
+operator policies and global parameters (schema 3); vhost-scoped runtime parameters
+(schema 6).
 
 Pure: the statements and row conversions live here; :class:`persistence.store.Store` runs
 them (``load_access`` / ``save_access``). The tables are small and are rewritten whole in
@@ -79,6 +80,8 @@ class AccessState:
     policies: dict[tuple[str, str], PolicyRecord] = field(default_factory=dict)  # (vhost, name)
     operator_policies: dict[tuple[str, str], PolicyRecord] = field(default_factory=dict)
     global_parameters: dict[str, Any] = field(default_factory=dict)  # name -> JSON value
+    # runtime parameters: (component, vhost, name) -> JSON value (e.g. a shovel's definition)
+    parameters: dict[tuple[str, str, str], Any] = field(default_factory=dict)
 
 
 LOAD_SQL: Final = {
@@ -89,6 +92,8 @@ LOAD_SQL: Final = {
     "policies": "SELECT kind, vhost, name, pattern, apply_to, priority, definition FROM policies"
     " ORDER BY kind, vhost, name",
     "global_parameters": "SELECT name, value FROM global_parameters ORDER BY name",
+    "parameters": "SELECT component, vhost, name, value FROM parameters"
+    " ORDER BY component, vhost, name",
 }
 _POLICY_KINDS: Final = ("policy", "operator")
 
@@ -113,6 +118,8 @@ def rows_to_state(rows: dict[str, list[Any]]) -> AccessState:
         )
     for name, value in rows["global_parameters"]:
         state.global_parameters[name] = json.loads(value)
+    for component, vhost, name, value in rows["parameters"]:
+        state.parameters[(component, vhost, name)] = json.loads(value)
     return state
 
 
@@ -128,6 +135,14 @@ def state_to_statements(state: AccessState) -> list[tuple[str, list[tuple[Any, .
     return [
         ("DELETE FROM policies", [()]),
         ("DELETE FROM global_parameters", [()]),
+        ("DELETE FROM parameters", [()]),
+        (
+            "INSERT INTO parameters (component, vhost, name, value) VALUES (?, ?, ?, ?)",
+            [
+                (component, vhost, name, json.dumps(value))
+                for (component, vhost, name), value in state.parameters.items()
+            ],
+        ),
         (
             "INSERT INTO policies (kind, vhost, name, pattern, apply_to, priority, definition)"
             " VALUES (?, ?, ?, ?, ?, ?, ?)",

@@ -201,12 +201,27 @@ _MIGRATION_5 = (
     """,
 )
 
+# Schema 6: vhost-scoped runtime parameters (RabbitMQ's ``rabbitmqctl set_parameter``:
+# component ``shovel`` today; the value is the parameter's JSON object).
+_MIGRATION_6 = (
+    """
+    CREATE TABLE parameters (
+        component TEXT NOT NULL,
+        vhost     TEXT NOT NULL,
+        name      TEXT NOT NULL,
+        value     TEXT NOT NULL,
+        PRIMARY KEY (component, vhost, name)
+    ) WITHOUT ROWID
+    """,
+)
+
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: _MIGRATION_1,
     2: _MIGRATION_2,
     3: _MIGRATION_3,
     4: _MIGRATION_4,
     5: _MIGRATION_5,
+    6: _MIGRATION_6,
 }
 """Statements that take a store from version ``n - 1`` to version ``n``."""
 

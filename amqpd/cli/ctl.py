@@ -25,9 +25,14 @@ Commands (``rabbitmqctl`` equivalents in brackets):
     list-policies [-p V]                       [list_policies]
     set-operator-policy / clear-operator-policy / list-operator-policies     [same, operator]
 
-The policy commands also work on a stopped broker's data directory (like ``amqpd users``);
-a refused one prints its banner, then ``Error:`` and RabbitMQ's text, and exits with 69,
-as ``rabbitmqctl set_policy`` does (checked side by side with RabbitMQ 3.10).
+    set-parameter [-p V] COMPONENT NAME VALUE  [set_parameter]     COMPONENT: shovel
+    clear-parameter [-p V] COMPONENT NAME      [clear_parameter]
+    list-parameters [-p V]                     [list_parameters]
+    list-shovels                               [shovel_status]
+
+The policy and parameter commands also work on a stopped broker's data directory (like
+``amqpd users``); a refused one prints its banner, then ``Error:`` and RabbitMQ's text, and
+exits with 69, as ``rabbitmqctl set_policy`` does (checked side by side with RabbitMQ 3.10).
 
 Exit status: 0 success; 1 the broker refused the command (unknown column, vhost or
 connection); 69 (EX_UNAVAILABLE) no broker answers on the data directory; 75 (EX_TEMPFAIL)
@@ -99,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("name", help="the connection's name, as list-connections name shows it")
     sub.add_argument("reason", nargs="?", default="", help="told to the client")
     _add_policy_commands(commands, common)
+    _add_parameter_commands(commands, common)
+    commands.add_parser(
+        "list-shovels", parents=[common], help="the shovels' state (rabbitmqctl shovel_status)"
+    )
     commands.add_parser("status", parents=[common], help="node status, alarms and totals")
     commands.add_parser("ping", parents=[common], help="exit 0 if the broker answers")
     return parser
@@ -126,13 +135,42 @@ def _add_policy_commands(commands: Any, common: argparse.ArgumentParser) -> None
         sub.add_argument("-p", "--vhost", default="/", help="virtual host (default /)")
 
 
+def _add_parameter_commands(commands: Any, common: argparse.ArgumentParser) -> None:
+    sub = commands.add_parser("set-parameter", parents=[common], help="set a runtime parameter")
+    sub.add_argument("-p", "--vhost", default="/", help="virtual host (default /)")
+    sub.add_argument("component", help="shovel")
+    sub.add_argument("name")
+    sub.add_argument("value", help='JSON, e.g. \'{"src-uri":"amqp://", ...}\'')
+    sub = commands.add_parser(
+        "clear-parameter", parents=[common], help="delete a runtime parameter"
+    )
+    sub.add_argument("-p", "--vhost", default="/", help="virtual host (default /)")
+    sub.add_argument("component")
+    sub.add_argument("name")
+    sub = commands.add_parser(
+        "list-parameters", parents=[common], help="list a vhost's runtime parameters"
+    )
+    sub.add_argument("-p", "--vhost", default="/", help="virtual host (default /)")
+
+
+_REQUEST_KEYS: Final = (
+    "command",
+    "vhost",
+    "name",
+    "pattern",
+    "definition",
+    "priority",
+    "apply_to",
+    "component",
+    "value",
+)
+
+
 def _policy_command(args: argparse.Namespace, out: TextIO) -> int:
     request: dict[str, Any] = {
-        key: value
-        for key, value in vars(args).items()
-        if key in ("command", "vhost", "name", "pattern", "definition", "priority", "apply_to")
+        key: value for key, value in vars(args).items() if key in _REQUEST_KEYS
     }
-    request["group"] = "policies"
+    request["group"] = "parameters" if "parameter" in args.command else "policies"
     try:
         outcome = admin.run_request(args.data_dir, request)
     except AdminError as exc:  # as rabbitmqctl: the banner, then the error, exit 69
@@ -146,7 +184,8 @@ def _policy_command(args: argparse.Namespace, out: TextIO) -> int:
     lines = outcome.output.split("\n")
     if args.quiet:
         lines = lines[1:]
-    if args.no_table_headers and len(lines) > 1 and lines[0].startswith("vhost\t"):
+    headers = ("vhost\t", "component\t")
+    if args.no_table_headers and len(lines) > 1 and lines[0].startswith(headers):
         lines = lines[1:]
     if args.command.startswith("list-") and args.format == "json":
         lines = [_json_rows(lines[1 if not args.quiet else 0 :])]
@@ -156,6 +195,8 @@ def _policy_command(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _policy_banner(args: argparse.Namespace) -> str:
+    if "parameter" in args.command:
+        return _parameter_banner(args)
     operator = "operator" in args.command
     if args.command.startswith("set-"):
         what = "operator policy override" if operator else "policy"
@@ -170,6 +211,20 @@ def _policy_banner(args: argparse.Namespace) -> str:
     return f'Listing {what} for vhost "{args.vhost}" ...'
 
 
+def _parameter_banner(args: argparse.Namespace) -> str:
+    if args.command.startswith("set-"):
+        return (
+            f'Setting runtime parameter "{args.name}" for component "{args.component}" to '
+            f'"{args.value}" in vhost "{args.vhost}" ...'
+        )
+    if args.command.startswith("clear-"):
+        return (
+            f'Clearing runtime parameter "{args.name}" for component "{args.component}" on '
+            f'vhost "{args.vhost}" ...'
+        )
+    return f'Listing runtime parameters for vhost "{args.vhost}" ...'
+
+
 def _json_rows(lines: list[str]) -> str:
     if not lines:
         return "[\n]"
@@ -177,8 +232,11 @@ def _json_rows(lines: list[str]) -> str:
     objects = []
     for line in lines[1:]:
         row: dict[str, Any] = dict(zip(columns, line.split("\t"), strict=True))
-        row["definition"] = json.loads(row["definition"])
-        row["priority"] = int(row["priority"])
+        if "value" in row:
+            row["value"] = json.loads(row["value"])
+        else:
+            row["definition"] = json.loads(row["definition"])
+            row["priority"] = int(row["priority"])
         objects.append(json.dumps(row, separators=(",", ":")))
     return "[\n" + ",\n".join(objects) + "\n]"
 
@@ -187,7 +245,7 @@ def main(argv: Sequence[str], stdout: TextIO | None = None) -> int:
     """Run one ``amqpd ctl`` command (``argv`` after ``ctl``); the exit status."""
     args = build_parser().parse_args(argv)
     out = stdout or sys.stdout
-    if "polic" in args.command:
+    if "polic" in args.command or "parameter" in args.command:
         return _policy_command(args, out)
     request: dict[str, Any] = {"group": "ctl", "command": args.command}
     if args.command in LISTINGS:

@@ -10,8 +10,9 @@ one short line. The JSON format escapes through the JSON encoder.
 
 Logs go to standard error, or to ``--log-file``. A log file is reopened on SIGHUP (the
 shell calls `reopen`), which is what ``logrotate``'s default ``create`` mode needs. Library
-loggers are kept at warning (aiosqlite, asyncio) so that ``--log-level debug`` shows
-amqpd's own events.
+loggers are kept at warning (aiosqlite, asyncio; aiormq, the shovels' client, at critical:
+amqpd/shell/links/ logs each failure once) so that ``--log-level debug`` shows amqpd's own
+events.
 """
 
 from __future__ import annotations
@@ -143,6 +144,8 @@ def configure_logging(level: str, log_format: str = "text", log_file: Path | Non
     root.setLevel(logging.CRITICAL + 1 if level == "none" else level.upper())
     for name in QUIET_LIBRARIES:
         logging.getLogger(name).setLevel(logging.WARNING)
+    # The shovels' AMQP client logs a lost link as an error; the link logs it once itself.
+    logging.getLogger("aiormq").setLevel(logging.CRITICAL)
 
 
 def reopen_logs() -> bool:

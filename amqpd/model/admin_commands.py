@@ -39,6 +39,13 @@ from amqpd.model.definitions import (
     import_definitions,
     topology,
 )
+from amqpd.model.parameters import (
+    ParameterError,
+    ParameterNotFound,
+    clear_parameter,
+    list_parameters,
+    set_parameter,
+)
 from amqpd.model.policy_admin import (
     PolicyError,
     PolicyNotFound,
@@ -61,6 +68,7 @@ class Outcome:
     output: str
     changed: bool = False
     problems: tuple[str, ...] = ()  # what could not be applied (the command fails)
+    created: bool = False  # a PUT made something new (HTTP 201 rather than 204)
 
 
 def problems_text(outcome: Outcome) -> str:
@@ -310,6 +318,8 @@ def _vhosts_delete(broker: Broker, args: _Args) -> Outcome:
     for table in (state.policies, state.operator_policies):
         for key in [key for key in table if key[0] == name]:
             del table[key]
+    for parameter in [key for key in state.parameters if key[1] == name]:
+        del state.parameters[parameter]
     return _changed(broker, state, f"Deleted vhost '{name}' and everything in it.")
 
 
@@ -403,7 +413,62 @@ def _list_policies(broker: Broker, args: _Args) -> Outcome:
     return Outcome("\n".join(lines))
 
 
+def _set_parameter(broker: Broker, args: _Args) -> Outcome:
+    """``set-parameter COMPONENT NAME JSON`` (``value``: JSON text) or the management
+    API's PUT (``document``: the decoded value)."""
+    component, vhost, name = args.text("component"), args.text("vhost"), args.text("name")
+    if "document" in args:
+        value = args.document("document")
+        text = json.dumps(value, separators=(",", ":"))
+    else:
+        text = args.text("value")
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise AdminError(f"Validation failed\n\nvalue is not valid JSON: {exc}") from exc
+    try:
+        created = set_parameter(broker, component, vhost, name, value)
+    except (ParameterError, ParameterNotFound) as exc:
+        raise AdminError(str(exc).rstrip("\n")) from exc
+    return Outcome(
+        f'Setting runtime parameter "{name}" for component "{component}" to "{text}" in vhost '
+        f'"{vhost}" ...',
+        changed=True,
+        created=created,
+    )
+
+
+def _clear_parameter(broker: Broker, args: _Args) -> Outcome:
+    component, vhost, name = args.text("component"), args.text("vhost"), args.text("name")
+    try:
+        clear_parameter(broker, component, vhost, name)
+    except ParameterNotFound as exc:
+        raise AdminError(str(exc)) from exc
+    return Outcome(
+        f'Clearing runtime parameter "{name}" for component "{component}" on vhost "{vhost}" ...',
+        changed=True,
+    )
+
+
+def _list_parameters(broker: Broker, args: _Args) -> Outcome:
+    vhost = args.text("vhost")
+    try:
+        items = list_parameters(broker, None, vhost)
+    except ParameterNotFound as exc:
+        raise AdminError(str(exc)) from exc
+    lines = [f'Listing runtime parameters for vhost "{vhost}" ...']
+    if items:
+        lines.append("component\tname\tvalue")
+    for item in items:
+        value = json.dumps(item["value"], separators=(",", ":"))
+        lines.append(f"{item['component']}\t{item['name']}\t{value}")
+    return Outcome("\n".join(lines))
+
+
 _COMMANDS: dict[tuple[str, str], Callable[[Broker, _Args], Outcome]] = {
+    ("parameters", "set-parameter"): _set_parameter,
+    ("parameters", "clear-parameter"): _clear_parameter,
+    ("parameters", "list-parameters"): _list_parameters,
     ("policies", "set-policy"): _set_policy,
     ("policies", "clear-policy"): _clear_policy,
     ("policies", "list-policies"): _list_policies,

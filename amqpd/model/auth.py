@@ -42,6 +42,7 @@ __all__ = [
     "DEFAULT_HASHING",
     "FULL_ACCESS",
     "HASHING_ALGORITHMS",
+    "INTERNAL_USER",
     "AccessControl",
     "AccessState",
     "Authz",
@@ -153,6 +154,11 @@ def default_access(vhosts: tuple[str, ...] = ("/",)) -> AccessState:
 
 
 _DUMMY_HASH: Final = hash_password("", salt=b"\0" * SALT_BYTES)
+INTERNAL_USER: Final = "amqpd-links"
+"""The user the broker's own links (shovels) log in as when a URI names the local broker
+(``amqp://`` with no host, RabbitMQ's direct connection as user ``none``): its password is
+a random secret the shell sets at start (`AccessControl.internal_secret`), it has every
+permission in every vhost and cannot log in with a stored password."""
 
 
 class AccessControl:
@@ -161,9 +167,21 @@ class AccessControl:
     def __init__(self, state: AccessState, loopback_users: tuple[str, ...] = ("guest",)) -> None:
         self.state = state
         self.loopback_users = loopback_users
+        self.internal_secret: str | None = None  # set by the shell (INTERNAL_USER)
+
+    def is_user(self, name: str) -> bool:
+        """Whether ``name`` is a user who may stay connected (stored, or the internal one)."""
+        return name in self.state.users or (
+            name == INTERNAL_USER and self.internal_secret is not None
+        )
 
     def authenticate(self, name: str, password: str) -> User | None:
         """The user if the password matches; None otherwise (unknown users cost the same)."""
+        if name == INTERNAL_USER:
+            secret = self.internal_secret
+            if secret is not None and hmac.compare_digest(password.encode(), secret.encode()):
+                return User(INTERNAL_USER, "")
+            return None
         user = self.state.users.get(name)
         if user is None:
             check_password(password, _DUMMY_HASH, DEFAULT_HASHING)
@@ -178,6 +196,8 @@ class AccessControl:
 
     def authz(self, user: str, vhost: str) -> Authz | None:
         """The user's permissions in ``vhost``; None if it has none there."""
+        if user == INTERNAL_USER and self.internal_secret is not None:
+            return Authz(user, vhost, Permission()) if vhost in self.state.vhosts else None
         permission = self.state.permissions.get((user, vhost))
         if permission is None:
             return None

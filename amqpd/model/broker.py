@@ -144,7 +144,7 @@ class Broker:
         self.install_policies()
         for connection in list(self.connections):
             user = connection.user
-            if user not in state.users:
+            if not self.access.is_user(user):
                 connection.close(CONNECTION_FORCED, f"CONNECTION_FORCED - user '{user}' is deleted")
                 continue
             vhost = connection.vhost.name

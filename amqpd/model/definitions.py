@@ -15,11 +15,13 @@ and amqpd both ways:
 
 * policies, operator_policies: RabbitMQ's policy objects (model/policies.py), applied at
   once to existing queues and exchanges;
-* global_parameters: name / value pairs, kept and exported again.
+* global_parameters: name / value pairs, kept and exported again;
+* parameters: ``vhost-limits`` (max-connections) and ``shovel`` (model/shovels.py,
+  validated; a shovel starts once imported).
 
 Importing adds or updates, it never deletes (like RabbitMQ). What cannot be applied - an
 invalid policy, a queue the vhost refuses, a runtime parameter of a plugin amqpd does not
-have (federation, shovel), topic permissions - is skipped and reported in the list of
+have (federation), topic permissions - is skipped and reported in the list of
 problems, which the ``amqpd definitions import`` command prints before exiting with
 status 1. Export lists every non-exclusive queue, durable or not, as RabbitMQ does.
 """
@@ -42,6 +44,12 @@ from amqpd.model.auth import (
     hash_password,
     validate_hash,
     validate_regex,
+)
+from amqpd.model.parameters import (
+    ParameterError,
+    check_parameter,
+    parameter_json,
+    sorted_keys,
 )
 from amqpd.model.policies import PolicyError, policy_json, validate
 from amqpd.model.queue import Queue
@@ -104,6 +112,7 @@ def parse_access(data: Mapping[str, Any], into: AccessState) -> AccessState:
         dict(into.policies),
         dict(into.operator_policies),
         dict(into.global_parameters),
+        dict(into.parameters),
     )
     for item in _items(data, "vhosts"):
         name = _text(item, "name", "vhosts")
@@ -196,6 +205,31 @@ def _parse_policies(
     return counts
 
 
+def _parse_parameters(data: Mapping[str, Any], state: AccessState, problems: list[str]) -> int:
+    """Add the document's runtime parameters (other than vhost-limits) to ``state``; refused
+    ones are reported in ``problems``."""
+    count = 0
+    for item in _items(data, "parameters"):
+        component, vhost, name = item.get("component"), item.get("vhost", "/"), item.get("name")
+        if component == "vhost-limits":
+            continue  # parse_access
+        what = f"parameter {name!r} of component {component!r} in vhost {vhost!r}"
+        if not isinstance(name, str) or not isinstance(vhost, str):
+            problems.append(f"{what}: name and vhost must be strings")
+            continue
+        if vhost not in state.vhosts:
+            problems.append(f"{what}: no vhost {vhost!r}")
+            continue
+        try:
+            check_parameter(str(component), name, item.get("value"))
+        except ParameterError as exc:
+            problems.append(f"{what}: {' '.join(str(exc).split())}")
+            continue
+        state.parameters[(str(component), vhost, name)] = sorted_keys(item.get("value"))
+        count += 1
+    return count
+
+
 def import_definitions(
     broker: Broker, data: Mapping[str, Any], problems: list[str] | None = None
 ) -> dict[str, int]:
@@ -218,13 +252,7 @@ def import_definitions(
     state = parse_access(data, broker.access.state)
     for section in ("exchanges", "queues", "bindings", "policies", "operator_policies"):
         _items(data, section)  # validate the shape before changing anything
-    for item in _items(data, "parameters"):
-        component = item.get("component")
-        if component != "vhost-limits":
-            problems.append(
-                f"parameter {item.get('name')!r} of component {component!r} in vhost "
-                f"{item.get('vhost')!r}: not supported by amqpd (no such plugin)"
-            )
+    parameter_count = _parse_parameters(data, state, problems)
     for item in _items(data, "topic_permissions"):
         problems.append(
             f"topic permissions of user {item.get('user')!r} in vhost {item.get('vhost')!r}: "
@@ -238,6 +266,7 @@ def import_definitions(
         "permissions": len(_items(data, "permissions")),
         **policy_counts,
         "global_parameters": len(_items(data, "global_parameters")),
+        "parameters": parameter_count,
         "exchanges": 0,
         "queues": 0,
         "bindings": 0,
@@ -425,6 +454,10 @@ def export_definitions(
             }
             for info in access.vhosts.values()
             if info.max_connections is not None
+        ]
+        + [
+            parameter_json(component, vhost, name, value)
+            for (component, vhost, name), value in access.parameters.items()
         ],
         "global_parameters": [
             {"name": name, "value": value} for name, value in access.global_parameters.items()

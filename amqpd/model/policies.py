@@ -75,7 +75,7 @@ class PolicyError(ValueError):
     ``reason``, what ``rabbitmqctl`` prints after ``Error:``)."""
 
 
-def _term(value: Any) -> str:
+def erlang_term(value: Any) -> str:
     """A JSON value the way Erlang's ``~p`` prints the decoded term."""
     if isinstance(value, str):
         return f'<<"{value}">>'
@@ -84,9 +84,11 @@ def _term(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, list):
-        return "[" + ",".join(_term(item) for item in value) + "]"
+        return "[" + ",".join(erlang_term(item) for item in value) + "]"
     if isinstance(value, dict):
-        return "[" + ",".join(f"{{{_term(k)},{_term(v)}}}" for k, v in value.items()) + "]"
+        return (
+            "[" + ",".join(f"{{{erlang_term(k)},{erlang_term(v)}}}" for k, v in value.items()) + "]"
+        )
     return json.dumps(value)
 
 
@@ -98,17 +100,17 @@ def _check_key(key: str, value: Any) -> None:
     is_int = isinstance(value, int) and not isinstance(value, bool)
     if key in _NON_NEGATIVE_INT:
         if not (is_int and value >= 0):
-            raise _failed(f"{_term(value)} is not {_NON_NEGATIVE_INT[key]}")
+            raise _failed(f"{erlang_term(value)} is not {_NON_NEGATIVE_INT[key]}")
     elif key == "expires":
         if not (is_int and value >= 1):
-            raise _failed(f"{_term(value)} is not a valid queue expiry")
+            raise _failed(f"{erlang_term(value)} is not a valid queue expiry")
     elif key in _STRINGS:
         if not isinstance(value, str):
-            raise _failed(f"{_term(value)} is not {_STRINGS[key]}")
+            raise _failed(f"{erlang_term(value)} is not {_STRINGS[key]}")
     else:
         allowed, what = _CHOICES[key]
         if value not in allowed:
-            raise _failed(f"{_term(value)} is not {what}")
+            raise _failed(f"{erlang_term(value)} is not {what}")
 
 
 def validate(
@@ -140,7 +142,7 @@ def validate(
     except PolicyError as exc:
         errors.append(str(exc).removeprefix("Validation failed\n\n").removesuffix("\n"))
     if not isinstance(pattern, str):
-        errors.append(f"pattern should be a binary but was {_term(pattern)}")
+        errors.append(f"pattern should be a binary but was {erlang_term(pattern)}")
     else:
         try:
             re.compile(pattern)
@@ -151,7 +153,7 @@ def validate(
     if priority_text and isinstance(priority, str) and re.fullmatch(r"-?[0-9]+", priority):
         priority = int(priority)
     if isinstance(priority, bool) or not isinstance(priority, int):
-        errors.append(f"priority should be a number, actually was {_term(priority)}")
+        errors.append(f"priority should be a number, actually was {erlang_term(priority)}")
     if errors:
         raise _failed("\n".join(errors))
     assert isinstance(definition, Mapping) and isinstance(pattern, str)
@@ -160,13 +162,13 @@ def validate(
 
 def _check_definition(definition: Any, operator: bool) -> None:
     if not isinstance(definition, Mapping):
-        raise _failed(f"definition should be a JSON object, actually was {_term(definition)}")
+        raise _failed(f"definition should be a JSON object, actually was {erlang_term(definition)}")
     if not definition:
         raise _failed("no policy provided")
     allowed = OPERATOR_KEYS if operator else POLICY_KEYS
     unknown = {key: value for key, value in definition.items() if key not in allowed}
     if unknown:
-        raise _failed(f"{_term(unknown)} are not recognised policy settings")
+        raise _failed(f"{erlang_term(unknown)} are not recognised policy settings")
     for key, value in definition.items():
         _check_key(key, value)
 

@@ -27,6 +27,10 @@ class BrokerHost(Protocol):
         change made to the broker (declare, delete, purge, publish, close)."""
         ...
 
+    def shovel_status(self, vhost: str | None = None) -> list[dict[str, Any]]:
+        """The shovels' state (RabbitMQ's /api/shovels items), of one vhost or all."""
+        ...
+
     async def admin_request(self, request: dict[str, Any]) -> AdminReply:
         """Carry out an admin-socket request (users, vhosts, definitions, ctl) and persist it."""
         ...

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import secrets
 import signal
 import socket
 import ssl
@@ -40,7 +41,14 @@ from amqpd.engine.connection import Connection
 from amqpd.engine.outbox import Outbox
 from amqpd.engine.rates import SAMPLE_INTERVAL, RateSampler
 from amqpd.model.admin_commands import AdminError, execute, problems_text
-from amqpd.model.auth import DEFAULT_HASHING, AccessState, Permission, User, hash_password
+from amqpd.model.auth import (
+    DEFAULT_HASHING,
+    INTERNAL_USER,
+    AccessState,
+    Permission,
+    User,
+    hash_password,
+)
 from amqpd.model.broker import Broker, BrokerConfig
 from amqpd.model.definitions import DefinitionsError, import_definitions
 from amqpd.model.queue import HOT_WINDOW
@@ -48,6 +56,8 @@ from amqpd.model.statistics import NodeSample
 from amqpd.shell import management, metrics, node_sample, resources
 from amqpd.shell.admin_socket import AdminReply, serve_admin
 from amqpd.shell.http_listener import bind, serve_http
+from amqpd.shell.links.shovel import LocalEndpoint
+from amqpd.shell.links.supervisor import LinkSupervisor, shovel_table
 from amqpd.shell.store_role import LockLost, StoreRole
 from amqpd.shell.tls import TLSOptions, certificate_identity, server_context, tls_failure_reason
 from persistence.backend import BodyReaderPort, StoreBackend
@@ -135,6 +145,7 @@ class Server:
         self.started = time.time()
         self.rates = RateSampler(broker)  # message rates, sampled (amqpd/engine/rates.py)
         self.listeners: list[dict[str, Any]] = []  # RabbitMQ's overview/nodes "listeners"
+        self.links: LinkSupervisor | None = None  # the shovels (amqpd/shell/links/)
         self._clock = broker.clock
         self._ticker_wake: anyio.Event | None = None  # set to re-plan the ticker's sleep
         self._ticker_until = math.inf  # when the sleeping ticker wakes (inf: it is not asleep)
@@ -212,10 +223,14 @@ class Server:
                 if store is not None and self.config.data_dir is not None and not self._role.shared:
                     await group.start(serve_admin, self.config.data_dir, self.admin_request)
                 await self._serve_http(group, http_sockets)
+                self._start_links()
                 log.info("listening on %s:%d", self.config.host, self.port)
                 task_status.started(self.port)
                 await anyio.sleep(math.inf)
         finally:
+            if self.links is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.links.aclose()
             for sock in http_sockets.values():
                 sock.close()  # closed by serve_http already unless serving never started
             if tls_listener is not None:
@@ -224,6 +239,25 @@ class Server:
             if store is not None:
                 with anyio.CancelScope(shield=True):
                     await self._close_store(store)
+
+    def _start_links(self) -> None:
+        """Run the stored shovels; they reach the local broker as the internal user."""
+        secret = secrets.token_urlsafe(32)
+        self.broker.access.internal_secret = secret
+        local = LocalEndpoint(self.config.host, self.port, INTERNAL_USER, secret)
+        self.links = LinkSupervisor(
+            self.broker, local, self.broker.statistics.node, self._shovel_finished
+        )
+        self.links.reconcile()
+
+    async def _shovel_finished(self, vhost: str, name: str) -> None:
+        """A shovel reached src-delete-after: its parameter goes, as in RabbitMQ."""
+        request = {"component": "shovel", "vhost": vhost, "name": name}
+        await self.admin_request({"group": "parameters", "command": "clear-parameter", **request})
+
+    def shovel_status(self, vhost: str | None = None) -> list[dict[str, Any]]:
+        """The shovels' state, as RabbitMQ's /api/shovels lists it."""
+        return [] if self.links is None else self.links.status(vhost)
 
     def _bind_http(self) -> dict[str, socket.socket]:
         """Bind the HTTP listeners that are on (so a port in use fails before serving)."""
@@ -365,6 +399,10 @@ class Server:
                     True, json.dumps(ctl_commands.execute(self.broker, request, self.node_sample()))
                 )
             return AdminReply(False, f"this node is {self._role.role}: ask the active node")
+        if request.get("command") == "list-shovels":
+            return AdminReply(
+                True, json.dumps(shovel_table(self.shovel_status(), self.broker.statistics.node))
+            )
         if request.get("group") == "ctl":  # amqpd ctl: listings, status, close-connection
             try:
                 answer = ctl_commands.execute(self.broker, request, self.node_sample())
@@ -379,6 +417,8 @@ class Server:
             return AdminReply(False, str(exc))
         finally:
             self.after_core()  # closed connections, journaled deletions
+            if self.links is not None:
+                self.links.reconcile()  # shovel parameters may have changed
         log.info("admin: %s %s", request.get("group"), request.get("command"))
         if outcome.changed:
             try:
@@ -458,6 +498,8 @@ class Server:
         if self._stopping:
             return
         self._stopping = True
+        if self.links is not None:
+            await self.links.aclose()  # first: what they did not hand over goes back
         peers = list(self._peers.values())
         for peer in peers:
             peer.conn.close_forced(reason)

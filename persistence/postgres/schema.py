@@ -30,6 +30,7 @@ TABLES = (
     "permissions",
     "policies",
     "global_parameters",
+    "parameters",
 )
 """The tables amqpd owns (besides ``schema_version``)."""
 
@@ -153,7 +154,26 @@ _MIGRATION_3 = (
     """,
 )
 
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: _MIGRATION_1, 2: _MIGRATION_2, 3: _MIGRATION_3}
+# Schema 4 (SQLite's schema 6): vhost-scoped runtime parameters (shovels), JSON as text,
+# rewritten with the access tables.
+_MIGRATION_4 = (
+    """
+    CREATE TABLE parameters (
+        component TEXT NOT NULL,
+        vhost     TEXT NOT NULL,
+        name      TEXT NOT NULL,
+        value     TEXT NOT NULL,
+        PRIMARY KEY (component, vhost, name)
+    )
+    """,
+)
+
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: _MIGRATION_1,
+    2: _MIGRATION_2,
+    3: _MIGRATION_3,
+    4: _MIGRATION_4,
+}
 """Statements that take a store from version ``n - 1`` to version ``n``."""
 
 SCHEMA_VERSION = max(MIGRATIONS)

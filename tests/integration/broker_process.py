@@ -18,13 +18,18 @@ class BrokerProcess:
     blocks on a full pipe. ``restart()`` starts it again on the same port and data directory
     (after ``kill()``: a crash and recovery)."""
 
-    def __init__(self, data_dir: Path, port: int = 0) -> None:
+    def __init__(self, data_dir: Path, port: int = 0, extra: tuple[str, ...] = ()) -> None:
         self.data_dir = data_dir
+        self.extra = extra  # more command-line options
         self._start(port)
 
     def _start(self, port: int) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "amqpd", "--port", str(port), "--data-dir", str(self.data_dir)],
+            [
+                sys.executable,
+                *("-m", "amqpd", "--port", str(port), "--data-dir", str(self.data_dir)),
+                *self.extra,
+            ],
             stderr=subprocess.PIPE,
             text=True,
         )

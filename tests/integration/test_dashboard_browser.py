@@ -98,6 +98,9 @@ def _column(page: Page, table: str, index: int) -> list[str]:
     ]
 
 
+GUEST = ("guest", "guest")
+
+
 def test_dashboard_pages_charts_and_purge() -> None:
     memory = [10 * MIB]  # what the broker's memory probe reports
     config = ServerConfig(
@@ -187,6 +190,20 @@ def test_dashboard_pages_charts_and_purge() -> None:
                 assert _column(page, "policies", 2) == ["dash-cap"]
                 assert _column(page, "policies", 5) == ['{"max-length":100}']
                 assert _column(page, "operator-policies", 1) == ["No operator policies."]
+
+                # shovels: a local -> local shovel's state (then cleared again)
+                shovel = f"{base}api/parameters/shovel/%2F/dash"
+                value = {"src-uri": "amqp://", "src-queue": "keep-me", "dest-uri": "amqp://"}
+                value["dest-queue"] = "moved"
+                assert httpx.put(shovel, json={"value": value}, auth=GUEST).status_code == 201
+                page.click("nav a[data-page=shovels]")
+                page.wait_for_function(
+                    "[...document.querySelectorAll('#shovels tbody tr td:nth-child(3)')]"
+                    ".map(td => td.textContent).join() === 'running'"
+                )
+                assert _column(page, "shovels", 2) == ["dash"]
+                assert httpx.delete(shovel, auth=GUEST).status_code == 204
+                page.wait_for_selector("#shovels td.empty")
 
                 # a resource alarm shows on every page, and goes away when it clears
                 memory[0] = 200 * MIB

@@ -129,7 +129,15 @@ class RabbitMQ:
 
     name = "RabbitMQ"
 
-    def __init__(self, port: int, dist_port: int, base: Path, node: str = "cmp@localhost") -> None:
+    def __init__(
+        self,
+        port: int,
+        dist_port: int,
+        base: Path,
+        node: str = "cmp@localhost",
+        plugins: tuple[str, ...] = (),
+    ) -> None:
+        self.plugins = plugins  # e.g. rabbitmq_shovel (tests/perf/shovel_throughput.py)
         self.port = port
         self.dist_port = dist_port
         self.base = base
@@ -174,6 +182,13 @@ class RabbitMQ:
         assert self._pid is not None
         return self._pid
 
+    def ctl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``rabbitmqctl -n NODE ARGS`` as the rabbitmq user."""
+        import shlex
+
+        command = shlex.join(["rabbitmqctl", "-n", self.node, *args])
+        return self._as_rabbitmq(command, timeout=120)
+
     def _as_rabbitmq(self, command: str, timeout: float) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             ["su", "rabbitmq", "-s", "/bin/bash", "-c", command],
@@ -187,7 +202,7 @@ class RabbitMQ:
         if self.base.exists():
             shutil.rmtree(self.base)
         self.base.mkdir(parents=True)
-        (self.base / "enabled_plugins").write_text("[].\n")
+        (self.base / "enabled_plugins").write_text(f"[{','.join(self.plugins)}].\n")
         shutil.chown(self.base, "rabbitmq", "rabbitmq")
         shutil.chown(self.base / "enabled_plugins", "rabbitmq", "rabbitmq")
         pid_file = self.base / "rabbit.pid"

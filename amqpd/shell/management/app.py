@@ -30,6 +30,7 @@ from amqpd.shell.management import (
     exchanges,
     limits,
     node,
+    parameters,
     policies,
     queues,
 )
@@ -81,6 +82,7 @@ def api_routes(host: BrokerHost) -> list[BaseRoute]:
         *bindings.routes(host),
         *clients.routes(host),
         *definitions.routes(host),
+        *parameters.routes(host),
         *policies.routes(host),
     ]
 

@@ -6,6 +6,7 @@ import { bytes, h } from "./dom.js";
 import { adminPage, connectionsPage, exchangesPage } from "./lists.js";
 import { overviewPage } from "./overview.js";
 import { queuePage, queuesPage } from "./queues.js";
+import { shovelsPage } from "./shovels.js";
 
 const REFRESH_MS = 5000;
 const $ = (id) => document.getElementById(id);
@@ -41,6 +42,8 @@ function route() {
     case "connections":
     case "channels":
       return { name: "connections", page: connectionsPage(notify) };
+    case "shovels":
+      return { name: "shovels", page: shovelsPage() };
     case "admin":
     case "users":
       return { name: "admin", page: adminPage() };

@@ -1,0 +1,1 @@
+"""Links between brokers: dynamic shovels (shovel.py), run by supervisor.py."""
