@@ -34,14 +34,14 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from perf_brokers import Amqpd, RabbitMQ
+from perf_brokers import Amqpd, GarageMQ, RabbitMQ
 
 from interop.perf.procstat import ProcessSample
 from interop.perf.profiles import format_table, top_functions
 
 REPO = Path(__file__).resolve().parents[2]
 Metrics = dict[str, float]
-Broker: TypeAlias = Amqpd | RabbitMQ
+Broker: TypeAlias = Amqpd | RabbitMQ | GarageMQ
 
 
 def free_port() -> int:
@@ -719,6 +719,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--no-rabbitmq", action="store_true", help="run amqpd only")
     p.add_argument(
+        "--rival",
+        choices=["rabbitmq", "garagemq"],
+        default="rabbitmq",
+        help="the other broker: RabbitMQ, or Debian's GarageMQ (Go) [rabbitmq]",
+    )
+    p.add_argument(
         "--profile",
         default="",
         help="workloads (W1, W1r, W2, W7) to profile with py-spy in one extra amqpd run",
@@ -761,7 +767,17 @@ def main(argv: list[str] | None = None) -> int:
         data = opts.work_dir / "baseline" / "data"
         brokers.append(Amqpd(free_port(), data, opts.sync, base_source, baseline))
         notes.append(f"{baseline}: the same workloads on {base_label}, interleaved.")
-    if opts.no_rabbitmq:
+    if opts.rival == "garagemq":
+        if GarageMQ.installed():
+            garage = GarageMQ(free_port(), free_port(), opts.work_dir / "garagemq")
+            brokers.append(garage)
+            notes.append(
+                f"Rival: GarageMQ {GarageMQ.version()} (Debian package), its shipped "
+                "config with tcp.nodelay: true, own ports and data directory."
+            )
+        else:
+            notes.append("GarageMQ is not installed (apt-get install garagemq): skipped.")
+    elif opts.no_rabbitmq:
         notes.append("RabbitMQ skipped (--no-rabbitmq).")
     elif not RabbitMQ.installed():
         message = (
