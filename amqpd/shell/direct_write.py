@@ -3,8 +3,8 @@
 The writer task of a connection sleeps on an event; waking it costs a loop iteration, a new
 event, and anyio's ``SocketStream.send`` adds a checkpoint (one more iteration) per write.
 On the round-trip path (basic.get / get-ok, a confirm per publish, a delivery at a low rate)
-those hops are a large share of the broker's CPU per message (docs/perf-round-two.md). So when the
-socket's asyncio transport holds no unsent bytes, the writer is not in a send and the
+those hops are a large share of the broker's CPU per message (docs/perf-round-two.md). So
+when the socket's asyncio transport holds no unsent bytes, the writer is not in a send and the
 output is small (`DIRECT_MAX`: one round trip's answer, not a stream of deliveries),
 `after_core` hands the bytes to ``transport.write`` itself: the transport writes them to the
 socket at once (and buffers what the kernel does not take), in the same order as every other
