@@ -722,7 +722,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--rival",
         choices=["rabbitmq", "garagemq"],
         default="rabbitmq",
-        help="the other broker: RabbitMQ, or Debian's GarageMQ (Go) [rabbitmq]",
+        help="the other broker: RabbitMQ, or Debian's GarageMQ (Go; amqpd perf hangs "
+        "against it so far, see docs/perf.md) [rabbitmq]",
     )
     p.add_argument(
         "--profile",
