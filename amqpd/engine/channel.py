@@ -130,8 +130,6 @@ class Channel:
         self.reply_to = DirectReplyTo(self.vhost, reply_queues)
         self.topology = Topology(self.vhost, connection, reply_queues, self._send_method)
         self._handlers: dict[int, Callable[[Any], None]] = {
-            spec.Basic.Ack.index: self._on_basic_ack,
-            spec.Basic.Nack.index: self._on_basic_nack,
             spec.Basic.Reject.index: self._on_basic_reject,
             spec.Basic.Consume.index: self._on_basic_consume,
             spec.Basic.Cancel.index: self._on_basic_cancel,
@@ -173,6 +171,14 @@ class Channel:
                 )
             if index == codec.BASIC_PUBLISH:
                 self._on_basic_publish(payload)
+                return
+            if index == codec.BASIC_ACK or index == codec.BASIC_NACK:  # no access check
+                tag, bits = codec.decode_ack(index, payload)
+                records = self.unacked.take(tag, bool(bits & 1))
+                if index == codec.BASIC_ACK:
+                    self._settle(records, Settlement.ACK)
+                else:
+                    self._settle(records, Settlement.REQUEUE if bits & 2 else Settlement.DISCARD)
                 return
             if index == spec.Channel.Close.index:
                 self._on_channel_close()
@@ -580,7 +586,7 @@ class Channel:
         if entry is None:
             queue.stats.get_empty += 1
             self.stats.get_empty += 1
-            self._send_method(spec.Basic.GetEmpty())
+            self.conn.send(codec.encode_get_empty(self.number))
             return
         tag, header = self._hand_out(queue, entry, None, method.no_ack)
         message = entry.message
@@ -614,13 +620,6 @@ class Channel:
     # ------------------------------------------------------------------------------------
     # Acknowledgements
     # ------------------------------------------------------------------------------------
-    def _on_basic_ack(self, method: spec.Basic.Ack) -> None:
-        self._settle(self.unacked.take(method.delivery_tag, method.multiple), Settlement.ACK)
-
-    def _on_basic_nack(self, method: spec.Basic.Nack) -> None:
-        records = self.unacked.take(method.delivery_tag, method.multiple)
-        self._settle(records, Settlement.REQUEUE if method.requeue else Settlement.DISCARD)
-
     def _on_basic_reject(self, method: spec.Basic.Reject) -> None:
         records = self.unacked.take(method.delivery_tag or 0, False)
         self._settle(records, Settlement.REQUEUE if method.requeue else Settlement.DISCARD)

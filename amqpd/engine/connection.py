@@ -217,6 +217,11 @@ class Connection:
                 channel.resume_deliveries()
 
     @property
+    def output_size(self) -> int:
+        """Bytes of output waiting to be taken."""
+        return self._out_size
+
+    @property
     def output_pending(self) -> bool:
         """True while output waits to be taken."""
         return bool(self._out)

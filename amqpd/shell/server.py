@@ -55,6 +55,7 @@ from amqpd.model.queue import HOT_WINDOW
 from amqpd.model.statistics import NodeSample
 from amqpd.shell import management, metrics, node_sample, resources
 from amqpd.shell.admin_socket import AdminReply, serve_admin
+from amqpd.shell.direct_write import transport_of, write_now
 from amqpd.shell.http_listener import bind, serve_http
 from amqpd.shell.links.shovel import LocalEndpoint
 from amqpd.shell.links.supervisor import LinkSupervisor, shovel_table
@@ -99,11 +100,14 @@ class ServerConfig:
 class _Peer:
     """Shell-side state of one socket."""
 
-    __slots__ = ("conn", "done", "resume", "stream", "wake")
+    __slots__ = ("backlog", "conn", "done", "resume", "stream", "transport", "wake", "writing")
 
     def __init__(self, conn: Connection, stream: anyio.abc.ByteStream) -> None:
         self.conn = conn
         self.stream = stream
+        self.transport = transport_of(stream)  # None: always write through the writer task
+        self.writing = False  # the writer task is inside stream.send
+        self.backlog = False  # a direct write left bytes in the transport: writer drains
         self.wake = anyio.Event()
         self.done = anyio.Event()
         self.resume = anyio.Event()  # set when a connection blocked by an alarm may read
@@ -315,11 +319,11 @@ class Server:
         wake the group committer if the journal has work (the one place that does)."""
         outbox = self._outbox
         peers = self._peers
-        if outbox.output:
+        while outbox.output:  # a direct write's write_finished may resume deliveries
             for conn in outbox.take_output():
                 peer = peers.get(conn)
                 if peer is not None:
-                    peer.wake.set()
+                    self._flush(peer)
         if outbox.resume:
             for conn in outbox.take_resume():
                 peer = peers.get(conn)
@@ -332,6 +336,20 @@ class Server:
             self._ticker_until = math.inf
             if self._ticker_wake is not None:
                 self._ticker_wake.set()
+
+    @staticmethod
+    def _flush(peer: _Peer) -> None:
+        """Write the peer's output now if its transport is idle (`direct_write`), else wake
+        its writer task."""
+        transport = peer.transport
+        conn = peer.conn
+        if transport is None or peer.writing or peer.backlog or conn.should_close:
+            peer.wake.set()
+            return
+        done = write_now(conn, transport)
+        if not done:
+            peer.backlog = done is False
+            peer.wake.set()
 
     def _batch_committed(self, batch: int) -> None:
         self.broker.batch_committed(batch)
@@ -671,9 +689,14 @@ class Server:
                 await peer.wake.wait()
                 peer.wake = anyio.Event()
                 data = conn.data_to_send()
-                if data:
+                if data or peer.backlog:  # b"": wait for a direct write's backlog to drain
                     conn.write_started(len(data))
-                    await stream.send(data)
+                    peer.writing = True
+                    try:
+                        await stream.send(data)
+                    finally:
+                        peer.writing = False
+                    peer.backlog = False
                     conn.write_finished()  # may dispatch again (write-ahead limit)
                     self.after_core()
                 if conn.should_close and not conn.output_pending:

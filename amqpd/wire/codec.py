@@ -7,9 +7,9 @@ FRAME_SIZE_FUDGE: frame_max + 8 bytes in all pass) before buffering its payload,
 
 Methods are decoded with pamqp and encoded with pamqp's field encoders (`encode_method`,
 without pamqp's name validation: any UTF-8 shortstr is a name), except the hot ones:
-Basic.Publish is decoded here, and Basic.Deliver / Get-Ok / Ack / Nack are encoded here with
-`struct`. Content headers are never re-encoded: the broker keeps the raw payload the
-publisher sent and forwards it, peeking only the few properties it needs.
+Basic.Publish, Ack and Nack are decoded here, and Basic.Deliver / Get-Ok / Get-Empty / Ack /
+Nack are encoded here with `struct`. Content headers are never re-encoded: the broker keeps
+the raw payload the publisher sent and forwards it, peeking only the few properties it needs.
 tests/unit/test_codec.py checks the fast paths byte for byte against pamqp.
 """
 
@@ -310,6 +310,27 @@ def encode_nack(channel: int, delivery_tag: int, multiple: bool, requeue: bool =
     """Basic.Nack method frame."""
     bits = (1 if multiple else 0) | (2 if requeue else 0)
     return _ACK_FRAME.pack(FRAME_METHOD, channel, 13, BASIC_NACK, delivery_tag, bits, FRAME_END)
+
+
+_ACK_ARGS = struct.Struct(">qB")  # pamqp decodes a long-long as signed: so does this
+
+
+def decode_ack(index: int, payload: bytes) -> tuple[int, int]:
+    """Basic.Ack / Basic.Nack arguments without pamqp: (delivery tag, bits); bit 0 is
+    ``multiple``, bit 1 (Nack) ``requeue``. A short payload is 502, as with pamqp."""
+    try:
+        tag, bits = _ACK_ARGS.unpack_from(payload, 4)
+    except struct.error as exc:
+        name = "basic.ack" if index == BASIC_ACK else "basic.nack"
+        raise AMQPError(
+            SYNTAX_ERROR, f"cannot decode arguments of {name}", BASIC_CLASS, index & 0xFFFF
+        ) from exc
+    return tag, bits
+
+
+def encode_get_empty(channel: int) -> bytes:
+    """Basic.Get-Empty method frame (an empty cluster-id)."""
+    return _FRAME_HEADER.pack(FRAME_METHOD, channel, 5) + b"\x00\x3c\x00\x48\x00\xce"
 
 
 def encode_shortstr(value: str) -> bytes:

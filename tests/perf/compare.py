@@ -34,14 +34,14 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from perf_brokers import Amqpd, RabbitMQ
+from perf_brokers import Amqpd, GarageMQ, RabbitMQ
 
 from interop.perf.procstat import ProcessSample
 from interop.perf.profiles import format_table, top_functions
 
 REPO = Path(__file__).resolve().parents[2]
 Metrics = dict[str, float]
-Broker: TypeAlias = Amqpd | RabbitMQ
+Broker: TypeAlias = Amqpd | RabbitMQ | GarageMQ
 
 
 def free_port() -> int:
@@ -246,6 +246,20 @@ def _workloads() -> list[Workload]:
             profile_args=["-x", "1", "-y", "1", *consume],
         ),
         Workload(
+            "W1r",
+            "W1 at a fixed 2,000 msgs/s (round trips at a low rate)",
+            [
+                Figure("e2e msgs/s", "rate"),
+                Figure("deliver latency p50 / p99 (ms)", "p50", "≤ 1.0x", MS),
+                Figure("", "p99", fmt=MS),
+                Figure("broker CPU s / 100k msgs", "cpu100k", "≤ 1.0x", CPU),
+            ],
+            perf_workload(
+                ["-x", "1", "-y", "1", "-r", "2000", *consume], "consumed_rate", "deliver"
+            ),
+            profile_args=["-x", "1", "-y", "1", "-r", "2000", *consume],
+        ),
+        Workload(
             "W2",
             "persistent to a durable queue, confirms, window 1000 (no consumer)",
             [
@@ -351,6 +365,7 @@ def _workloads() -> list[Workload]:
                 Figure("broker CPU s / 100k gets", "get_cpu100k", fmt=CPU),
             ],
             pika_w7,
+            profile_args=["(pika: tests/perf/pika_w7.py)"],
         ),
     ]
 
@@ -475,7 +490,10 @@ def profile(workload: Workload, amqpd: Amqpd, opts: argparse.Namespace) -> list[
         stderr=subprocess.DEVNULL,
     )
     try:
-        perf(amqpd, [*workload.profile_args, "-z", str(seconds + 1)], timeout=seconds + 180)
+        if workload.profile_args[0].startswith("-"):
+            perf(amqpd, [*workload.profile_args, "-z", str(seconds + 1)], timeout=seconds + 180)
+        else:
+            workload.run(amqpd, opts)
     finally:
         recorder.wait(timeout=seconds + 60)
     if not raw.exists():
@@ -701,9 +719,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--no-rabbitmq", action="store_true", help="run amqpd only")
     p.add_argument(
+        "--rival",
+        choices=["rabbitmq", "garagemq"],
+        default="rabbitmq",
+        help="the other broker: RabbitMQ, or Debian's GarageMQ (Go; amqpd perf hangs "
+        "against it so far, see docs/perf.md) [rabbitmq]",
+    )
+    p.add_argument(
         "--profile",
         default="",
-        help="workloads (W1, W2) to profile with py-spy in one extra amqpd run",
+        help="workloads (W1, W1r, W2, W7) to profile with py-spy in one extra amqpd run",
     )
     p.add_argument("--profile-top", type=int, default=15, help="functions per profile [15]")
     p.add_argument(
@@ -743,7 +768,17 @@ def main(argv: list[str] | None = None) -> int:
         data = opts.work_dir / "baseline" / "data"
         brokers.append(Amqpd(free_port(), data, opts.sync, base_source, baseline))
         notes.append(f"{baseline}: the same workloads on {base_label}, interleaved.")
-    if opts.no_rabbitmq:
+    if opts.rival == "garagemq":
+        if GarageMQ.installed():
+            garage = GarageMQ(free_port(), free_port(), opts.work_dir / "garagemq")
+            brokers.append(garage)
+            notes.append(
+                f"Rival: GarageMQ {GarageMQ.version()} (Debian package), its shipped "
+                "config with tcp.nodelay: true, own ports and data directory."
+            )
+        else:
+            notes.append("GarageMQ is not installed (apt-get install garagemq): skipped.")
+    elif opts.no_rabbitmq:
         notes.append("RabbitMQ skipped (--no-rabbitmq).")
     elif not RabbitMQ.installed():
         message = (

@@ -251,3 +251,97 @@ class RabbitMQ:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._server.wait(STOP_TIMEOUT)
             self._server = None
+
+
+class GarageMQ:
+    """Debian's ``garagemq`` (Go) with its shipped /etc/garagemq/config.yaml, changed only
+    in ``tcp.nodelay: true``, its own AMQP and admin ports and its own data directory."""
+
+    name = "GarageMQ"
+    SHIPPED_CONFIG = Path("/etc/garagemq/config.yaml")
+
+    def __init__(self, port: int, admin_port: int, base: Path) -> None:
+        self.port = port
+        self.admin_port = admin_port
+        self.base = base
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @classmethod
+    def installed(cls) -> bool:
+        """Whether the garagemq binary and its shipped config exist here."""
+        return shutil.which("garagemq") is not None and cls.SHIPPED_CONFIG.exists()
+
+    @staticmethod
+    def version() -> str:
+        """The installed package version (Debian), or 'unknown'."""
+        with contextlib.suppress(OSError, subprocess.CalledProcessError):
+            out = subprocess.run(
+                ["dpkg-query", "-W", "-f", "${Version}", "garagemq"],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            return out.stdout.strip()
+        return "unknown"
+
+    def config(self) -> str:
+        """The shipped config with our ports, data directory and ``nodelay: true``."""
+        section = ""
+        lines = []
+        for line in self.SHIPPED_CONFIG.read_text().splitlines():
+            if line and not line[0].isspace():
+                section = line.split(":", 1)[0]
+            key = line.strip().split(":", 1)[0]
+            indent = line[: len(line) - len(line.lstrip())]
+            if section == "tcp" and key == "port":
+                line = f"{indent}port: {self.port}"
+            elif section == "tcp" and key == "nodelay":
+                line = f"{indent}nodelay: true"
+            elif section == "admin" and key == "port":
+                line = f"{indent}port: {self.admin_port}"
+            elif section == "db" and key == "defaultPath":
+                line = f"{indent}defaultPath: {self.base / 'db'}"
+            lines.append(line)
+        return "\n".join(lines) + "\n"
+
+    @property
+    def url(self) -> str:
+        """The broker's amqp:// URL."""
+        return f"amqp://guest:guest@127.0.0.1:{self.port}/"
+
+    @property
+    def pid(self) -> int:
+        """The garagemq process."""
+        assert self.process is not None
+        return self.process.pid
+
+    def start(self) -> None:
+        """Start on a fresh data directory and wait for the port."""
+        shutil.rmtree(self.base, ignore_errors=True)
+        self.base.mkdir(parents=True)
+        config = self.base / "config.yaml"
+        config.write_text(self.config())
+        log = (self.base / "garagemq.log").open("ab")
+        self.process = subprocess.Popen(
+            ["garagemq", "--config", str(config), "--log-level", "warning"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=self.base,
+        )
+        try:
+            wait_for_port(self.port, 30)
+        except TimeoutError:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after a grace period."""
+        if self.process is None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None

@@ -213,6 +213,45 @@ def test_encode_nack_matches_pamqp(
     assert codec.encode_nack(channel, delivery_tag, multiple, requeue) == reference
 
 
+@CODEC
+@given(channels, st.integers(-(2**63), 2**63 - 1), st.booleans(), st.booleans(), st.booleans())
+def test_decode_ack_and_nack_match_pamqp(
+    channel: int, delivery_tag: int, multiple: bool, requeue: bool, nack: bool
+) -> None:
+    method = (
+        commands.Basic.Nack(delivery_tag=delivery_tag, multiple=multiple, requeue=requeue)
+        if nack
+        else commands.Basic.Ack(delivery_tag=delivery_tag, multiple=multiple)
+    )
+    payload = pamqp_frame.marshal(method, channel)[7:-1]
+    index = codec.method_index(payload)
+    reference = codec.decode_method(index, payload)
+    assert isinstance(reference, commands.Basic.Ack | commands.Basic.Nack)
+    tag, bits = codec.decode_ack(index, payload)
+    assert (tag, bool(bits & 1)) == (reference.delivery_tag, reference.multiple)
+    if isinstance(reference, commands.Basic.Nack):
+        assert bool(bits & 2) == reference.requeue
+    with pytest.raises(AMQPError) as ours:
+        codec.decode_ack(index, payload[:-1])
+    with pytest.raises(AMQPError) as theirs:
+        codec.decode_method(index, payload[:-1])
+    assert (ours.value.reply_code, ours.value.reply_text) == (
+        theirs.value.reply_code,
+        theirs.value.reply_text,
+    )
+    assert (ours.value.class_id, ours.value.method_id) == (60, 120 if nack else 80)
+
+
+@CODEC
+@given(channels)
+def test_encode_get_empty_matches_pamqp(channel: int) -> None:
+    reference = pamqp_frame.marshal(commands.Basic.GetEmpty(), channel)
+    assert codec.encode_get_empty(channel) == reference
+    assert codec.encode_get_empty(channel) == codec.encode_method(
+        channel, commands.Basic.GetEmpty()
+    )
+
+
 def test_encode_nack_defaults_to_no_requeue() -> None:
     reference = pamqp_frame.marshal(commands.Basic.Nack(delivery_tag=7, requeue=False), 3)
     assert codec.encode_nack(3, 7, False) == reference
