@@ -17,7 +17,8 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
-from amqpd.engine.channel import Mode
+from amqpd.engine.channel import Channel, Mode
+from amqpd.engine.connection import Connection
 from amqpd.engine.inventory import (
     channel_name,
     connection_name,
@@ -128,73 +129,78 @@ def _queue_rows(broker: Broker, node: NodeSample, vhosts: Collection[str] | None
         yield Row(labels, values)
 
 
-def _channel(broker: Broker, node: NodeSample, vhosts: Collection[str] | None) -> Iterator[Row]:
+def _connections(broker: Broker, vhosts: Collection[str] | None) -> Iterator[Connection]:
+    """The open connections, of ``vhosts`` only when given."""
     for connection in open_connections(broker):
-        if vhosts is not None and connection.vhost.name not in vhosts:
-            continue
+        if vhosts is None or connection.vhost.name in vhosts:
+            yield connection
+
+
+def _channels(
+    broker: Broker, vhosts: Collection[str] | None
+) -> Iterator[tuple[Connection, Channel]]:
+    """Every channel of those connections, with its connection."""
+    for connection in _connections(broker, vhosts):
         for channel in list(connection.channels.values()):
-            unacked, confirm, tx = channel.unacked, channel.confirm, channel._tx
-            yield Row(
-                {"channel": channel_name(channel, connection)},
-                {
-                    "consumer_count": len(channel.consumers),
-                    "messages_unacknowledged": len(unacked),
-                    "messages_unconfirmed": confirm.unconfirmed() if confirm is not None else 0,
-                    "messages_uncommitted": len(tx.publishes) if tx is not None else 0,
-                    "acks_uncommitted": (
-                        sum(len(r) for r, _ in tx.settlements) if tx is not None else 0
-                    ),
-                    "prefetch_count": unacked.consumer_prefetch,
-                    "global_prefetch_count": unacked.channel_prefetch,
-                },
-            )
+            yield connection, channel
+
+
+def _channel(broker: Broker, node: NodeSample, vhosts: Collection[str] | None) -> Iterator[Row]:
+    for connection, channel in _channels(broker, vhosts):
+        unacked, confirm, tx = channel.unacked, channel.confirm, channel._tx
+        yield Row(
+            {"channel": channel_name(channel, connection)},
+            {
+                "consumer_count": len(channel.consumers),
+                "messages_unacknowledged": len(unacked),
+                "messages_unconfirmed": confirm.unconfirmed() if confirm is not None else 0,
+                "messages_uncommitted": len(tx.publishes) if tx is not None else 0,
+                "acks_uncommitted": (
+                    sum(len(r) for r, _ in tx.settlements) if tx is not None else 0
+                ),
+                "prefetch_count": unacked.consumer_prefetch,
+                "global_prefetch_count": unacked.channel_prefetch,
+            },
+        )
 
 
 def _channel_exchange(
     broker: Broker, node: NodeSample, vhosts: Collection[str] | None
 ) -> Iterator[Row]:
-    for connection in open_connections(broker):
-        if vhosts is not None and connection.vhost.name not in vhosts:
-            continue
-        for channel in list(connection.channels.values()):
-            stats = channel.stats
-            yield Row(
-                {"channel": channel_name(channel, connection)},
-                {
-                    "publish": stats.publish,
-                    "confirm": stats.confirm,
-                    "return_unroutable": stats.return_unroutable,
-                    "drop_unroutable": stats.drop_unroutable,
-                },
-            )
+    for connection, channel in _channels(broker, vhosts):
+        stats = channel.stats
+        yield Row(
+            {"channel": channel_name(channel, connection)},
+            {
+                "publish": stats.publish,
+                "confirm": stats.confirm,
+                "return_unroutable": stats.return_unroutable,
+                "drop_unroutable": stats.drop_unroutable,
+            },
+        )
 
 
 def _channel_queue(
     broker: Broker, node: NodeSample, vhosts: Collection[str] | None
 ) -> Iterator[Row]:
-    for connection in open_connections(broker):
-        if vhosts is not None and connection.vhost.name not in vhosts:
-            continue
-        for channel in list(connection.channels.values()):
-            stats = channel.stats
-            yield Row(
-                {"channel": channel_name(channel, connection)},
-                {
-                    "get": stats.get,
-                    "get_no_ack": stats.get_no_ack,
-                    "deliver": stats.deliver,
-                    "deliver_no_ack": stats.deliver_no_ack,
-                    "redeliver": stats.redeliver,
-                    "ack": stats.ack,
-                    "get_empty": stats.get_empty,
-                },
-            )
+    for connection, channel in _channels(broker, vhosts):
+        stats = channel.stats
+        yield Row(
+            {"channel": channel_name(channel, connection)},
+            {
+                "get": stats.get,
+                "get_no_ack": stats.get_no_ack,
+                "deliver": stats.deliver,
+                "deliver_no_ack": stats.deliver_no_ack,
+                "redeliver": stats.redeliver,
+                "ack": stats.ack,
+                "get_empty": stats.get_empty,
+            },
+        )
 
 
 def _connection(broker: Broker, node: NodeSample, vhosts: Collection[str] | None) -> Iterator[Row]:
-    for connection in open_connections(broker):
-        if vhosts is not None and connection.vhost.name not in vhosts:
-            continue
+    for connection in _connections(broker, vhosts):
         stats = connection.stats
         yield Row(
             {"channel": connection_name(connection)},  # RabbitMQ labels it with its pid
