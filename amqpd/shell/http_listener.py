@@ -22,7 +22,6 @@ import anyio
 import anyio.abc
 import uvicorn
 
-log = logging.getLogger(__name__)
 
 SHUTDOWN_TIMEOUT = 2.0
 
