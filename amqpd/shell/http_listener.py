@@ -22,7 +22,6 @@ import anyio
 import anyio.abc
 import uvicorn
 
-
 SHUTDOWN_TIMEOUT = 2.0
 
 
