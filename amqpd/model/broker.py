@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 from amqpd.model.alarms import ResourceAlarms
 from amqpd.model.auth import AccessControl, AccessState, Authz, Permission, default_access
 from amqpd.model.batches import BatchWaits
+from amqpd.model.federated_queues import FederatedQueues
 from amqpd.model.message import Clock, Message, QueueEntry
 from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.statistics import NodeStatistics
@@ -85,6 +86,7 @@ class Broker:
         self.journal = journal
         self.vhosts: dict[str, VirtualHost] = {}
         self.paging_queues: set[Queue] = set()
+        self.federated_queues = FederatedQueues()  # what federation links must follow
         self.clock = Clock(now)  # unix time, advanced by tick(now) and the engine's input
         self.body_loader: BodyLoader | None = None
         self.statistics = NodeStatistics()  # node-wide message totals and rates
@@ -115,6 +117,7 @@ class Broker:
             vhost.dead_letters = self.statistics.dead_letters
             vhost.journal = self.journal
             vhost.paging_queues = self.paging_queues
+            vhost.federation = self.federated_queues
             vhost.body_loader = self.body_loader
             self.vhosts[name] = vhost
         return vhost
@@ -316,6 +319,7 @@ class Broker:
             queue = vhost.new_queue(q.name, True, None, q.auto_delete, dict(q.arguments))
             vhost.attach_store(queue)
             vhost.queues[q.name] = queue
+            vhost.federate(queue)
             queue_count += 1
         for b in state.bindings:
             vhost = self._vhost_for(b.vhost)

@@ -144,6 +144,7 @@ class Queue:
         "dead_letter_counts",
         "dedup",
         "deleted",
+        "demand_set",
         "durable",
         "exclusive_owner",
         "had_consumer",
@@ -224,6 +225,9 @@ class Queue:
         self.operator_policy: PolicyRecord | None = None
         dedup = parse_dedup_arguments(arguments)  # x-message-deduplication (model/dedup.py)
         self.dedup = None if dedup is None else Deduplicator(dedup, self.store_key)
+        # Federated queues only (amqpd/model/federated_queues.py): the set to join when
+        # something that decides whether the queue wants messages may have changed.
+        self.demand_set: set[Queue] | None = None
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} in vhost {self.vhost_name!r}>"
@@ -235,6 +239,8 @@ class Queue:
         restarts the expiry timer)."""
         if settings.expires != self.settings.expires:
             self.last_used = self.clock.now
+        if self.demand_set is not None:
+            self.demand_set.add(self)
         self.settings = settings
         self.max_length = settings.max_length
         self.max_length_bytes = settings.max_length_bytes
@@ -268,6 +274,20 @@ class Queue:
     def consumers_active(self) -> bool:
         """Whether consumers are attached and settled something within FLOW_ACTIVE s."""
         return bool(self.consumers) and self.clock.now - self.consumer_progress_at < FLOW_ACTIVE
+
+    def wants_messages(self) -> bool:
+        """Whether a federated queue should fetch from its upstreams: nothing ready and a
+        consumer of priority >= 0 that could take a message now (RabbitMQ's rule; links
+        consume upstream at priority -1, so they never count)."""
+        if self.ready or self.deleted:
+            return False
+        for level in self._levels:  # by priority, highest first
+            for consumer in level:
+                if consumer.priority < 0:
+                    return False
+                if consumer.channel.has_credit(consumer):
+                    return True
+        return False
 
     def watch(self) -> None:
         """Ask the broker for ticks (TTL expiry, x-expires)."""
@@ -427,6 +447,8 @@ class Queue:
     def take(self) -> QueueEntry | None:
         """Pop the head entry (basic.get)."""
         self.last_used = self.clock.now
+        if self.demand_set is not None:
+            self.demand_set.add(self)
         self.expire()
         if not self.ready:
             return None
@@ -437,6 +459,8 @@ class Queue:
     def tick(self) -> bool:
         """Timers: expire messages; return True when x-expires says the queue is unused for
         long enough and must be deleted. While body reads fail, retry delivering."""
+        if self.demand_set is not None:
+            self.demand_set.add(self)
         self.expire()
         if self.read_failing and self.consumers:
             self.dispatch()
@@ -566,6 +590,8 @@ class Queue:
 
     def purge(self) -> int:
         """Drop every ready message; return how many."""
+        if self.demand_set is not None:
+            self.demand_set.add(self)
         count = len(self.ready)
         if self.journal is not None:
             for entry in self.ready:
@@ -592,6 +618,8 @@ class Queue:
             return
         del self.consumers[index]
         self.last_used = self.clock.now
+        if self.demand_set is not None:
+            self.demand_set.add(self)
         self._regroup()
         if self.settings.single_active_consumer and index == 0:
             self.dispatch()  # fail over to the next consumer in registration order
@@ -629,6 +657,8 @@ class Queue:
 
         ``arriving`` is the entry being enqueued now: with a TTL of 0 it has expired the moment
         it arrives, but like RabbitMQ it still goes to a consumer that can take it at once."""
+        if self.demand_set is not None:  # a federated queue: its demand may change
+            self.demand_set.add(self)
         if self._selective:
             selective.dispatch(self, arriving)
             return

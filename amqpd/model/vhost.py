@@ -7,6 +7,7 @@ import secrets
 from typing import TYPE_CHECKING, Any, Final
 
 from amqpd.model.deadletter import dead_letter_header, is_cycle
+from amqpd.model.federated_queues import FederatedQueues, policy_federates
 from amqpd.model.message import Clock, Message
 from amqpd.model.policies import PolicyRecord, alternate_exchange, queue_policy, select
 from amqpd.model.queue import ExclusiveOwner, Queue
@@ -136,6 +137,7 @@ class VirtualHost:
         self.watch_queues: set[Queue] = set()  # queues with timers (TTL, x-expires)
         self.policies: list[PolicyRecord] = []  # set by the broker (model/policies.py)
         self.operator_policies: list[PolicyRecord] = []
+        self.federation: FederatedQueues | None = None  # the broker's (federated_queues.py)
         self.churn = Churn()  # the broker's node-wide counters replace these two
         self.dead_letters = DeadLetterCounts()
 
@@ -297,6 +299,8 @@ class VirtualHost:
                         f"invalid property '{flag}' for queue '{name}' in vhost '{self.name}'"
                     )
         self.queues[name] = queue
+        if queue.policy is not None:
+            self.federate(queue)
         self.churn.queues_created += 1
         if exclusive:
             assert owner is not None, "an exclusive queue needs an owner"
@@ -353,6 +357,16 @@ class VirtualHost:
             has_dlx = settings.dead_letter_exchange is not None
             queue.dead_letter = self.dead_letter if has_dlx else None
             queue.reconfigure(settings)
+        self.federate(queue)
+
+    def federate(self, queue: Queue) -> None:
+        """Tell the broker's federation tracker whether ``queue``'s policy federates it
+        (registered queues only: never a reply-to pseudo-queue or a refused declaration)."""
+        if self.federation is not None and self.queues.get(queue.name) is queue:
+            policy = queue.policy
+            self.federation.policy_applied(
+                queue, policy is not None and policy_federates(policy.definition)
+            )
 
     def _apply_exchange_policy(self, exchange: Exchange) -> None:
         if exchange.is_default:
