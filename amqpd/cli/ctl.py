@@ -25,10 +25,12 @@ Commands (``rabbitmqctl`` equivalents in brackets):
     list-policies [-p V]                       [list_policies]
     set-operator-policy / clear-operator-policy / list-operator-policies     [same, operator]
 
-    set-parameter [-p V] COMPONENT NAME VALUE  [set_parameter]     COMPONENT: shovel
+    set-parameter [-p V] COMPONENT NAME VALUE  [set_parameter]
+                         COMPONENT: shovel, federation-upstream, federation-upstream-set
     clear-parameter [-p V] COMPONENT NAME      [clear_parameter]
     list-parameters [-p V]                     [list_parameters]
     list-shovels                               [shovel_status]
+    list-federation-links                      [federation_status]
 
 The policy and parameter commands also work on a stopped broker's data directory (like
 ``amqpd users``); a refused one prints its banner, then ``Error:`` and RabbitMQ's text, and
@@ -108,6 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "list-shovels", parents=[common], help="the shovels' state (rabbitmqctl shovel_status)"
     )
+    commands.add_parser(
+        "list-federation-links",
+        parents=[common],
+        help="the federation links' state (rabbitmqctl federation_status)",
+    )
     commands.add_parser("status", parents=[common], help="node status, alarms and totals")
     commands.add_parser("ping", parents=[common], help="exit 0 if the broker answers")
     return parser
@@ -138,7 +145,7 @@ def _add_policy_commands(commands: Any, common: argparse.ArgumentParser) -> None
 def _add_parameter_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     sub = commands.add_parser("set-parameter", parents=[common], help="set a runtime parameter")
     sub.add_argument("-p", "--vhost", default="/", help="virtual host (default /)")
-    sub.add_argument("component", help="shovel")
+    sub.add_argument("component", help="shovel, federation-upstream or federation-upstream-set")
     sub.add_argument("name")
     sub.add_argument("value", help='JSON, e.g. \'{"src-uri":"amqp://", ...}\'')
     sub = commands.add_parser(

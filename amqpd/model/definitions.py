@@ -16,12 +16,13 @@ and amqpd both ways:
 * policies, operator_policies: RabbitMQ's policy objects (model/policies.py), applied at
   once to existing queues and exchanges;
 * global_parameters: name / value pairs, kept and exported again;
-* parameters: ``vhost-limits`` (max-connections) and ``shovel`` (model/shovels.py,
-  validated; a shovel starts once imported).
+* parameters: ``vhost-limits`` (max-connections), ``shovel`` (model/shovels.py,
+  validated; a shovel starts once imported), ``federation-upstream`` and
+  ``federation-upstream-set`` (model/federation.py, validated).
 
 Importing adds or updates, it never deletes (like RabbitMQ). What cannot be applied - an
-invalid policy, a queue the vhost refuses, a runtime parameter of a plugin amqpd does not
-have (federation), topic permissions - is skipped and reported in the list of
+invalid policy, a queue the vhost refuses, an invalid runtime parameter or one of a plugin
+amqpd does not have, topic permissions - is skipped and reported in the list of
 problems, which the ``amqpd definitions import`` command prints before exiting with
 status 1. Export lists every non-exclusive queue, durable or not, as RabbitMQ does.
 """

@@ -3,7 +3,8 @@ set, cleared and listed on a `Broker` (sans-IO).
 
 The one implementation behind ``amqpd ctl set-parameter …`` (model/admin_commands.py),
 the management API's ``/api/parameters`` and definitions import. Components: ``shovel``
-(model/shovels.py validates it); ``vhost-limits`` lives in the vhost records (the
+(model/shovels.py validates it), ``federation-upstream`` and ``federation-upstream-set``
+(model/federation.py); ``vhost-limits`` lives in the vhost records (the
 ``/api/vhost-limits`` resource) and any other component is refused as RabbitMQ refuses a
 component whose plugin is not enabled. Each change works on a copy of the definitions and
 hands it to ``Broker.replace_access``; the caller persists it and the shell's link
@@ -16,6 +17,7 @@ import copy
 from typing import Any, Final
 
 from amqpd.model.broker import Broker
+from amqpd.model.federation import UPSTREAM, UPSTREAM_SET, validate_upstream, validate_upstream_set
 from amqpd.model.shovels import validate as validate_shovel
 
 __all__ = [
@@ -31,7 +33,12 @@ __all__ = [
     "sorted_keys",
 ]
 
-COMPONENTS: Final = ("shovel",)
+COMPONENTS: Final = ("shovel", UPSTREAM, UPSTREAM_SET)
+_VALIDATORS: Final = {
+    "shovel": validate_shovel,
+    UPSTREAM: validate_upstream,
+    UPSTREAM_SET: validate_upstream_set,
+}
 
 
 class ParameterError(ValueError):
@@ -65,7 +72,7 @@ def check_parameter(component: str, name: str, value: Any) -> None:
     """
     if component not in COMPONENTS:
         raise ParameterError(f"Validation failed\n\ncomponent {component} not found\n")
-    errors = validate_shovel(name, value)
+    errors = _VALIDATORS[component](name, value)
     if errors:
         raise ParameterError("Validation failed\n\n" + "".join(f"{e}\n" for e in errors))
 

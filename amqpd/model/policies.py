@@ -19,7 +19,10 @@ object (`select`), merges a policy with an operator policy (`merge`:
   if there is one, else the policy (``res_arg``); operator policies cannot set them;
 * ``alternate-exchange`` (exchanges): the exchange argument if there is one, else the
   policy (``rabbit_policy:get_arg``);
-* ``queue-mode``: accepted, no effect (amqpd pages long queues out on its own).
+* ``queue-mode``: accepted, no effect (amqpd pages long queues out on its own);
+* ``federation-upstream-set`` / ``federation-upstream`` / ``federation-upstream-pattern``:
+  checked here (one of them, a string), acted on by the federation links
+  (model/federation.py resolves them, amqpd/shell/links/ runs them).
 
 The broker applies the result live: VirtualHost.apply_policies re-evaluates every queue
 and exchange when the policies change.
@@ -67,7 +70,13 @@ _CHOICES: Final = {
     "queue-mode": (("default", "lazy"), "a valid queue-mode value"),
     "overflow": (("drop-head", "reject-publish", "reject-publish-dlx"), "a valid overflow value"),
 }
-POLICY_KEYS: Final = (*_NON_NEGATIVE_INT, "expires", *_STRINGS, *_CHOICES)
+# Federation (model/federation.py validates them; importing it here would be a cycle)
+FEDERATION_KEYS: Final = (
+    "federation-upstream-set",
+    "federation-upstream",
+    "federation-upstream-pattern",
+)
+POLICY_KEYS: Final = (*_NON_NEGATIVE_INT, "expires", *_STRINGS, *_CHOICES, *FEDERATION_KEYS)
 
 
 class PolicyError(ValueError):
@@ -169,8 +178,43 @@ def _check_definition(definition: Any, operator: bool) -> None:
     unknown = {key: value for key, value in definition.items() if key not in allowed}
     if unknown:
         raise _failed(f"{erlang_term(unknown)} are not recognised policy settings")
+    federation = _check_federation(definition)
+    if federation is not None:
+        raise _failed(federation)
     for key, value in definition.items():
-        _check_key(key, value)
+        if key not in FEDERATION_KEYS:
+            _check_key(key, value)
+
+
+def _check_federation(definition: Mapping[str, Any]) -> str | None:
+    """rabbit_federation_parameters:validate_policy: at most one of the keys, a string
+    (the pattern a regular expression)."""
+    present = [key for key in FEDERATION_KEYS if key in definition]
+    if len(present) >= 2:
+        return (
+            "cannot specify federation-upstream, federation-upstream-set "
+            "or federation-upstream-pattern together"
+        )
+    if not present:
+        return None
+    key = present[0]
+    value = definition[key]
+    if not isinstance(value, str):
+        what = {
+            "federation-upstream-set": "federation upstream set name",
+            "federation-upstream": "federation upstream name",
+            "federation-upstream-pattern": "federation upstream pattern name",
+        }[key]
+        return f"{erlang_term(value)} is not a valid {what}"
+    if key == "federation-upstream-pattern":
+        try:
+            re.compile(value)
+        except re.error as exc:
+            return (
+                f"could not compile pattern {value} to a regular expression. "
+                f'Error: {{"{exc.msg}",{exc.pos}}}'
+            )
+    return None
 
 
 def applies(policy: PolicyRecord, kind: str, name: str, queue_type: str = "classic") -> bool:

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from amqpd.model.policies import erlang_term
 
-__all__ = ["ACK_MODES", "ShovelSpec", "parse", "redact_uri", "validate"]
+__all__ = ["ACK_MODES", "ShovelSpec", "parse", "redact_uri", "uri_error", "validate"]
 
 ACK_MODES: Final = ("no-ack", "on-publish", "on-confirm")
 _PROTOCOLS: Final = ("amqp10", "amqp091")
@@ -143,16 +143,18 @@ def _delete_after(key: str, value: Any) -> str | None:
     return f'{key} should be number, "never" or "queue-length", actually was {erlang_term(value)}'
 
 
-def _uri_error(uri: str) -> str | None:
+def uri_error(uri: str) -> str | None:
     """amqp_uri:parse's refusal of one URI, or None."""
     try:
         parts = urlsplit(uri)
         parts.port  # noqa: B018 - raises ValueError for a bad port
     except ValueError:
         return f'"{uri}" not a valid URI: {{unable_to_parse_uri,"{uri}"}}'
+    if ":" not in uri:
+        return f'"{uri}" not a valid URI: {{{{unable_to_parse_uri,no_scheme}},"{uri}"}}'
     if parts.scheme not in ("amqp", "amqps"):
-        scheme = parts.scheme or uri
-        return f'"{uri}" not a valid URI: {{{{unexpected_uri_scheme,"{scheme}"}},"{uri}"}}'
+        scheme = f'"{parts.scheme}"' if parts.scheme else "[]"
+        return f'"{uri}" not a valid URI: {{{{unexpected_uri_scheme,{scheme}}},"{uri}"}}'
     return None
 
 
@@ -164,7 +166,7 @@ def _uri(key: str, value: Any) -> str | None:
         refused = _binary(key, uri)
         if refused is not None:
             return refused
-        refused = _uri_error(uri)
+        refused = uri_error(uri)
         if refused is not None:
             return refused
     return None

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from amqpd.model.broker import Broker
 from amqpd.model.statistics import NodeSample
 from amqpd.shell.admin_socket import AdminReply
+from amqpd.shell.links.federation_status import FederationLinkStatus
 
 
 class BrokerHost(Protocol):
@@ -29,6 +30,10 @@ class BrokerHost(Protocol):
 
     def shovel_status(self, vhost: str | None = None) -> list[dict[str, Any]]:
         """The shovels' state (RabbitMQ's /api/shovels items), of one vhost or all."""
+        ...
+
+    def federation_status(self, vhost: str | None = None) -> list[FederationLinkStatus]:
+        """The federation links' state (exchange and queue links), of one vhost or all."""
         ...
 
     async def admin_request(self, request: dict[str, Any]) -> AdminReply:

@@ -58,6 +58,11 @@ from amqpd.shell.admin_socket import AdminReply, serve_admin
 from amqpd.shell.direct_write import transport_of, write_now
 from amqpd.shell.http_listener import bind, serve_http
 from amqpd.shell.links.common import LocalEndpoint
+from amqpd.shell.links.federation_status import (
+    FederationLinkStatus,
+    FederationStatusSource,
+    federation_table,
+)
 from amqpd.shell.links.supervisor import LinkSupervisor, shovel_table
 from amqpd.shell.store_role import LockLost, StoreRole
 from amqpd.shell.tls import TLSOptions, certificate_identity, server_context, tls_failure_reason
@@ -150,6 +155,8 @@ class Server:
         self.rates = RateSampler(broker)  # message rates, sampled (amqpd/engine/rates.py)
         self.listeners: list[dict[str, Any]] = []  # RabbitMQ's overview/nodes "listeners"
         self.links: LinkSupervisor | None = None  # the shovels (amqpd/shell/links/)
+        # the federation link supervisors (exchange side, queue side)
+        self.federation_sources: list[FederationStatusSource] = []
         self._clock = broker.clock
         self._ticker_wake: anyio.Event | None = None  # set to re-plan the ticker's sleep
         self._ticker_until = math.inf  # when the sleeping ticker wakes (inf: it is not asleep)
@@ -262,6 +269,15 @@ class Server:
     def shovel_status(self, vhost: str | None = None) -> list[dict[str, Any]]:
         """The shovels' state, as RabbitMQ's /api/shovels lists it."""
         return [] if self.links is None else self.links.status(vhost)
+
+    def federation_status(self, vhost: str | None = None) -> list[FederationLinkStatus]:
+        """Every federation link's status (exchange and queue links), of one vhost or all."""
+        return [
+            item
+            for source in self.federation_sources
+            for item in source.federation_status()
+            if vhost is None or item.vhost == vhost
+        ]
 
     def _bind_http(self) -> dict[str, socket.socket]:
         """Bind the HTTP listeners that are on (so a port in use fails before serving)."""
@@ -421,6 +437,9 @@ class Server:
             return AdminReply(
                 True, json.dumps(shovel_table(self.shovel_status(), self.broker.statistics.node))
             )
+        if request.get("command") == "list-federation-links":
+            node = self.broker.statistics.node
+            return AdminReply(True, json.dumps(federation_table(self.federation_status(), node)))
         if request.get("group") == "ctl":  # amqpd ctl: listings, status, close-connection
             try:
                 answer = ctl_commands.execute(self.broker, request, self.node_sample())

@@ -76,9 +76,15 @@ def test_refusals(api: httpx.Client) -> None:
     assert unknown.json()["reason"] == (  # checked against RabbitMQ 3.10.8, HTML-escaped too
         'Validation failed\n\nUnrecognised terms [{&lt;&lt;"bogus"&gt;&gt;,1}] in s\n'
     )
-    other = api.put("/api/parameters/federation-upstream/%2F/u", json={"value": {"uri": "x"}})
+    other = api.put("/api/parameters/mqtt-x/%2F/u", json={"value": {"uri": "x"}})
     assert other.status_code == 400
-    assert "component federation-upstream not found" in other.json()["reason"]
+    assert other.json()["reason"] == "Validation failed\n\ncomponent mqtt-x not found\n"
+    federation = api.put("/api/parameters/federation-upstream/%2F/u", json={"value": {"uri": "x"}})
+    assert federation.status_code == 400  # RabbitMQ 3.10.8's text, side by side
+    assert federation.json()["reason"] == (
+        'Validation failed\n\n"x" not a valid URI: {{unable_to_parse_uri,no_scheme},"x"}\n'
+    )
+    assert api.delete("/api/parameters/federation-upstream/%2F/u").status_code == 404
     assert api.put(PATH, json={}).status_code == 400
     assert api.put("/api/parameters/shovel/nowhere/s", json={"value": SHOVEL}).status_code == 404
     assert api.get("/api/parameters").json() == []

@@ -153,8 +153,8 @@ def test_refusals_change_nothing() -> None:
         set_parameter(broker, "shovel", "/", "s", {"src-uri": "amqp://"})
     assert str(refused.value).startswith("Validation failed\n\n")
     assert str(refused.value).endswith("\n")
-    with pytest.raises(ParameterError, match="component federation-upstream not found"):
-        set_parameter(broker, "federation-upstream", "/", "u", {"uri": "amqp://"})
+    with pytest.raises(ParameterError, match="component mqtt-mapping not found"):
+        set_parameter(broker, "mqtt-mapping", "/", "u", {"uri": "amqp://"})
     with pytest.raises(ParameterNotFound):
         set_parameter(broker, "shovel", "nowhere", "s", GOOD)
     assert broker.access.state.parameters == {}

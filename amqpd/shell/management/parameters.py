@@ -1,10 +1,11 @@
-"""Runtime parameters and shovel status: ``/api/parameters[/{component}[/{vhost}[/{name}]]]``
-(GET; PUT ``{"value": {...}}`` and DELETE on one parameter) and ``/api/shovels[/{vhost}]``.
+"""Runtime parameters and link status: ``/api/parameters[/{component}[/{vhost}[/{name}]]]``
+(GET; PUT ``{"value": {...}}`` and DELETE on one parameter), ``/api/shovels[/{vhost}]`` and
+``/api/federation-links[/{vhost}]``.
 
 Changes go through ``host.admin_request`` (model/parameters.py via model/admin_commands.py),
 so they are validated with RabbitMQ's texts, applied, persisted, and the shovels react
 (amqpd/shell/links/). As in RabbitMQ, parameters need the policymaker (or administrator)
-tag; the shovel status is listed for the vhosts the user sees.
+tag; the link status is listed for the vhosts the user sees.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from starlette.routing import BaseRoute
 
 from amqpd.model.parameters import list_parameters, parameter_json
 from amqpd.shell.host import BrokerHost
+from amqpd.shell.links.federation_status import status_json
 from amqpd.shell.management.context import Call, created, no_content, route
 from amqpd.shell.management.errors import bad_request, not_found
 from amqpd.shell.management.render import Json
@@ -114,6 +116,21 @@ async def shovels(call: Call) -> Response:
     return call.listing(items)
 
 
+async def federation_links(call: Call) -> Response:
+    """GET /api/federation-links: every federation link's state (RabbitMQ's federation
+    management plugin), exchange and queue links."""
+    node = call.broker.statistics.node
+    items = [status_json(item, node) for item in call.host.federation_status()]
+    return call.listing([item for item in items if call.visible(item["vhost"])])
+
+
+async def federation_links_vhost(call: Call) -> Response:
+    """GET /api/federation-links/{vhost}."""
+    vhost = call.vhost_param()
+    node = call.broker.statistics.node
+    return Json([status_json(i, node) for i in call.host.federation_status(vhost.name)])
+
+
 async def shovels_vhost(call: Call) -> Response:
     """GET /api/shovels/{vhost}."""
     vhost = call.vhost_param()
@@ -134,5 +151,7 @@ def routes(host: BrokerHost) -> list[BaseRoute]:
             delete=delete_one,
         ),
         route(host, "/api/shovels", get=shovels),
+        route(host, "/api/federation-links", get=federation_links),
+        route(host, "/api/federation-links/{vhost}", get=federation_links_vhost),
         route(host, "/api/shovels/{vhost}", get=shovels_vhost),
     ]
