@@ -28,22 +28,13 @@ whose demand flipped. Many flips within one step collapse into the last state.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from amqpd.model.queue import Queue
 
-__all__ = ["DemandChange", "FederatedQueues", "policy_federates"]
-
-FEDERATION_KEYS = ("federation-upstream", "federation-upstream-set", "federation-upstream-pattern")
-
-
-def policy_federates(definition: Mapping[str, Any] | None) -> bool:
-    """Whether a policy definition federates what it applies to (rabbit_federation_upstream:
-    federate/1: any of the three upstream keys)."""
-    return definition is not None and any(key in definition for key in FEDERATION_KEYS)
+__all__ = ["DemandChange", "FederatedQueues"]
 
 
 @dataclass(slots=True)

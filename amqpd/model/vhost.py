@@ -7,7 +7,8 @@ import secrets
 from typing import TYPE_CHECKING, Any, Final
 
 from amqpd.model.deadletter import dead_letter_header, is_cycle
-from amqpd.model.federated_queues import FederatedQueues, policy_federates
+from amqpd.model.federated_queues import FederatedQueues
+from amqpd.model.federation import federation_policy_key
 from amqpd.model.message import Clock, Message
 from amqpd.model.policies import PolicyRecord, alternate_exchange, queue_policy, select
 from amqpd.model.queue import ExclusiveOwner, Queue
@@ -365,7 +366,7 @@ class VirtualHost:
         if self.federation is not None and self.queues.get(queue.name) is queue:
             policy = queue.policy
             self.federation.policy_applied(
-                queue, policy is not None and policy_federates(policy.definition)
+                queue, policy is not None and federation_policy_key(policy.definition) is not None
             )
 
     def _apply_exchange_policy(self, exchange: Exchange) -> None:

@@ -63,6 +63,7 @@ from amqpd.shell.links.federation_status import (
     FederationStatusSource,
     federation_table,
 )
+from amqpd.shell.links.queue_federation import QueueFederation
 from amqpd.shell.links.supervisor import LinkSupervisor, shovel_table
 from amqpd.shell.store_role import LockLost, StoreRole
 from amqpd.shell.tls import TLSOptions, certificate_identity, server_context, tls_failure_reason
@@ -155,9 +156,11 @@ class Server:
         self.rates = RateSampler(broker)  # message rates, sampled (amqpd/engine/rates.py)
         self.listeners: list[dict[str, Any]] = []  # RabbitMQ's overview/nodes "listeners"
         self.links: LinkSupervisor | None = None  # the shovels (amqpd/shell/links/)
+        self.queue_federation: QueueFederation | None = None  # federated queues' links
         # the federation link supervisors (exchange side, queue side)
         self.federation_sources: list[FederationStatusSource] = []
         self._clock = broker.clock
+        self._federated = broker.federated_queues  # (amqpd/model/federated_queues.py)
         self._ticker_wake: anyio.Event | None = None  # set to re-plan the ticker's sleep
         self._ticker_until = math.inf  # when the sleeping ticker wakes (inf: it is not asleep)
         broker.statistics.node = node_sample.node_name()
@@ -242,6 +245,9 @@ class Server:
             if self.links is not None:
                 with anyio.CancelScope(shield=True):
                     await self.links.aclose()
+            if self.queue_federation is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.queue_federation.aclose()
             for sock in http_sockets.values():
                 sock.close()  # closed by serve_http already unless serving never started
             if tls_listener is not None:
@@ -260,6 +266,9 @@ class Server:
             self.broker, local, self.broker.statistics.node, self._shovel_finished
         )
         self.links.reconcile()
+        self.queue_federation = QueueFederation(self.broker, local)
+        self.federation_sources.append(self.queue_federation)
+        self.queue_federation.start()
 
     async def _shovel_finished(self, vhost: str, name: str) -> None:
         """A shovel reached src-delete-after: its parameter goes, as in RabbitMQ."""
@@ -348,6 +357,8 @@ class Server:
         committer = self._committer
         if committer is not None and self._journal is not None and self._journal.pending:
             committer.wake()
+        if self._federated.dirty and self.queue_federation is not None:
+            self.queue_federation.follow(self._federated.take())  # demand flips
         if self._clock.wake_at < self._ticker_until:  # the core has an earlier deadline
             self._ticker_until = math.inf
             if self._ticker_wake is not None:
@@ -456,6 +467,8 @@ class Server:
             self.after_core()  # closed connections, journaled deletions
             if self.links is not None:
                 self.links.reconcile()  # shovel parameters may have changed
+            if self.queue_federation is not None:
+                self.queue_federation.reconcile()  # upstreams, policies may have changed
         log.info("admin: %s %s", request.get("group"), request.get("command"))
         if outcome.changed:
             try:
@@ -537,6 +550,8 @@ class Server:
         self._stopping = True
         if self.links is not None:
             await self.links.aclose()  # first: what they did not hand over goes back
+        if self.queue_federation is not None:
+            await self.queue_federation.aclose()
         peers = list(self._peers.values())
         for peer in peers:
             peer.conn.close_forced(reason)

@@ -12,22 +12,23 @@ from pamqp import commands
 
 from amqpd.model.broker import Broker
 from amqpd.model.federated_queues import DemandChange
-from persistence.access import PolicyRecord
+from amqpd.model.policy_admin import clear_policy, set_policy
 from tests.unit.engine_driver import Client
 from tests.unit.protocol_support import connect, declare, publish_frames, rpc, split
 
 
 def federate(broker: Broker, pattern: str = "^fed", vhost: str = "/") -> None:
     """A policy with a federation key for queues matching ``pattern``."""
-    broker.access.state.policies[(vhost, "fed")] = PolicyRecord(
-        vhost, "fed", pattern, "queues", 0, {"federation-upstream-set": "all"}
-    )
-    broker.install_policies()
+    body = {
+        "pattern": pattern,
+        "definition": {"federation-upstream-set": "all"},
+        "apply-to": "queues",
+    }
+    set_policy(broker, vhost, "fed", body)
 
 
 def unfederate(broker: Broker, vhost: str = "/") -> None:
-    broker.access.state.policies.pop((vhost, "fed"))
-    broker.install_policies()
+    clear_policy(broker, vhost, "fed")
 
 
 def flips(broker: Broker) -> list[tuple[str, bool, bool]]:
@@ -179,6 +180,14 @@ def test_expiry_that_empties_the_queue_is_noticed_by_the_ticker() -> None:
     assert flips(broker) == [("fed.q", True, False)]
     client.advance(2.0)
     assert flips(broker) == [("fed.q", True, True)]
+
+
+def test_a_policy_without_a_federation_key_does_not_federate() -> None:
+    broker = Broker()
+    body = {"pattern": "^fed", "definition": {"max-length": 10}, "apply-to": "queues"}
+    set_policy(broker, "/", "limits", body)
+    ready_client(broker)
+    assert flips(broker) == []
 
 
 def test_policy_changes_and_deletion_start_and_stop_federation() -> None:
