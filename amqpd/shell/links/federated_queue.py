@@ -43,7 +43,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, cast
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit
 
 import aiormq
 import aiormq.abc
@@ -113,7 +113,8 @@ def with_default_vhost(uri: str, vhost: str) -> str:
     parts = urlsplit(uri)
     if parts.path:
         return uri
-    return urlunsplit(parts._replace(path="/" + quote(vhost, safe="")))
+    query = f"?{parts.query}" if parts.query else ""
+    return f"{parts.scheme}://{parts.netloc}/{quote(vhost, safe='')}{query}"
 
 
 def received_from_headers(
