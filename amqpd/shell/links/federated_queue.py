@@ -216,15 +216,16 @@ class QueueLink:
     async def _run_once(self) -> None:
         if not self.upstream.uris:
             raise LinkFailed("the upstream has no uri")
-        uri = with_default_vhost(self._pick_uri(), self.queue.vhost)
-        self.status.set("starting", uri=uri)
+        configured = self._pick_uri()  # shown as configured (status, x-received-from)
+        self.status.set("starting", uri=configured)
+        uri = with_default_vhost(configured, self.queue.vhost)
         properties: FieldTable = {"connection_name": self.connection_name}
         local_uri = with_default_vhost("amqp://", self.queue.vhost)
         local = await aiormq.connect(self.local.resolve(local_uri), client_properties=properties)
         try:
             remote = await aiormq.connect(self.local.resolve(uri), client_properties=properties)
             try:
-                await self._federate(local, remote, uri)
+                await self._federate(local, remote, redact_uri(configured))
             finally:
                 await close_quietly(remote)
         finally:
@@ -234,7 +235,7 @@ class QueueLink:
         self,
         local: aiormq.abc.AbstractConnection,
         remote: aiormq.abc.AbstractConnection,
-        uri: str,
+        safe_uri: str,
     ) -> None:
         upstream = self.upstream
         capabilities = (remote.server_properties or {}).get("capabilities") or {}
@@ -261,7 +262,7 @@ class QueueLink:
 
         inbound.on_consumer_cancel_callbacks.add(cancelled)
         acker = Acker(inbound)
-        forward = self._forwarder(out, inbound, acker, failure, redact_uri(uri))
+        forward = self._forwarder(out, inbound, acker, failure, safe_uri)
         follower = asyncio.ensure_future(self._follow(inbound, forward))
         self.status.local_connection = self.connection_name
         self.status.set("running")

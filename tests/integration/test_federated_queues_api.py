@@ -1,0 +1,96 @@
+"""Federated queues configured over the management API on one broker (an upstream
+``amqp://`` is this broker, the upstream's ``queue`` another queue of it): the link shows
+in /api/federation-links as RabbitMQ lists queue links, uses the upstream's queue and
+consumer tag, and goes when the policy or the queue goes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pika
+import pytest
+
+from amqpd.model.broker import BrokerConfig
+from amqpd.shell.server import Server, ServerConfig, background_server
+from tests.integration.shovel_support import wait_for
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    with background_server(BrokerConfig(), ServerConfig(port=0, management_port=0)) as running:
+        yield running
+
+
+@pytest.fixture
+def api(server: Server) -> Iterator[httpx.Client]:
+    with httpx.Client(
+        base_url=f"http://127.0.0.1:{server.management_port}", auth=("guest", "guest"), timeout=60
+    ) as client:
+        yield client
+
+
+def _links(api: httpx.Client) -> list[dict[str, Any]]:
+    answer = api.get("/api/federation-links/%2F")
+    assert answer.status_code == 200
+    found: list[dict[str, Any]] = answer.json()
+    return found
+
+
+def _consumer_tags(api: httpx.Client, queue: str) -> list[str]:
+    answer = api.get("/api/consumers/%2F")
+    assert answer.status_code == 200
+    return [item["consumer_tag"] for item in answer.json() if item["queue"]["name"] == queue]
+
+
+def test_a_queue_federated_from_another_queue_of_the_same_broker(
+    server: Server, api: httpx.Client
+) -> None:
+    upstream = {"value": {"uri": "amqp://", "queue": "src", "consumer-tag": "fed-self"}}
+    assert api.put("/api/parameters/federation-upstream/%2F/self", json=upstream).status_code in (
+        201,
+        204,
+    )
+    policy = {
+        "pattern": "^dst$",
+        "definition": {"federation-upstream": "self"},
+        "apply-to": "queues",
+    }
+    assert api.put("/api/policies/%2F/fed", json=policy).status_code in (201, 204)
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))
+    channel = conn.channel()
+    channel.queue_declare("src", durable=True)
+    for number in range(10):
+        channel.basic_publish("", "src", str(number).encode())
+    channel.queue_declare("dst", durable=True)
+    wait_for(lambda: [item["status"] for item in _links(api)] == ["running"], "the link running")
+    [link] = _links(api)
+    assert {key: link[key] for key in ("type", "queue", "upstream_queue", "upstream", "uri")} == {
+        "type": "queue",
+        "queue": "dst",
+        "upstream_queue": "src",
+        "upstream": "self",
+        "uri": "amqp://",
+    }
+    assert _consumer_tags(api, "src") == []  # nobody consumes dst yet
+
+    got: list[bytes] = []
+    for method, _props, body in channel.consume("dst", inactivity_timeout=60):
+        assert body is not None, f"only {len(got)} of 10 arrived"
+        got.append(body)
+        channel.basic_ack(method.delivery_tag)
+        if len(got) == 10:
+            break
+    assert got == [str(n).encode() for n in range(10)]
+    assert _consumer_tags(api, "src") == ["fed-self"]  # dst's consumer still waits
+
+    assert api.delete("/api/policies/%2F/fed").status_code == 204
+    wait_for(lambda: _links(api) == [], "the link gone with its policy")
+    wait_for(lambda: _consumer_tags(api, "src") == [], "the link's consumer gone")
+    assert api.put("/api/policies/%2F/fed", json=policy).status_code in (201, 204)
+    wait_for(lambda: len(_links(api)) == 1, "the link back with the policy")
+    channel.cancel()
+    channel.queue_delete("dst")
+    wait_for(lambda: _links(api) == [], "the link gone with its queue")
+    conn.close()
