@@ -57,12 +57,12 @@ from amqpd.shell import management, metrics, node_sample, resources
 from amqpd.shell.admin_socket import AdminReply, serve_admin
 from amqpd.shell.direct_write import transport_of, write_now
 from amqpd.shell.http_listener import bind, serve_http
+from amqpd.shell.links.client import LocalEndpoint
 from amqpd.shell.links.federation_status import (
     FederationLinkStatus,
     FederationStatusSource,
     federation_table,
 )
-from amqpd.shell.links.shovel import LocalEndpoint
 from amqpd.shell.links.supervisor import LinkSupervisor, shovel_table
 from amqpd.shell.store_role import LockLost, StoreRole
 from amqpd.shell.tls import TLSOptions, certificate_identity, server_context, tls_failure_reason

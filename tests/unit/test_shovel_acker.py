@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from amqpd.shell.links.shovel import _Acker
+from amqpd.shell.links.client import Acker as _Acker
 
 
 class FakeChannel:

@@ -40,11 +40,9 @@ import asyncio
 import datetime
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
 from typing import Any, Final, cast
-from urllib.parse import quote, urlsplit, urlunsplit
 
 import aiormq
 import aiormq.abc
@@ -52,51 +50,23 @@ from pamqp import commands as spec
 from pamqp.common import Arguments
 
 from amqpd.model.shovels import ShovelSpec, redact_uri
+from amqpd.shell.links.client import (
+    Acker,
+    LinkFailed,
+    LocalEndpoint,
+    close_connection,
+    closed_reason,
+    closing,
+    reason_of,
+)
 
-__all__ = ["LocalEndpoint", "ShovelLink"]
+__all__ = ["ShovelLink"]
 
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF: Final = 30.0  # seconds between reconnection attempts, at most
 STABLE_AFTER: Final = 10.0  # a run this long resets the back-off
-CLOSE_TIMEOUT: Final = 5.0  # seconds a connection may take to close
-HEARTBEAT: Final = 10  # seconds, unless the URI says (amqp_client's default)
 _PROPERTY_NAMES: Final = {"type": "message_type"}  # publish-properties key -> pamqp name
-
-
-class LocalEndpoint:
-    """How the links reach the local broker: its listener and the internal credentials."""
-
-    def __init__(self, host: str, port: int, user: str, secret: str) -> None:
-        self.host = "127.0.0.1" if host in ("", "0.0.0.0") else host
-        self.port = port
-        self.user = user
-        self.secret = secret
-
-    def resolve(self, uri: str) -> str:
-        """The URI to connect to: a host-less URI becomes the local listener; a URI without
-        ``heartbeat`` gets RabbitMQ's client default (10 s), so a link whose peer vanished
-        without closing the TCP connection (a network partition) is noticed."""
-        parts = urlsplit(uri)
-        if "heartbeat=" not in parts.query:
-            query = (
-                f"{parts.query}&heartbeat={HEARTBEAT}" if parts.query else f"heartbeat={HEARTBEAT}"
-            )
-            parts = parts._replace(query=query)
-            uri = urlunsplit(parts)
-        if parts.hostname:
-            return uri
-        vhost = parts.path[1:] if parts.path.startswith("/") else ""
-        path = "/" + quote(vhost, safe="") if vhost else "/"
-        query = f"?{parts.query}" if parts.query else ""
-        return (
-            f"amqp://{quote(self.user, safe='')}:{quote(self.secret, safe='')}"
-            f"@{self.host}:{self.port}{path}{query}"
-        )
-
-
-class _Failed(Exception):
-    """The running shovel stopped; the message is the reason shown in its status."""
 
 
 class ShovelLink:
@@ -172,7 +142,7 @@ class ShovelLink:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                reason = _reason(exc)
+                reason = reason_of(exc)
                 self._set("terminated", reason)
                 log.warning(
                     "shovel '%s' in vhost '%s' failed: %s", self.spec.name, self.spec.vhost, reason
@@ -204,9 +174,9 @@ class ShovelLink:
             try:
                 return await self._shovel(source, dest, failure)
             finally:
-                await _close(source)
+                await close_connection(source)
         finally:
-            await _close(dest)
+            await close_connection(dest)
 
     async def _shovel(
         self,
@@ -230,7 +200,7 @@ class ShovelLink:
         if remaining is not None and remaining <= 0:
             return True
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        acker = _Acker(inbound)
+        acker = Acker(inbound)
         forward = self._forwarder(out, inbound, acker, failure, done, remaining)
         if spec_.prefetch_count:
             await inbound.basic_qos(prefetch_count=min(spec_.prefetch_count, 65535))
@@ -240,10 +210,10 @@ class ShovelLink:
         watched = [
             failure,
             done,
-            _closing(source),
-            _closing(dest),
-            _closing(out),
-            _closing(inbound),
+            closing(source),
+            closing(dest),
+            closing(out),
+            closing(inbound),
         ]
         try:
             await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
@@ -254,8 +224,8 @@ class ShovelLink:
             await acker.flush()  # the last acks, before the connections close
             return True
         if failure.done() and failure.exception() is not None:
-            raise _Failed(_reason(failure.exception()))
-        raise _Failed(_closed_reason(source, dest, out, inbound))
+            raise LinkFailed(reason_of(failure.exception()))
+        raise LinkFailed(closed_reason(source, dest, out, inbound))
 
     async def _source_queue(
         self, source: aiormq.abc.AbstractConnection, inbound: aiormq.abc.AbstractChannel
@@ -275,7 +245,7 @@ class ShovelLink:
         self,
         out: aiormq.Channel,
         inbound: aiormq.abc.AbstractChannel,
-        acker: _Acker,
+        acker: Acker,
         failure: asyncio.Future[None],
         done: asyncio.Future[None],
         remaining: int | None,
@@ -362,50 +332,6 @@ class ShovelLink:
         return properties
 
 
-class _Acker:
-    """Settles source deliveries in few frames: a delivery is settled once forwarded (or
-    nacked back); the longest settled run of delivery tags from the oldest is acked with
-    one ``basic.ack(multiple=true)`` per event-loop turn (the destination confirms many
-    publishes with one frame, so their forwards finish in the same turn)."""
-
-    def __init__(self, channel: aiormq.abc.AbstractChannel) -> None:
-        self._channel = channel
-        self._pending: deque[int] = deque()  # tags received and not yet acked, in order
-        self._settled: set[int] = set()
-        self._nacked: set[int] = set()  # settled by a nack already: never the ack's tag
-        self._flushing = False
-
-    def received(self, tag: int) -> None:
-        self._pending.append(tag)
-
-    async def settled(self, tag: int, nacked: bool = False) -> None:
-        self._settled.add(tag)
-        if nacked:
-            self._nacked.add(tag)
-        if self._flushing:
-            return  # the forward that started the flush acks this one too
-        self._flushing = True
-        try:
-            await asyncio.sleep(0)  # let the other forwards settled by the same frame run
-        finally:
-            self._flushing = False
-        await self.flush()
-
-    async def flush(self) -> None:
-        """Ack the settled run of deliveries now."""
-        pending, settled = self._pending, self._settled
-        last = None
-        while pending and pending[0] in settled:
-            tag = pending.popleft()
-            settled.discard(tag)
-            if tag in self._nacked:
-                self._nacked.discard(tag)
-            else:
-                last = tag
-        if last is not None:
-            await self._channel.basic_ack(last, multiple=True)
-
-
 async def _ensure_queue(
     connection: aiormq.abc.AbstractConnection, queue: str, arguments: Any
 ) -> int:
@@ -422,32 +348,3 @@ async def _ensure_queue(
     with suppress(Exception):
         await channel.close()
     return count
-
-
-async def _close(connection: aiormq.abc.AbstractConnection) -> None:
-    """Close a connection (unacked source deliveries go back to their queue), bounded."""
-    with suppress(Exception):
-        async with asyncio.timeout(CLOSE_TIMEOUT):
-            await connection.close()
-
-
-def _closing(thing: Any) -> asyncio.Future[Any]:
-    future: asyncio.Future[Any] = asyncio.ensure_future(thing.closing)
-    return future
-
-
-def _closed_reason(*things: Any) -> str:
-    for thing in things:
-        closing = thing.closing
-        if closing.done():
-            exc = None if closing.cancelled() else closing.exception()
-            if exc is not None:
-                return _reason(exc)
-    return "connection closed"
-
-
-def _reason(exc: BaseException | None) -> str:
-    if exc is None:
-        return "unknown"
-    text = str(exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}" if not isinstance(exc, _Failed) else text

@@ -1,0 +1,168 @@
+"""What the links (shovels, federation) share as AMQP 0-9-1 clients (aiormq).
+
+`LocalEndpoint` turns a host-less URI into the broker's own listener with the internal
+user; `Acker` coalesces source acks; `close_connection`, `closing`, `closed_reason` and
+`reason_of` close connections and name why a link stopped (the reason its status shows).
+
+`LongLong` is an ``int`` that pamqp encodes as an AMQP long-long (``l``) in a field
+table. pamqp picks the smallest integer type for a value; RabbitMQ's federation refuses
+an ``x-federation-upstream`` exchange whose ``x-max-hops`` is not of type long ("Argument
+x-max-hops must be of type long"), so the federation links declare it as a `LongLong`.
+Importing this module teaches pamqp's table encoder that one type; every other value is
+encoded as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from contextlib import suppress
+from typing import Any, Final
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import aiormq.abc
+import pamqp.encode
+
+__all__ = [
+    "CLOSE_TIMEOUT",
+    "HEARTBEAT",
+    "Acker",
+    "LinkFailed",
+    "LocalEndpoint",
+    "LongLong",
+    "close_connection",
+    "closed_reason",
+    "closing",
+    "reason_of",
+]
+
+log = logging.getLogger(__name__)
+
+CLOSE_TIMEOUT: Final = 5.0  # seconds a connection may take to close
+HEARTBEAT: Final = 10  # seconds, unless the URI says (amqp_client's default)
+
+
+class LongLong(int):
+    """An integer a field table carries as an AMQP long-long (``l``)."""
+
+
+_table_integer = pamqp.encode.table_integer
+
+
+def _typed_table_integer(value: int) -> bytes:
+    if type(value) is LongLong:
+        return b"l" + pamqp.encode.long_long_int(value)
+    return _table_integer(value)
+
+
+setattr(pamqp.encode, "table_integer", _typed_table_integer)  # noqa: B010 - see the top
+
+
+class LinkFailed(Exception):
+    """A running link stopped; the message is the reason shown in its status."""
+
+
+class LocalEndpoint:
+    """How the links reach the local broker: its listener and the internal credentials."""
+
+    def __init__(self, host: str, port: int, user: str, secret: str) -> None:
+        self.host = "127.0.0.1" if host in ("", "0.0.0.0") else host
+        self.port = port
+        self.user = user
+        self.secret = secret
+
+    def resolve(self, uri: str) -> str:
+        """The URI to connect to: a host-less URI becomes the local listener; a URI without
+        ``heartbeat`` gets RabbitMQ's client default (10 s), so a link whose peer vanished
+        without closing the TCP connection (a network partition) is noticed."""
+        parts = urlsplit(uri)
+        if "heartbeat=" not in parts.query:
+            query = (
+                f"{parts.query}&heartbeat={HEARTBEAT}" if parts.query else f"heartbeat={HEARTBEAT}"
+            )
+            parts = parts._replace(query=query)
+            uri = urlunsplit(parts)
+        if parts.hostname:
+            return uri
+        vhost = parts.path[1:] if parts.path.startswith("/") else ""
+        path = "/" + quote(vhost, safe="") if vhost else "/"
+        query = f"?{parts.query}" if parts.query else ""
+        return (
+            f"amqp://{quote(self.user, safe='')}:{quote(self.secret, safe='')}"
+            f"@{self.host}:{self.port}{path}{query}"
+        )
+
+
+class Acker:
+    """Settles source deliveries in few frames: a delivery is settled once forwarded (or
+    nacked back); the longest settled run of delivery tags from the oldest is acked with
+    one ``basic.ack(multiple=true)`` per event-loop turn (the destination confirms many
+    publishes with one frame, so their forwards finish in the same turn)."""
+
+    def __init__(self, channel: aiormq.abc.AbstractChannel) -> None:
+        self._channel = channel
+        self._pending: deque[int] = deque()  # tags received and not yet acked, in order
+        self._settled: set[int] = set()
+        self._nacked: set[int] = set()  # settled by a nack already: never the ack's tag
+        self._flushing = False
+
+    def received(self, tag: int) -> None:
+        self._pending.append(tag)
+
+    async def settled(self, tag: int, nacked: bool = False) -> None:
+        self._settled.add(tag)
+        if nacked:
+            self._nacked.add(tag)
+        if self._flushing:
+            return  # the forward that started the flush acks this one too
+        self._flushing = True
+        try:
+            await asyncio.sleep(0)  # let the other forwards settled by the same frame run
+        finally:
+            self._flushing = False
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Ack the settled run of deliveries now."""
+        pending, settled = self._pending, self._settled
+        last = None
+        while pending and pending[0] in settled:
+            tag = pending.popleft()
+            settled.discard(tag)
+            if tag in self._nacked:
+                self._nacked.discard(tag)
+            else:
+                last = tag
+        if last is not None:
+            await self._channel.basic_ack(last, multiple=True)
+
+
+async def close_connection(connection: aiormq.abc.AbstractConnection) -> None:
+    """Close a connection (unacked source deliveries go back to their queue), bounded."""
+    with suppress(Exception):
+        async with asyncio.timeout(CLOSE_TIMEOUT):
+            await connection.close()
+
+
+def closing(thing: Any) -> asyncio.Future[Any]:
+    future: asyncio.Future[Any] = asyncio.ensure_future(thing.closing)
+    return future
+
+
+def closed_reason(*things: Any) -> str:
+    for thing in things:
+        closing = thing.closing
+        if closing.done():
+            exc = None if closing.cancelled() else closing.exception()
+            if exc is not None:
+                return reason_of(exc)
+    return "connection closed"
+
+
+def reason_of(exc: BaseException | None) -> str:
+    """The text a link's status shows for the exception that stopped it."""
+    if exc is None:
+        return "unknown"
+    text = str(exc) or type(exc).__name__
+    return text if isinstance(exc, LinkFailed) else f"{type(exc).__name__}: {text}"
