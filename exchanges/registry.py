@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from exchanges.base import Router
+from exchanges.base import Arguments, Router
 from exchanges.direct import DirectRouter
 from exchanges.fanout import FanoutRouter
+from exchanges.federation_upstream import FederationUpstreamRouter
 from exchanges.headers import HeadersRouter
 from exchanges.topic import TopicRouter
 
@@ -19,8 +20,9 @@ _FACTORIES: dict[str, Callable[[], Router]] = {
     HeadersRouter.type_name: HeadersRouter,
 }
 
-EXCHANGE_TYPES: frozenset[str] = frozenset(_FACTORIES)
-"""Names of the supported exchange types: direct, fanout, topic, headers."""
+EXCHANGE_TYPES: frozenset[str] = frozenset((*_FACTORIES, FederationUpstreamRouter.type_name))
+"""Names of the supported exchange types: direct, fanout, topic, headers, and
+x-federation-upstream (the helper of federation links, configured by its arguments)."""
 
 
 class UnknownExchangeType(ValueError):
@@ -40,11 +42,12 @@ class UnknownExchangeType(ValueError):
         self.type_name = type_name
 
 
-def create_router(type_name: str) -> Router:
+def create_router(type_name: str, arguments: Arguments | None = None) -> Router:
     """Create an empty router for an exchange of type ``type_name``.
 
     Args:
         type_name: One of :data:`EXCHANGE_TYPES` (case-sensitive, as in RabbitMQ).
+        arguments: The exchange's declaration arguments (read by x-federation-upstream).
 
     Returns:
         A new router with no bindings.
@@ -52,6 +55,8 @@ def create_router(type_name: str) -> Router:
     Raises:
         UnknownExchangeType: If ``type_name`` is not a supported type.
     """
+    if type_name == FederationUpstreamRouter.type_name:
+        return FederationUpstreamRouter(arguments)
     factory = _FACTORIES.get(type_name)
     if factory is None:
         raise UnknownExchangeType(type_name)

@@ -283,7 +283,7 @@ class Connection:
         self.state = State.AWAIT_START_OK
         config = self.broker.config
         self._mechanisms = handshake.offered_mechanisms(config.auth_mechanisms, self.peer_cert_user)
-        properties = handshake.server_properties(config.server_properties)
+        properties = handshake.server_properties(config.server_properties, self.broker.cluster_name)
         start = handshake.start_method(properties, self._mechanisms)
         self.send(codec.encode_method(0, start))
         return rest

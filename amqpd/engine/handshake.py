@@ -44,9 +44,12 @@ MECHANISMS: Final = ("PLAIN", "AMQPLAIN", "EXTERNAL")
 FRAME_MIN_SIZE: Final = 4096  # the frame size limit until Tune-Ok, and the least allowed
 
 
-def server_properties(configured: Iterable[tuple[str, str]] = ()) -> dict[str, Any]:
-    """Connection.Start's server-properties: the defaults, overridden by ``configured``
-    (longstr values), the capabilities always built in, sorted by key (rabbit_reader)."""
+def server_properties(
+    configured: Iterable[tuple[str, str]] = (), cluster_name: str = "amqpd"
+) -> dict[str, Any]:
+    """Connection.Start's server-properties: the defaults (``cluster_name``: the broker's,
+    which federation peers read), overridden by ``configured`` (longstr values), the
+    capabilities always built in, sorted by key (rabbit_reader)."""
     properties: dict[str, Any] = {
         "product": "RabbitMQ",
         "version": RABBITMQ_VERSION,
@@ -54,7 +57,7 @@ def server_properties(configured: Iterable[tuple[str, str]] = ()) -> dict[str, A
         "copyright": "amqpd contributors",
         "information": f"amqpd {amqpd.__version__}: an AMQP 0-9-1 broker in Python "
         f"that behaves as RabbitMQ {RABBITMQ_VERSION.rsplit('.', 1)[0]}",
-        "cluster_name": "amqpd",
+        "cluster_name": cluster_name,
     }
     properties.update(configured)
     properties["capabilities"] = dict(SERVER_CAPABILITIES)

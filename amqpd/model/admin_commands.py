@@ -465,7 +465,19 @@ def _list_parameters(broker: Broker, args: _Args) -> Outcome:
     return Outcome("\n".join(lines))
 
 
+def _set_cluster_name(broker: Broker, args: _Args) -> Outcome:
+    """``set-cluster-name NAME`` (rabbitmqctl set_cluster_name, PUT /api/cluster-name): the
+    global parameter ``cluster_name``, as RabbitMQ keeps it."""
+    name = args.text("name")
+    if not name:
+        raise AdminError("the cluster name must not be empty")
+    state = _copy(broker)
+    state.global_parameters["cluster_name"] = name
+    return _changed(broker, state, f"Setting cluster name to {name} ...")
+
+
 _COMMANDS: dict[tuple[str, str], Callable[[Broker, _Args], Outcome]] = {
+    ("parameters", "set-cluster-name"): _set_cluster_name,
     ("parameters", "set-parameter"): _set_parameter,
     ("parameters", "clear-parameter"): _clear_parameter,
     ("parameters", "list-parameters"): _list_parameters,

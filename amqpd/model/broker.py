@@ -23,7 +23,7 @@ from amqpd.model.federated_queues import FederatedQueues
 from amqpd.model.message import Clock, Message, QueueEntry
 from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.statistics import NodeStatistics
-from amqpd.model.vhost import Exchange, VirtualHost
+from amqpd.model.vhost import Exchange, TopologyVersion, VirtualHost
 from amqpd.wire.codec import HeaderPeek, encode_shortstr, peek_header
 from amqpd.wire.errors import CONNECTION_FORCED
 from persistence.records import RecoveredState
@@ -90,6 +90,7 @@ class Broker:
         self.clock = Clock(now)  # unix time, advanced by tick(now) and the engine's input
         self.body_loader: BodyLoader | None = None
         self.statistics = NodeStatistics()  # node-wide message totals and rates
+        self.topology = TopologyVersion()  # bumped by every topology change (model/vhost.py)
         for name in self.config.vhosts:
             self.add_vhost(name)
         self.access = AccessControl(default_access(self.config.vhosts), self.config.loopback_users)
@@ -106,6 +107,14 @@ class Broker:
         """A placeholder until Connection.Open picks the connection's vhost."""
         return next(iter(self.vhosts.values()), self._no_vhost)
 
+    @property
+    def cluster_name(self) -> str:
+        """RabbitMQ's cluster name: the global parameter ``cluster_name`` if one is set
+        (``PUT /api/cluster-name``, definitions), else the node name. Connection.Start
+        announces it and federation uses it (x-received-from, loop detection)."""
+        name = self.access.state.global_parameters.get("cluster_name")
+        return name if isinstance(name, str) and name else self.statistics.node
+
     # -- vhosts and access control (amqpd/auth.py) -----------------------------------------
     def add_vhost(self, name: str) -> VirtualHost:
         """The vhost called ``name``, created (empty) if it does not exist."""
@@ -114,6 +123,7 @@ class Broker:
             vhost = VirtualHost(name)
             vhost.clock = self.clock
             vhost.churn = self.statistics.churn
+            vhost.topology = self.topology
             vhost.dead_letters = self.statistics.dead_letters
             vhost.journal = self.journal
             vhost.paging_queues = self.paging_queues

@@ -26,6 +26,7 @@ from amqpd.wire.errors import (
 )
 from amqpd.wire.properties import RawProperties
 from exchanges.base import InvalidBinding, Router
+from exchanges.federation_upstream import MAX_HOPS_ARG, FederationUpstreamRouter, argument_problem
 from exchanges.registry import EXCHANGE_TYPES, create_router
 from persistence.records import BindingDef, ExchangeDef, QueueDef
 
@@ -54,6 +55,7 @@ EQUIVALENT_QUEUE_ARGS: Final = (
     "x-single-active-consumer",
     "x-delivery-limit",
 )
+FEDERATION_UPSTREAM: Final = FederationUpstreamRouter.type_name
 # Classic-queue arguments RabbitMQ 3.x refuses on quorum queues.
 QUORUM_UNSUPPORTED_ARGS: Final = ("x-max-priority", "x-queue-mode")
 
@@ -86,7 +88,7 @@ class Exchange:
     ) -> None:
         self.name = name
         self.type_name = type_name
-        self.router: Router = create_router(type_name)
+        self.router: Router = create_router(type_name, arguments)
         self.durable = durable
         self.auto_delete = auto_delete
         self.internal = internal
@@ -102,6 +104,18 @@ class Exchange:
 
 
 Destination = Queue | Exchange
+
+
+class TopologyVersion:
+    """A counter of changes to exchanges, queues, bindings and policies, node-wide (the
+    broker's one is shared by its vhosts). The shell compares it after each step of the
+    core to learn that federation links must follow (amqpd/shell/links/federation.py);
+    publishing never touches it."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
 
 
 def _is_standard(name: str) -> bool:
@@ -140,6 +154,7 @@ class VirtualHost:
         self.operator_policies: list[PolicyRecord] = []
         self.federation: FederatedQueues | None = None  # the broker's (federated_queues.py)
         self.churn = Churn()  # the broker's node-wide counters replace these two
+        self.topology = TopologyVersion()  # the broker's replaces this one too
         self.dead_letters = DeadLetterCounts()
 
     # -- exchanges -------------------------------------------------------------------------
@@ -172,6 +187,10 @@ class VirtualHost:
             raise access_refused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
         if type_name not in EXCHANGE_TYPES:
             raise AMQPError(COMMAND_INVALID, f"unknown exchange type '{type_name}'", 40, 10)
+        if type_name == FEDERATION_UPSTREAM and existing is None:
+            problem = argument_problem(arguments)
+            if problem is not None:
+                raise precondition_failed(problem)
         if existing is not None:
             what = f"for exchange '{name}' in vhost '{self.name}'"
             self._check_equivalent("type", what, type_name, existing.type_name)
@@ -186,10 +205,18 @@ class VirtualHost:
                 arguments.get("alternate-exchange"),
                 existing.arguments.get("alternate-exchange"),
             )
+            if type_name == FEDERATION_UPSTREAM:
+                _check_equivalent_arg(
+                    MAX_HOPS_ARG,
+                    what,
+                    arguments.get(MAX_HOPS_ARG),
+                    existing.arguments.get(MAX_HOPS_ARG),
+                )
             return existing
         exchange = Exchange(name, type_name, durable, auto_delete, internal, arguments)
         self._apply_exchange_policy(exchange)
         self.exchanges[name] = exchange
+        self.topology.value += 1
         if durable and self.journal is not None:
             self.journal.put_exchange(
                 ExchangeDef(self.name, name, type_name, auto_delete, internal, arguments)
@@ -219,6 +246,7 @@ class VirtualHost:
 
     def _remove_exchange(self, exchange: Exchange) -> None:
         del self.exchanges[exchange.name]
+        self.topology.value += 1
         if exchange.durable and self.journal is not None:
             self.journal.delete_exchange(self.name, exchange.name)  # cascades its bindings
         for destination, _key, _args in list(exchange.router.bindings()):
@@ -303,6 +331,7 @@ class VirtualHost:
         if queue.policy is not None:
             self.federate(queue)
         self.churn.queues_created += 1
+        self.topology.value += 1
         if exclusive:
             assert owner is not None, "an exclusive queue needs an owner"
             owner.exclusive_queues.append(queue)
@@ -339,6 +368,7 @@ class VirtualHost:
     # -- policies (model/policies.py) ------------------------------------------------------
     def apply_policies(self) -> None:
         """Re-evaluate which policy applies to every queue and exchange (they changed)."""
+        self.topology.value += 1
         for queue in list(self.queues.values()):
             if not queue.deleted:
                 self._apply_queue_policy(queue)
@@ -406,6 +436,7 @@ class VirtualHost:
             queue.journal.delete_queue(self.name, queue.name)  # cascades messages, bindings
         queue.deleted = True
         self.queues.pop(queue.name, None)
+        self.topology.value += 1
         self._unbind_destination(queue)
         queue.purge()
         for consumer in list(queue.consumers):
@@ -434,6 +465,7 @@ class VirtualHost:
         except InvalidBinding as exc:
             raise precondition_failed(str(exc)) from exc
         if source.router.bind(destination, key, arguments):
+            self.topology.value += 1
             sources = self._bound_from.setdefault(destination, {})
             sources[source] = sources.get(source, 0) + 1
             binding = self._binding_def(source, destination, key, arguments)
@@ -447,6 +479,7 @@ class VirtualHost:
         if source.is_default or (isinstance(destination, Exchange) and destination.is_default):
             raise access_refused("operation not permitted on the default exchange")
         if source.router.unbind(destination, key, arguments):
+            self.topology.value += 1
             binding = self._binding_def(source, destination, key, arguments)
             if binding is not None and self.journal is not None:
                 self.journal.delete_binding(binding)
@@ -486,6 +519,7 @@ class VirtualHost:
 
     def _unbind_destination(self, destination: Destination) -> None:
         for source in self._bound_from.pop(destination, ()):
+            self.topology.value += 1
             source.router.unbind_all(destination)
             self._maybe_auto_delete(source)
 

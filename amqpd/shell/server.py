@@ -57,7 +57,7 @@ from amqpd.shell import management, metrics, node_sample, resources
 from amqpd.shell.admin_socket import AdminReply, serve_admin
 from amqpd.shell.direct_write import transport_of, write_now
 from amqpd.shell.http_listener import bind, serve_http
-from amqpd.shell.links.common import LocalEndpoint
+from amqpd.shell.links.client import LocalEndpoint
 from amqpd.shell.links.federation_status import (
     FederationLinkStatus,
     FederationStatusSource,

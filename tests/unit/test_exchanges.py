@@ -79,7 +79,10 @@ def test_package_uses_only_the_standard_library() -> None:
 
 
 def test_exchange_types() -> None:
-    assert frozenset({"direct", "fanout", "topic", "headers"}) == EXCHANGE_TYPES
+    assert (
+        frozenset({"direct", "fanout", "topic", "headers", "x-federation-upstream"})
+        == EXCHANGE_TYPES
+    )
 
 
 @pytest.mark.parametrize("type_name", ALL_TYPES)
@@ -87,7 +90,7 @@ def test_create_router(type_name: str) -> None:
     router = create_router(type_name)
     assert isinstance(router, Router)
     assert router.type_name == type_name
-    assert router.uses_headers is (type_name == "headers")
+    assert router.uses_headers is (type_name in ("headers", "x-federation-upstream"))
     assert len(router) == 0
     assert list(router.bindings()) == []
     assert create_router(type_name) is not router

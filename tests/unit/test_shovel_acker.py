@@ -1,4 +1,4 @@
-"""The shovel link's source acks (amqpd/shell/links/shovel.py `Acker`): settled deliveries
+"""The shovel link's source acks (amqpd/shell/links/shovel.py `_Acker`): settled deliveries
 are acked in order with as few `basic.ack multiple` frames as possible, never past one that
 is still in flight, and never on a tag that was nacked back."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from amqpd.shell.links.common import Acker
+from amqpd.shell.links.client import Acker as _Acker
 
 
 class FakeChannel:
@@ -18,10 +18,10 @@ class FakeChannel:
         self.acks.append((tag, multiple))
 
 
-def _acker() -> tuple[Acker, FakeChannel]:
+def _acker() -> tuple[_Acker, FakeChannel]:
     channel = FakeChannel()
     fake: Any = channel
-    return Acker(fake), channel
+    return _Acker(fake), channel
 
 
 def test_forwards_settled_in_one_turn_are_acked_with_one_frame() -> None:

@@ -51,12 +51,12 @@ from pamqp import commands as spec
 from pamqp.common import FieldTable
 
 from amqpd.model.federation import Upstream, redact_uri
-from amqpd.shell.links.common import (
+from amqpd.shell.links.backoff import Backoff
+from amqpd.shell.links.client import (
     Acker,
-    Backoff,
     LinkFailed,
     LocalEndpoint,
-    close_quietly,
+    close_connection,
     closed_reason,
     closing,
     reason_of,
@@ -227,9 +227,9 @@ class QueueLink:
             try:
                 await self._federate(local, remote, redact_uri(configured))
             finally:
-                await close_quietly(remote)
+                await close_connection(remote)
         finally:
-            await close_quietly(local)
+            await close_connection(local)
 
     async def _federate(
         self,

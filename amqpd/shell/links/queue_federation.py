@@ -25,7 +25,7 @@ from amqpd.model.broker import Broker
 from amqpd.model.federated_queues import DemandChange
 from amqpd.model.federation import Upstream, resolve
 from amqpd.model.queue import Queue
-from amqpd.shell.links.common import LocalEndpoint
+from amqpd.shell.links.client import LocalEndpoint
 from amqpd.shell.links.federated_queue import Demand, LocalQueue, QueueLink
 from amqpd.shell.links.federation_status import FederationLinkStatus
 

@@ -50,12 +50,11 @@ from pamqp import commands as spec
 from pamqp.common import Arguments
 
 from amqpd.model.shovels import ShovelSpec, redact_uri
-from amqpd.shell.links.common import (
+from amqpd.shell.links.client import (
     Acker,
-    Backoff,
     LinkFailed,
     LocalEndpoint,
-    close_quietly,
+    close_connection,
     closed_reason,
     closing,
     reason_of,
@@ -65,6 +64,8 @@ __all__ = ["ShovelLink"]
 
 log = logging.getLogger(__name__)
 
+MAX_BACKOFF: Final = 30.0  # seconds between reconnection attempts, at most
+STABLE_AFTER: Final = 10.0  # a run this long resets the back-off
 _PROPERTY_NAMES: Final = {"type": "message_type"}  # publish-properties key -> pamqp name
 
 
@@ -132,10 +133,10 @@ class ShovelLink:
     async def run(self) -> None:
         """Connect, shovel, reconnect after failures; returns when ``src-delete-after`` is
         reached (the caller then clears the parameter). Cancel it to stop the shovel."""
-        backoff = Backoff(self.spec.reconnect_delay)
+        delay = self.spec.reconnect_delay
         while not self.stopped:
             self._set("starting")
-            backoff.started()
+            started = time.monotonic()
             try:
                 finished = await self._run_once()
             except asyncio.CancelledError:
@@ -152,7 +153,10 @@ class ShovelLink:
                     return
             if self.spec.reconnect_delay <= 0 or self.stopped:
                 return  # RabbitMQ: reconnect-delay 0 means do not restart
-            await asyncio.sleep(backoff.next_delay())
+            if time.monotonic() - started >= STABLE_AFTER:
+                delay = self.spec.reconnect_delay
+            await asyncio.sleep(delay)
+            delay = min(max(delay * 2, self.spec.reconnect_delay), MAX_BACKOFF)
 
     def _pick(self, uris: tuple[str, ...]) -> str:
         return uris[self._attempt % len(uris)]
@@ -170,9 +174,9 @@ class ShovelLink:
             try:
                 return await self._shovel(source, dest, failure)
             finally:
-                await close_quietly(source)
+                await close_connection(source)
         finally:
-            await close_quietly(dest)
+            await close_connection(dest)
 
     async def _shovel(
         self,

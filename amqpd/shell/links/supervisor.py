@@ -19,7 +19,7 @@ from typing import Any
 
 from amqpd.model.broker import Broker
 from amqpd.model.shovels import parse, validate
-from amqpd.shell.links.common import LocalEndpoint
+from amqpd.shell.links.client import LocalEndpoint
 from amqpd.shell.links.shovel import ShovelLink
 
 __all__ = ["SHOVEL_COLUMNS", "LinkSupervisor", "shovel_table"]

@@ -12,7 +12,7 @@ from starlette.routing import BaseRoute
 
 from amqpd.engine import inventory, operations
 from amqpd.shell.host import BrokerHost
-from amqpd.shell.management.context import Call, route
+from amqpd.shell.management.context import Call, no_content, route
 from amqpd.shell.management.errors import bad_request
 from amqpd.shell.management.messages import content_header
 from amqpd.shell.management.render import Json
@@ -146,8 +146,25 @@ async def ok(call: Call) -> Response:
 
 
 async def cluster_name(call: Call) -> Response:
-    """GET /api/cluster-name: the one node's name."""
-    return Json({"name": call.broker.statistics.node})
+    """GET /api/cluster-name: the cluster name (the node's name unless one was set)."""
+    return Json({"name": call.broker.cluster_name})
+
+
+async def set_cluster_name(call: Call) -> Response:
+    """PUT /api/cluster-name ``{"name": ...}``: RabbitMQ keeps it as the global parameter
+    ``cluster_name`` (administrator only); federation links restart with it."""
+    call.principal.require_admin()
+    body = await call.body()
+    if "name" not in body:
+        raise bad_request("[{key_missing,name}]")
+    name = body["name"]
+    if not isinstance(name, str) or not name:
+        raise bad_request("name must be a non-empty string")  # RabbitMQ: a 500
+    request = {"group": "parameters", "command": "set-cluster-name", "name": name}
+    reply = await call.host.admin_request(request)
+    if not reply.ok:
+        raise bad_request(reply.text)
+    return no_content()
 
 
 async def aliveness(call: Call) -> Response:
@@ -184,6 +201,6 @@ def routes(host: BrokerHost) -> list[BaseRoute]:
         route(host, "/api/health/checks/certificate-expiration/{within}/{unit}", get=ok),
         route(host, "/api/healthchecks/node", get=ok),
         route(host, "/api/healthchecks/node/{node}", get=ok),
-        route(host, "/api/cluster-name", get=cluster_name),
+        route(host, "/api/cluster-name", get=cluster_name, put=set_cluster_name),
         route(host, "/api/aliveness-test/{vhost}", get=aliveness),
     ]

@@ -1,40 +1,66 @@
-"""What the broker's AMQP links share (shovels, federation links): the I/O shell's side.
+"""What the links (shovels, federation) share as AMQP 0-9-1 clients (aiormq).
 
-* `LocalEndpoint`: how a link reaches this broker (its own listener, the internal user);
-* `Backoff`: the delay before a failed link reconnects (doubling, capped, reset after a
-  stable run);
-* `Acker`: settles deliveries of a source channel with few ``basic.ack(multiple=true)``;
-* `close_quietly`, `closing`, `closed_reason`, `reason_of`, `LinkFailed`: closing
-  connections and turning failures into the reason a status shows.
+`LocalEndpoint` turns a host-less URI into the broker's own listener with the internal
+user; `Acker` coalesces source acks; `close_connection`, `closing`, `closed_reason` and
+`reason_of` close connections and name why a link stopped (the reason its status shows).
+
+`LongLong` is an ``int`` that pamqp encodes as an AMQP long-long (``l``) in a field
+table. pamqp picks the smallest integer type for a value; RabbitMQ's federation refuses
+an ``x-federation-upstream`` exchange whose ``x-max-hops`` is not of type long ("Argument
+x-max-hops must be of type long"), so the federation links declare it as a `LongLong`.
+Importing this module teaches pamqp's table encoder that one type; every other value is
+encoded as before.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
+import logging
 from collections import deque
 from contextlib import suppress
 from typing import Any, Final
 from urllib.parse import quote, urlsplit, urlunsplit
 
-import aiormq
 import aiormq.abc
+import pamqp.encode
 
 __all__ = [
+    "CLOSE_TIMEOUT",
+    "HEARTBEAT",
     "Acker",
-    "Backoff",
     "LinkFailed",
     "LocalEndpoint",
-    "close_quietly",
+    "LongLong",
+    "close_connection",
     "closed_reason",
     "closing",
     "reason_of",
 ]
 
-MAX_BACKOFF: Final = 30.0  # seconds between reconnection attempts, at most
-STABLE_AFTER: Final = 10.0  # a run this long resets the back-off
+log = logging.getLogger(__name__)
+
 CLOSE_TIMEOUT: Final = 5.0  # seconds a connection may take to close
 HEARTBEAT: Final = 10  # seconds, unless the URI says (amqp_client's default)
+
+
+class LongLong(int):
+    """An integer a field table carries as an AMQP long-long (``l``)."""
+
+
+_table_integer = pamqp.encode.table_integer
+
+
+def _typed_table_integer(value: int) -> bytes:
+    if type(value) is LongLong:
+        return b"l" + pamqp.encode.long_long_int(value)
+    return _table_integer(value)
+
+
+setattr(pamqp.encode, "table_integer", _typed_table_integer)  # noqa: B010 - see the top
+
+
+class LinkFailed(Exception):
+    """A running link stopped; the message is the reason shown in its status."""
 
 
 class LocalEndpoint:
@@ -66,33 +92,6 @@ class LocalEndpoint:
             f"amqp://{quote(self.user, safe='')}:{quote(self.secret, safe='')}"
             f"@{self.host}:{self.port}{path}{query}"
         )
-
-
-class Backoff:
-    """Reconnection delays: ``base`` after a run that lasted `STABLE_AFTER` seconds,
-    doubled after each run that failed sooner, never more than `MAX_BACKOFF` (nor less
-    than ``base``)."""
-
-    def __init__(self, base: float) -> None:
-        self.base = base
-        self._delay = base
-        self._started = time.monotonic()
-
-    def started(self) -> None:
-        """A run (connection attempt) starts now."""
-        self._started = time.monotonic()
-
-    def next_delay(self) -> float:
-        """The delay before the next attempt, after the run that just ended."""
-        if time.monotonic() - self._started >= STABLE_AFTER:
-            self._delay = self.base
-        delay = self._delay
-        self._delay = min(max(delay * 2, self.base), MAX_BACKOFF)
-        return delay
-
-
-class LinkFailed(Exception):
-    """A running link stopped; the message is the reason shown in its status."""
 
 
 class Acker:
@@ -139,7 +138,7 @@ class Acker:
             await self._channel.basic_ack(last, multiple=True)
 
 
-async def close_quietly(connection: aiormq.abc.AbstractConnection) -> None:
+async def close_connection(connection: aiormq.abc.AbstractConnection) -> None:
     """Close a connection (unacked source deliveries go back to their queue), bounded."""
     with suppress(Exception):
         async with asyncio.timeout(CLOSE_TIMEOUT):
@@ -147,13 +146,11 @@ async def close_quietly(connection: aiormq.abc.AbstractConnection) -> None:
 
 
 def closing(thing: Any) -> asyncio.Future[Any]:
-    """A future that completes when a connection or channel closes (cancel it when done)."""
     future: asyncio.Future[Any] = asyncio.ensure_future(thing.closing)
     return future
 
 
 def closed_reason(*things: Any) -> str:
-    """Why the first of ``things`` (connections, channels) that closed with an error did."""
     for thing in things:
         closing = thing.closing
         if closing.done():
@@ -164,8 +161,8 @@ def closed_reason(*things: Any) -> str:
 
 
 def reason_of(exc: BaseException | None) -> str:
-    """A failure as a link's status shows it."""
+    """The text a link's status shows for the exception that stopped it."""
     if exc is None:
         return "unknown"
     text = str(exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}" if not isinstance(exc, LinkFailed) else text
+    return text if isinstance(exc, LinkFailed) else f"{type(exc).__name__}: {text}"
