@@ -17,7 +17,13 @@ from typing import Final
 from exchanges.base import Arguments, Destination
 from exchanges.fanout import FanoutRouter
 
-__all__ = ["MAX_HOPS_ARG", "FederationUpstreamRouter", "argument_problem", "should_forward"]
+__all__ = [
+    "MAX_HOPS_ARG",
+    "ROUTING_HEADER",
+    "FederationUpstreamRouter",
+    "argument_problem",
+    "should_forward",
+]
 
 MAX_HOPS_ARG: Final = "x-max-hops"
 DOWNSTREAM_NAME_ARG: Final = "x-downstream-name"

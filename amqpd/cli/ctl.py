@@ -29,6 +29,7 @@ Commands (``rabbitmqctl`` equivalents in brackets):
                          COMPONENT: shovel, federation-upstream, federation-upstream-set
     clear-parameter [-p V] COMPONENT NAME      [clear_parameter]
     list-parameters [-p V]                     [list_parameters]
+    set-cluster-name NAME                      [set_cluster_name]
     list-shovels                               [shovel_status]
     list-federation-links                      [federation_status]
 
@@ -158,6 +159,12 @@ def _add_parameter_commands(commands: Any, common: argparse.ArgumentParser) -> N
         "list-parameters", parents=[common], help="list a vhost's runtime parameters"
     )
     sub.add_argument("-p", "--vhost", default="/", help="virtual host (default /)")
+    sub = commands.add_parser(
+        "set-cluster-name",
+        parents=[common],
+        help="the cluster name (federation, Connection.Start; default: the node name)",
+    )
+    sub.add_argument("name")
 
 
 _REQUEST_KEYS: Final = (
@@ -177,7 +184,8 @@ def _policy_command(args: argparse.Namespace, out: TextIO) -> int:
     request: dict[str, Any] = {
         key: value for key, value in vars(args).items() if key in _REQUEST_KEYS
     }
-    request["group"] = "parameters" if "parameter" in args.command else "policies"
+    parameters = "parameter" in args.command or args.command == "set-cluster-name"
+    request["group"] = "parameters" if parameters else "policies"
     try:
         outcome = admin.run_request(args.data_dir, request)
     except AdminError as exc:  # as rabbitmqctl: the banner, then the error, exit 69
@@ -202,6 +210,8 @@ def _policy_command(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _policy_banner(args: argparse.Namespace) -> str:
+    if args.command == "set-cluster-name":
+        return f"Setting cluster name to {args.name} ..."
     if "parameter" in args.command:
         return _parameter_banner(args)
     operator = "operator" in args.command
@@ -252,7 +262,7 @@ def main(argv: Sequence[str], stdout: TextIO | None = None) -> int:
     """Run one ``amqpd ctl`` command (``argv`` after ``ctl``); the exit status."""
     args = build_parser().parse_args(argv)
     out = stdout or sys.stdout
-    if "polic" in args.command or "parameter" in args.command:
+    if "polic" in args.command or "parameter" in args.command or "cluster" in args.command:
         return _policy_command(args, out)
     request: dict[str, Any] = {"group": "ctl", "command": args.command}
     if args.command in LISTINGS:

@@ -197,7 +197,10 @@ class AccessControl:
     def authz(self, user: str, vhost: str) -> Authz | None:
         """The user's permissions in ``vhost``; None if it has none there."""
         if user == INTERNAL_USER and self.internal_secret is not None:
-            return Authz(user, vhost, Permission()) if vhost in self.state.vhosts else None
+            # the links' user may set any user_id (federation's trust-user-id), as
+            # RabbitMQ's internal direct connections may
+            known = vhost in self.state.vhosts
+            return Authz(user, vhost, Permission(), impersonator=True) if known else None
         permission = self.state.permissions.get((user, vhost))
         if permission is None:
             return None

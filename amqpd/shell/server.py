@@ -58,6 +58,7 @@ from amqpd.shell.admin_socket import AdminReply, serve_admin
 from amqpd.shell.direct_write import transport_of, write_now
 from amqpd.shell.http_listener import bind, serve_http
 from amqpd.shell.links.client import LocalEndpoint
+from amqpd.shell.links.federation import ExchangeFederation
 from amqpd.shell.links.federation_status import (
     FederationLinkStatus,
     FederationStatusSource,
@@ -159,6 +160,7 @@ class Server:
         self.queue_federation: QueueFederation | None = None  # federated queues' links
         # the federation link supervisors (exchange side, queue side)
         self.federation_sources: list[FederationStatusSource] = []
+        self.exchange_federation: ExchangeFederation | None = None  # federated exchanges
         self._clock = broker.clock
         self._federated = broker.federated_queues  # (amqpd/model/federated_queues.py)
         self._ticker_wake: anyio.Event | None = None  # set to re-plan the ticker's sleep
@@ -242,12 +244,8 @@ class Server:
                 task_status.started(self.port)
                 await anyio.sleep(math.inf)
         finally:
-            if self.links is not None:
-                with anyio.CancelScope(shield=True):
-                    await self.links.aclose()
-            if self.queue_federation is not None:
-                with anyio.CancelScope(shield=True):
-                    await self.queue_federation.aclose()
+            with anyio.CancelScope(shield=True):
+                await self._close_links()
             for sock in http_sockets.values():
                 sock.close()  # closed by serve_http already unless serving never started
             if tls_listener is not None:
@@ -266,9 +264,22 @@ class Server:
             self.broker, local, self.broker.statistics.node, self._shovel_finished
         )
         self.links.reconcile()
+        self.exchange_federation = ExchangeFederation(self.broker, local)
+        self.federation_sources.append(self.exchange_federation)
+        self.exchange_federation.reconcile()
         self.queue_federation = QueueFederation(self.broker, local)
         self.federation_sources.append(self.queue_federation)
         self.queue_federation.start()
+
+    async def _close_links(self) -> None:
+        """Stop the shovels and federation links; what they had not handed over goes back
+        to its queue (upstream queues of federated exchanges are kept)."""
+        if self.links is not None:
+            await self.links.aclose()
+        if self.exchange_federation is not None:
+            await self.exchange_federation.aclose()
+        if self.queue_federation is not None:
+            await self.queue_federation.aclose()
 
     async def _shovel_finished(self, vhost: str, name: str) -> None:
         """A shovel reached src-delete-after: its parameter goes, as in RabbitMQ."""
@@ -357,6 +368,9 @@ class Server:
         committer = self._committer
         if committer is not None and self._journal is not None and self._journal.pending:
             committer.wake()
+        federation = self.exchange_federation
+        if federation is not None and federation.topology_changed():
+            federation.reconcile()  # exchanges, bindings or policies changed
         if self._federated.dirty and self.queue_federation is not None:
             self.queue_federation.follow(self._federated.take())  # demand flips
         if self._clock.wake_at < self._ticker_until:  # the core has an earlier deadline
@@ -467,6 +481,8 @@ class Server:
             self.after_core()  # closed connections, journaled deletions
             if self.links is not None:
                 self.links.reconcile()  # shovel parameters may have changed
+            if self.exchange_federation is not None:
+                self.exchange_federation.reconcile()  # federation: policies, parameters
             if self.queue_federation is not None:
                 self.queue_federation.reconcile()  # upstreams, policies may have changed
         log.info("admin: %s %s", request.get("group"), request.get("command"))
@@ -548,10 +564,7 @@ class Server:
         if self._stopping:
             return
         self._stopping = True
-        if self.links is not None:
-            await self.links.aclose()  # first: what they did not hand over goes back
-        if self.queue_federation is not None:
-            await self.queue_federation.aclose()
+        await self._close_links()  # first: what they did not hand over goes back
         peers = list(self._peers.values())
         for peer in peers:
             peer.conn.close_forced(reason)

@@ -10,18 +10,26 @@ an ``x-federation-upstream`` exchange whose ``x-max-hops`` is not of type long (
 x-max-hops must be of type long"), so the federation links declare it as a `LongLong`.
 Importing this module teaches pamqp's table encoder that one type; every other value is
 encoded as before.
+
+pamqp also checks queue and exchange names against the spec's grammar when it builds or
+encodes a method (``^[a-zA-Z0-9-_.:@#,/+ ]*$``); RabbitMQ accepts any UTF-8 short string,
+and federation's own names contain ``>`` (``federation: x -> cluster``). Importing this
+module widens pamqp's two name patterns to anything (its length check stays); the broker
+itself never relies on them (amqpd/wire/codec.py encodes without pamqp's validation).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections import deque
 from contextlib import suppress
 from typing import Any, Final
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import aiormq.abc
+import pamqp.constants
 import pamqp.encode
 
 __all__ = [
@@ -57,6 +65,10 @@ def _typed_table_integer(value: int) -> bytes:
 
 
 setattr(pamqp.encode, "table_integer", _typed_table_integer)  # noqa: B010 - see the top
+
+
+for _domain in ("queue-name", "exchange-name"):
+    pamqp.constants.DOMAIN_REGEX[_domain] = re.compile(r".*", re.DOTALL)
 
 
 class LinkFailed(Exception):
