@@ -94,3 +94,30 @@ def test_a_queue_federated_from_another_queue_of_the_same_broker(
     channel.queue_delete("dst")
     wait_for(lambda: _links(api) == [], "the link gone with its queue")
     conn.close()
+
+
+def test_a_refused_upstream_declaration_is_shown_and_retried(
+    server: Server, api: httpx.Client
+) -> None:
+    """The link declares the upstream queue like the local one (durable here); an upstream
+    queue declared otherwise refuses that with 406: the link shows the error and retries
+    after its reconnect delay until the upstream queue is fixed."""
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))
+    channel = conn.channel()
+    channel.queue_declare("src", durable=False)
+    upstream = {"value": {"uri": "amqp://", "queue": "src", "reconnect-delay": 0.2}}
+    api.put("/api/parameters/federation-upstream/%2F/self", json=upstream)
+    policy = {
+        "pattern": "^dst$",
+        "definition": {"federation-upstream": "self"},
+        "apply-to": "queues",
+    }
+    api.put("/api/policies/%2F/fed", json=policy)
+    channel.queue_declare("dst", durable=True)
+    wait_for(lambda: [item["status"] for item in _links(api)] == ["error"], "the link failing")
+    [link] = _links(api)
+    assert "PRECONDITION_FAILED - inequivalent arg 'durable' for queue 'src'" in link["error"]
+    channel.queue_delete("src")
+    wait_for(lambda: [item["status"] for item in _links(api)] == ["running"], "the link running")
+    assert channel.queue_declare("src", passive=True).method.message_count == 0  # declared
+    conn.close()
