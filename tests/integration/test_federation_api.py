@@ -134,10 +134,11 @@ def test_links_status_and_a_local_federation(server: Server, api: httpx.Client) 
 
     # messages published to src travel into fed.x's queue, with x-received-from
     channel.confirm_delivery()
-    channel.basic_publish("src", "k", b"hello")
+    channel.basic_publish("src", "k", b"hello", pika.BasicProperties(user_id="guest"))
     wait_for(lambda: channel.queue_declare("sink", passive=True).method.message_count == 1, "1")
     _method, properties, body = channel.basic_get("sink", auto_ack=True)
     assert body == b"hello"
+    assert properties.user_id is None  # trust-user-id is false: the user-id is cleared
     [hop] = properties.headers["x-received-from"]
     assert (hop["cluster-name"], hop["exchange"], hop["uri"]) == ("here", "src", "amqp://")
     conn.close()
