@@ -205,6 +205,24 @@ def test_dashboard_pages_charts_and_purge() -> None:
                 assert httpx.delete(shovel, auth=GUEST).status_code == 204
                 page.wait_for_selector("#shovels td.empty")
 
+                # federation: an exchange federated from this broker's own dash-src
+                upstream = f"{base}api/parameters/federation-upstream/%2F/self"
+                value = {"uri": "amqp://", "exchange": "dash-src"}
+                assert httpx.put(upstream, json={"value": value}, auth=GUEST).status_code == 201
+                exchange = f"{base}api/exchanges/%2F/dash-fed"
+                assert httpx.put(exchange, json={"type": "fanout"}, auth=GUEST).status_code == 201
+                policy = f"{base}api/policies/%2F/dash-fed"
+                body = {"pattern": "^dash-fed$", "definition": {"federation-upstream": "self"}}
+                body.update({"apply-to": "exchanges", "priority": 1})  # over dash-cap
+                assert httpx.put(policy, json=body, auth=GUEST).status_code == 201
+                page.wait_for_function(
+                    "[...document.querySelectorAll('#federation-links tbody tr td:nth-child(6)')]"
+                    ".map(td => td.textContent).join() === 'running'"
+                )
+                assert _column(page, "federation-links", 3) == ["dash-fed"]
+                assert httpx.delete(policy, auth=GUEST).status_code == 204
+                page.wait_for_selector("#federation-links td.empty")
+
                 # a resource alarm shows on every page, and goes away when it clears
                 memory[0] = 200 * MIB
                 page.wait_for_selector("#alarms:not([hidden])")

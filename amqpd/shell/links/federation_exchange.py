@@ -39,6 +39,7 @@ broker shutdown keeps them, so messages wait upstream (bounded by expires / mess
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -168,7 +169,7 @@ class ExchangeLink:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                reason = reason_of(exc)
+                reason = _error_text(exc)
                 self.status.set("error", reason)
                 log.warning(
                     "federation link %s (upstream '%s') failed: %s",
@@ -460,6 +461,19 @@ class ExchangeLink:
                 if helper is not None:
                     await _disposable(upstream, lambda ch: ch.exchange_delete(helper))
         log.info("federation link %s: deleted its upstream queue %r", self._what(), queue)
+
+
+def _error_text(exc: BaseException) -> str:
+    """The link's error as its status shows it: RabbitMQ's ``econnrefused`` when the
+    upstream refused the connection, else the exception's text."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if getattr(seen, "errno", None) == errno.ECONNREFUSED or (
+            f"[Errno {errno.ECONNREFUSED}]" in str(seen)
+        ):
+            return "econnrefused"
+        seen = seen.__cause__ or seen.__context__
+    return reason_of(exc)
 
 
 def _other(suffix: str) -> str:

@@ -1,5 +1,6 @@
-// Shovels: each dynamic shovel's state as /api/shovels reports it (RabbitMQ's "Shovel
-// Status" page); shovels are defined through /api/parameters/shovel or `amqpd ctl`.
+// Shovels and federation: each dynamic shovel's state as /api/shovels reports it (RabbitMQ's
+// "Shovel Status" page) and each federation link's as /api/federation-links does (its
+// "Federation Status" page); both are defined through /api/parameters or `amqpd ctl`.
 
 import { api } from "./api.js";
 import { DataTable, h } from "./dom.js";
@@ -18,9 +19,31 @@ export function shovelsPage() {
     ],
     { filterOn: (s) => `${s.vhost} ${s.name}`, empty: "No shovels. Define one with PUT /api/parameters/shovel/{vhost}/{name} or amqpd ctl set-parameter shovel." },
   );
-  const element = h("div", {}, h("h1", {}, "Shovels"), h("section", { className: "panel" }, h("h2", {}, "Shovel status"), shovels.element));
+  const federation = new DataTable(
+    "federation-links",
+    [
+      { key: "vhost", label: "Virtual host" },
+      { key: "type", label: "Type" },
+      { key: "exchange", label: "Exchange / queue", cell: (l) => l.exchange ?? l.queue ?? "" },
+      { key: "upstream", label: "Upstream", cell: (l) => [l.upstream, h("div", { className: "subtle" }, l.upstream_exchange ?? l.upstream_queue ?? "")] },
+      { key: "uri", label: "URI" },
+      { key: "status", label: "State", cell: (l) => h("span", { className: `state ${l.status}` }, l.status) },
+      { key: "error", label: "Error", cell: (l) => l.error ?? "" },
+      { key: "timestamp", label: "Last changed" },
+    ],
+    { filterOn: (l) => `${l.vhost} ${l.exchange ?? l.queue ?? ""} ${l.upstream}`, empty: "No federation links. Define an upstream (PUT /api/parameters/federation-upstream/{vhost}/{name}) and a policy with federation-upstream-set." },
+  );
+  const element = h(
+    "div",
+    {},
+    h("h1", {}, "Shovels and federation"),
+    h("section", { className: "panel" }, h("h2", {}, "Shovel status"), shovels.element),
+    h("section", { className: "panel" }, h("h2", {}, "Federation status"), federation.element),
+  );
   async function refresh() {
-    shovels.update(await api("/shovels"));
+    const [shovelItems, links] = await Promise.all([api("/shovels"), api("/federation-links")]);
+    shovels.update(shovelItems);
+    federation.update(links);
   }
   return { element, refresh };
 }
