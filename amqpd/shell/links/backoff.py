@@ -33,5 +33,5 @@ class Backoff:
         if time.monotonic() - self._started >= STABLE_AFTER:
             self._delay = self.base
         delay = self._delay
-        self._delay = min(max(delay * 2, self.base), MAX_BACKOFF)
+        self._delay = max(min(delay * 2, MAX_BACKOFF), self.base)
         return delay
