@@ -160,6 +160,14 @@ class ExchangeLink:
     # -- the supervisor loop ------------------------------------------------------------
     async def run(self) -> None:
         """Connect, federate, reconnect after failures, until cancelled."""
+        try:
+            await self._loop()
+        except asyncio.CancelledError:
+            if self.cleanup and self._queue is not None:  # stopped between two runs
+                await self._cleanup_later()
+            raise
+
+    async def _loop(self) -> None:
         first = self.spec.upstream.reconnect_delay
         delay = first
         while not self.stopped:
@@ -460,7 +468,21 @@ class ExchangeLink:
                     await _disposable(upstream, lambda ch: ch.queue_delete(queue))
                 if helper is not None:
                     await _disposable(upstream, lambda ch: ch.exchange_delete(helper))
-        log.info("federation link %s: deleted its upstream queue %r", self._what(), queue)
+                self._queue = self._helper = None
+                log.info("federation link %s: deleted its upstream queue %r", self._what(), queue)
+
+    async def _cleanup_later(self) -> None:
+        """The link was stopped while not connected: connect once more to clean up."""
+        uris = self.spec.upstream.uris
+        if not uris:
+            return
+        with suppress(Exception):
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                upstream = await aiormq.connect(self.local.resolve(uris[0]))
+                try:
+                    await self._delete_upstream(upstream)
+                finally:
+                    await close_connection(upstream)
 
 
 def _error_text(exc: BaseException) -> str:
