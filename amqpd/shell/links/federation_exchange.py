@@ -381,14 +381,10 @@ class ExchangeLink:
         channel = session.commands
         for identity in [i for i in session.bound if i not in wanted]:
             key, arguments = session.bound.pop(identity)
-            await channel.exchange_unbind(
-                session.helper, session.upstream_exchange, key, arguments=arguments
-            )
+            await _binding(channel, False, session, key, arguments, up.bind_nowait)
         for identity, (key, arguments) in wanted.items():
             if identity not in session.bound:
-                await channel.exchange_bind(
-                    session.helper, session.upstream_exchange, key, arguments=arguments
-                )
+                await _binding(channel, True, session, key, arguments, up.bind_nowait)
                 session.bound[identity] = (key, arguments)
 
     async def _follow(self, session: _Session, failure: asyncio.Future[None]) -> None:
@@ -496,6 +492,24 @@ def _error_text(exc: BaseException) -> str:
             return "econnrefused"
         seen = seen.__cause__ or seen.__context__
     return reason_of(exc)
+
+
+async def _binding(
+    channel: aiormq.abc.AbstractChannel,
+    bind: bool,
+    session: _Session,
+    key: str,
+    arguments: dict[str, Any],
+    nowait: bool,
+) -> None:
+    """exchange.bind / exchange.unbind of the upstream exchange to the helper (``nowait``:
+    the upstream's bind-nowait, as RabbitMQ's link sends it)."""
+    method = channel.exchange_bind if bind else channel.exchange_unbind
+    helper, source = session.helper, session.upstream_exchange
+    if nowait:
+        await method(helper, source, key, nowait=True, arguments=arguments)
+    else:
+        await method(helper, source, key, arguments=arguments)
 
 
 def _other(suffix: str) -> str:
