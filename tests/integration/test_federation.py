@@ -26,7 +26,7 @@ from tests.integration.federation_support import (
 )
 from tests.integration.shovel_support import count, drain, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # a busy machine
 
 QUIET = ("--no-management", "--no-prometheus")
 
