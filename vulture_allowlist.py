@@ -77,11 +77,5 @@ _.redirect_slashes  # Starlette's Router reads it (management app: answer, never
 # -- amqpd.shell: called by libraries ----------------------------------------------------------
 _.collect  # prometheus_client Collector.collect, called by generate_latest (shell/metrics.py)
 
-# -- amqpd.model.federation: upstream settings the federation links read (exchange side in
-# amqpd/shell/links/, queue side on the fedqueues branch); some are accepted, not acted on
-trust_user_id  # Upstream.trust_user_id
-bind_nowait  # Upstream.bind_nowait
-resource_cleanup_mode  # Upstream.resource_cleanup_mode
-channel_use_mode  # Upstream.channel_use_mode
-_.upstream_exchange  # Upstream.upstream_exchange (exchange links)
+# -- amqpd.model.federation: the queue links' accessor (the fedqueues branch uses it)
 _.upstream_queue  # Upstream.upstream_queue (queue links)

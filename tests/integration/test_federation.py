@@ -26,7 +26,7 @@ from tests.integration.federation_support import (
 )
 from tests.integration.shovel_support import count, drain, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # a busy machine
 
 QUIET = ("--no-management", "--no-prometheus")
 
@@ -51,9 +51,32 @@ def test_messages_and_bindings_follow(brokers: list[BrokerProcess]) -> None:
     a, b, _c = brokers
     declare(a.url)
     declare(b.url, queues={"q": ["a.#"]})
-    federate(b.data_dir, "up-a", {"uri": a.url, "reconnect-delay": 0.5})
+    upstream = {"uri": a.url, "reconnect-delay": 0.5, "expires": 600000, "message-ttl": 60000}
+    federate(b.data_dir, "up-a", upstream)
     wait_running(b.data_dir)
     wait_for(lambda: upstream_bindings(a.data_dir) == {"a.#"}, "a.# bound upstream")
+    queues = ok(a.data_dir, "list-queues", "name", "arguments").splitlines()
+    assert (
+        'federation: fed -> b\t[{"x-expires",600000},{"x-internal-purpose","federation"},'
+        '{"x-message-ttl",60000}]'
+    ) in queues
+    table = ok(b.data_dir, "list-federation-links").splitlines()
+    assert table[0].startswith("Listing federation links on node amqpd@")
+    assert table[1].split("\t") == [
+        "error",
+        "exchange",
+        "id",
+        "last_changed",
+        "local_connection",
+        "queue",
+        "status",
+        "type",
+        "upstream",
+        "upstream_exchange",
+        "upstream_queue",
+        "uri",
+        "vhost",
+    ]
     [item] = links(b.data_dir)
     assert (item["type"], item["exchange"], item["upstream_exchange"]) == ("exchange", "fed", "fed")
     assert (item["upstream"], item["vhost"], item["error"]) == ("up-a", "/", "")

@@ -80,7 +80,7 @@ def test_links_status_and_a_local_federation(server: Server, api: httpx.Client) 
     channel.queue_declare("sink")
     channel.queue_bind("sink", "fed.x", "k")
     # "local" reaches this broker itself; "nowhere" cannot connect
-    local = {"uri": "amqp://", "exchange": "src", "reconnect-delay": 0.5}
+    local = {"uri": "amqp://", "exchange": "src", "reconnect-delay": 0.5, "bind-nowait": True}
     assert (
         api.put("/api/parameters/federation-upstream/%2F/local", json={"value": local}).status_code
         == 201

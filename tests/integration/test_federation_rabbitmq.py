@@ -29,7 +29,7 @@ from tests.integration.federation_support import (
 from tests.integration.rabbit_node import RABBIT_REASON, RabbitNode
 from tests.integration.shovel_support import wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # a busy machine
 
 QUIET = ("--no-management", "--no-prometheus")
 

@@ -11,6 +11,14 @@ import pytest
 from amqpd.engine import handshake
 from amqpd.model.admin_commands import execute
 from amqpd.model.broker import Broker
+from amqpd.model.federation_exchange import (
+    binding_arguments,
+    helper_exchange,
+    queue_name,
+    received_from,
+    upstream_bindings,
+    with_received_from,
+)
 from amqpd.wire.errors import AMQPError
 from exchanges.federation_upstream import FederationUpstreamRouter, should_forward
 from exchanges.registry import EXCHANGE_TYPES, create_router
@@ -99,3 +107,46 @@ def test_cluster_name_is_the_node_name_until_set_and_is_announced() -> None:
     assert handshake.server_properties((), broker.cluster_name)["cluster_name"] == "c1"
     # a configured server property still wins, as RabbitMQ's server_properties setting
     assert handshake.server_properties((("cluster_name", "x"),), "c1")["cluster_name"] == "x"
+
+
+def test_upstream_names_as_rabbitmq_builds_them() -> None:
+    # the names RabbitMQ 3.10.8 gave (list_queues / list_exchanges on its upstream)
+    assert queue_name("src", "/", "fedcmp@vm", "/", "fed") == "federation: src -> fedcmp@vm:fed"
+    assert queue_name("fed", "/", "c", "/", "fed") == "federation: fed -> c"
+    assert queue_name("fed", "up", "c", "/", "fed") == "federation: fed -> c:/:fed"
+    assert helper_exchange("federation: fed -> c", "B") == "federation: fed -> c B"
+
+
+def test_received_from_is_prepended() -> None:
+    entry = received_from("amqp://h", "x", True, "up-cluster", "/")
+    assert entry == {
+        "uri": "amqp://h",
+        "exchange": "x",
+        "redelivered": True,
+        "cluster-name": "up-cluster",
+        "vhost": "/",
+    }
+    earlier = {"x-received-from": [{"cluster-name": "first"}], "other": 1}
+    headers = with_received_from(earlier, entry)
+    assert headers["x-received-from"] == [entry, {"cluster-name": "first"}]
+    assert headers["other"] == 1 and earlier["x-received-from"] == [{"cluster-name": "first"}]
+    assert with_received_from(None, entry) == {"x-received-from": [entry]}
+
+
+def test_bindings_travel_no_further_than_messages() -> None:
+    # a plain binding goes upstream with max-hops hops left
+    args = binding_arguments({}, 2, "up", "/", "down", "/", "fed", "A")
+    assert args == {
+        "x-bound-from": [{"cluster-name": "down", "vhost": "/", "exchange": "/:fed A", "hops": 2}]
+    }
+    # one that came from further down counts down from the most restrictive max-hops
+    assert args is not None
+    onward = binding_arguments(args, 5, "up2", "/", "mid", "/", "fed", "B")
+    assert onward is not None and onward["x-bound-from"][0]["hops"] == 1
+    assert onward["x-bound-from"][1:] == args["x-bound-from"]
+    # ...and stops at 0, or when it would go back to a cluster it came from
+    assert binding_arguments(onward, 5, "up3", "/", "top", "/", "fed", "A") is None
+    assert binding_arguments(args, 5, "down", "/", "mid", "/", "fed", "A") is None
+    # one identity per distinct (key, arguments); duplicates downstream bind once upstream
+    wanted = upstream_bindings([("k", {}), ("k", {}), ("j", {})], 1, None, "/", "c", "/", "x", "A")
+    assert sorted(key for key, _args in wanted.values()) == ["j", "k"]

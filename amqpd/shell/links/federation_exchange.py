@@ -160,6 +160,14 @@ class ExchangeLink:
     # -- the supervisor loop ------------------------------------------------------------
     async def run(self) -> None:
         """Connect, federate, reconnect after failures, until cancelled."""
+        try:
+            await self._loop()
+        except asyncio.CancelledError:
+            if self.cleanup and self._queue is not None:  # stopped between two runs
+                await self._cleanup_later()
+            raise
+
+    async def _loop(self) -> None:
         first = self.spec.upstream.reconnect_delay
         delay = first
         while not self.stopped:
@@ -373,14 +381,10 @@ class ExchangeLink:
         channel = session.commands
         for identity in [i for i in session.bound if i not in wanted]:
             key, arguments = session.bound.pop(identity)
-            await channel.exchange_unbind(
-                session.helper, session.upstream_exchange, key, arguments=arguments
-            )
+            await _binding(channel, False, session, key, arguments, up.bind_nowait)
         for identity, (key, arguments) in wanted.items():
             if identity not in session.bound:
-                await channel.exchange_bind(
-                    session.helper, session.upstream_exchange, key, arguments=arguments
-                )
+                await _binding(channel, True, session, key, arguments, up.bind_nowait)
                 session.bound[identity] = (key, arguments)
 
     async def _follow(self, session: _Session, failure: asyncio.Future[None]) -> None:
@@ -460,7 +464,21 @@ class ExchangeLink:
                     await _disposable(upstream, lambda ch: ch.queue_delete(queue))
                 if helper is not None:
                     await _disposable(upstream, lambda ch: ch.exchange_delete(helper))
-        log.info("federation link %s: deleted its upstream queue %r", self._what(), queue)
+                self._queue = self._helper = None
+                log.info("federation link %s: deleted its upstream queue %r", self._what(), queue)
+
+    async def _cleanup_later(self) -> None:
+        """The link was stopped while not connected: connect once more to clean up."""
+        uris = self.spec.upstream.uris
+        if not uris:
+            return
+        with suppress(Exception):
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                upstream = await aiormq.connect(self.local.resolve(uris[0]))
+                try:
+                    await self._delete_upstream(upstream)
+                finally:
+                    await close_connection(upstream)
 
 
 def _error_text(exc: BaseException) -> str:
@@ -474,6 +492,24 @@ def _error_text(exc: BaseException) -> str:
             return "econnrefused"
         seen = seen.__cause__ or seen.__context__
     return reason_of(exc)
+
+
+async def _binding(
+    channel: aiormq.abc.AbstractChannel,
+    bind: bool,
+    session: _Session,
+    key: str,
+    arguments: dict[str, Any],
+    nowait: bool,
+) -> None:
+    """exchange.bind / exchange.unbind of the upstream exchange to the helper (``nowait``:
+    the upstream's bind-nowait, as RabbitMQ's link sends it)."""
+    method = channel.exchange_bind if bind else channel.exchange_unbind
+    helper, source = session.helper, session.upstream_exchange
+    if nowait:
+        await method(helper, source, key, nowait=True, arguments=arguments)
+    else:
+        await method(helper, source, key, arguments=arguments)
 
 
 def _other(suffix: str) -> str:
