@@ -24,7 +24,7 @@ from tests.integration.fedqueue_support import (
 )
 from tests.integration.shovel_support import count, publish, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # a busy machine
 
 QUIET = ("--no-management", "--no-prometheus")
 

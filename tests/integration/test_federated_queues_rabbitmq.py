@@ -19,7 +19,7 @@ from tests.integration.fedqueue_support import Collector, federate, link_running
 from tests.integration.rabbit_node import RABBIT_REASON, RabbitNode
 from tests.integration.shovel_support import count, publish, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # a busy machine
 
 N = 2000
 QUIET = ("--no-management", "--no-prometheus")
