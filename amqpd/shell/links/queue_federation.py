@@ -55,7 +55,14 @@ class QueueFederation:
 
     # -- input --------------------------------------------------------------------------
     def follow(self, changes: list[DemandChange]) -> None:
-        """Act on what the core reported (`FederatedQueues.take`)."""
+        """Act on what the core reported (`FederatedQueues.take`). Runs inside the
+        server's `after_core`: a failure here is logged, never raised into a reader."""
+        try:
+            self._follow(changes)
+        except Exception:  # a bug in federation must not take connections down
+            log.exception("federated queues: acting on %d changes failed", len(changes))
+
+    def _follow(self, changes: list[DemandChange]) -> None:
         for change in changes:
             queue = change.queue
             federated = self._queues.get(queue)
@@ -73,7 +80,10 @@ class QueueFederation:
         """Make every federated queue's links match its upstreams (after admin changes)."""
         self.follow(self._broker.federated_queues.take())
         for queue, federated in list(self._queues.items()):
-            self._sync(queue, federated)
+            try:
+                self._sync(queue, federated)
+            except Exception:  # one queue's trouble must not stop the others' links
+                log.exception("federated queue '%s' in vhost '%s'", queue.name, queue.vhost_name)
 
     def start(self) -> None:
         """Take over the queues the core federates now (the links start)."""
