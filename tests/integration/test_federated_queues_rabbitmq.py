@@ -15,7 +15,7 @@ import pika
 import pytest
 
 from tests.integration.broker_process import BrokerProcess
-from tests.integration.fedqueue_support import Collector, federate, link_running
+from tests.integration.fedqueue_support import Collector, consumers, federate, link_running
 from tests.integration.rabbit_node import RABBIT_REASON, RabbitNode
 from tests.integration.shovel_support import count, publish, wait_for
 
@@ -45,15 +45,20 @@ def _consumer_count(url: str, queue: str) -> int:
         conn.close()
 
 
-def _rabbitmqctl(rabbit: RabbitNode, *args: str) -> None:
+def _rabbitmqctl_out(rabbit: RabbitNode, *args: str) -> str:
     done = subprocess.run(
-        ["rabbitmqctl", "-n", rabbit.node, *args],
+        ["rabbitmqctl", "-n", rabbit.node, "-q", *args],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def _rabbitmqctl(rabbit: RabbitNode, *args: str) -> None:
+    _rabbitmqctl_out(rabbit, *args)
 
 
 def _received_from(props: Any) -> list[dict[str, Any]]:
@@ -100,6 +105,9 @@ def test_amqpd_federates_a_queue_from_rabbitmq(rabbit: RabbitNode, tmp_path: Pat
         collector.start()
         try:
             wait_for(lambda: len(set(collector.bodies)) == N - 1, "every message at amqpd")
+            # the consumer still waits, so the link still consumes upstream, as RabbitMQ's
+            listed = _rabbitmqctl_out(rabbit, "list_consumers", "queue_name", "consumer_tag")
+            assert f"{queue}\tfederation-link-rabbit" in listed.splitlines()
         finally:
             collector.finish()
         assert sorted(collector.bodies) == list(range(1, N))  # each once
@@ -136,6 +144,14 @@ def test_rabbitmq_federates_a_queue_from_amqpd(rabbit: RabbitNode, tmp_path: Pat
         collector.start()
         try:
             wait_for(lambda: len(set(collector.bodies)) == N - 1, "every message at RabbitMQ")
+            # RabbitMQ's link consumes from amqpd at x-priority -1 with its default tag
+            assert consumers(amqpd.data_dir, queue) == [
+                {
+                    "queue_name": queue,
+                    "consumer_tag": "federation-link-amqpd",
+                    "arguments": {"x-priority": -1},
+                }
+            ]
         finally:
             collector.finish()
         assert sorted(collector.bodies) == list(range(1, N))
