@@ -23,6 +23,7 @@ from tests.integration.fedqueue_support import (
     links,
 )
 from tests.integration.shovel_support import count, publish, wait_for
+from tests.integration.tcp_proxy import CuttableProxy
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # a busy machine
 
@@ -231,3 +232,35 @@ def test_kill_upstream_during_transfer_loses_nothing(
 ) -> None:
     a, b = pair
     _crash_during_transfer(a, a, b)
+
+
+def test_a_cut_and_a_silently_partitioned_link_come_back_and_lose_nothing(
+    pair: tuple[BrokerProcess, BrokerProcess],
+) -> None:
+    """The link to the upstream goes through a proxy that resets it once, then freezes it
+    (a partition that closes nothing: the link's heartbeats notice); it comes back each
+    time by itself and every confirmed message reaches the downstream consumer."""
+    a, b = pair
+    proxy = CuttableProxy(a.port)
+    try:
+        uri = f"amqp://guest:guest@127.0.0.1:{proxy.port}/%2F?heartbeat=2"
+        federate(b.data_dir, "up", uri, prefetch_count=100, reconnect_delay=0.2)
+        collector = Collector(b.url, "fq")
+        collector.start()
+        publisher = Publisher(a.url, "fq", N)
+        publisher.start()
+        try:
+            wait_for(lambda: len(collector.bodies) >= N // 5, "the transfer under way")
+            proxy.cut()
+            wait_for(lambda: len(collector.bodies) >= 2 * N // 5, "the transfer going on")
+            before = proxy.accepted
+            proxy.freeze()
+            wait_for(lambda: proxy.accepted > before, "the link reconnected after the partition")
+            wait_for(lambda: not publisher.is_alive(), "every message published and confirmed")
+            confirmed = set(publisher.confirmed)
+            wait_for(lambda: confirmed <= set(collector.bodies), "every confirmed message consumed")
+        finally:
+            collector.finish()
+        assert set(collector.bodies) == confirmed == set(range(N))
+    finally:
+        proxy.close()
