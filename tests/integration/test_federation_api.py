@@ -145,3 +145,18 @@ def test_links_status_and_a_local_federation(server: Server, api: httpx.Client) 
 
     assert api.delete("/api/policies/%2F/fed").status_code == 204
     wait_for(lambda: _links(api) == [], "no links once the policy is gone")
+
+
+def test_overview_names_the_cluster_and_the_helper_type(api: httpx.Client) -> None:
+    assert api.put("/api/cluster-name", json={"name": "named"}).status_code == 204
+    overview = api.get("/api/overview").json()
+    assert overview["cluster_name"] == "named"
+    helper = [t for t in overview["exchange_types"] if t["name"] == "x-federation-upstream"]
+    assert helper == [
+        {
+            "name": "x-federation-upstream",
+            "description": "Federation upstream helper exchange",
+            "internal_purpose": "federation",
+            "enabled": True,
+        }
+    ]
