@@ -606,6 +606,24 @@ def _queue_totals(broker: Broker) -> dict[str, Any]:
     }
 
 
+def _exchange_types() -> list[dict[str, Any]]:
+    """RabbitMQ's exchange type list: the built-in ones, and the federation helper (its
+    ``internal_purpose`` keeps it out of the management UI's type choice)."""
+    types: list[dict[str, Any]] = [
+        {"name": name, "description": "", "enabled": True}
+        for name in ("direct", "fanout", "headers", "topic")
+    ]
+    types.append(
+        {
+            "name": "x-federation-upstream",
+            "description": "Federation upstream helper exchange",
+            "internal_purpose": "federation",
+            "enabled": True,
+        }
+    )
+    return types
+
+
 def overview(broker: Broker, node: NodeSample) -> dict[str, Any]:
     """``/api/overview``."""
     conns = list(open_connections(broker))
@@ -620,14 +638,11 @@ def overview(broker: Broker, node: NodeSample) -> dict[str, Any]:
             "basic": [600, 3600],
             "detailed": [600],
         },
-        "exchange_types": [
-            {"name": name, "description": "", "enabled": True}
-            for name in ("direct", "fanout", "headers", "topic")
-        ],
+        "exchange_types": _exchange_types(),
         "product_version": __version__,
         "product_name": PRODUCT_NAME,
         "rabbitmq_version": MANAGEMENT_VERSION,
-        "cluster_name": node.name,
+        "cluster_name": broker.cluster_name,
         "erlang_version": "",
         "erlang_full_version": "",
         "release_series_support_status": "supported",
@@ -684,10 +699,7 @@ def nodes(broker: Broker, node: NodeSample) -> list[dict[str, Any]]:
             "store_bytes": node.store_bytes,
             "net_ticktime": 60,
             "enabled_plugins": [],
-            "exchange_types": [
-                {"name": name, "description": "", "enabled": True}
-                for name in ("direct", "fanout", "headers", "topic")
-            ],
+            "exchange_types": _exchange_types(),
             "auth_mechanisms": [  # enabled: offered (the auth_mechanisms setting)
                 {"name": name, "description": "", "enabled": name in broker.config.auth_mechanisms}
                 for name in ("PLAIN", "AMQPLAIN", "EXTERNAL")

@@ -1,7 +1,7 @@
 """Federated exchanges amqpd -> amqpd over real sockets (broker subprocesses): messages and
 bindings follow, x-received-from, loops are cut (max-hops, a two-broker cycle), the link
 status, cleanup when the policy goes, and nothing confirmed is lost when the upstream or
-the downstream broker is killed (SIGKILL) during a continuous transfer."""
+the downstream broker is killed (SIGKILL) or the link is cut during a continuous transfer."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from tests.integration.federation_support import (
     wait_running,
 )
 from tests.integration.shovel_support import count, drain, wait_for
+from tests.integration.tcp_proxy import CuttableProxy
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # a busy machine
 
@@ -183,3 +184,36 @@ def test_sigkill_during_a_transfer_loses_nothing(brokers: list[BrokerProcess], v
     missing = confirmed - seen
     assert not missing, f"{len(missing)} confirmed messages lost, e.g. {sorted(missing)[:10]}"
     assert total >= len(confirmed)  # duplicates are allowed (on-confirm), losses are not
+
+
+def test_a_cut_link_reconnects_and_loses_nothing(brokers: list[BrokerProcess]) -> None:
+    """The link to the upstream goes through a proxy that resets it three times during a
+    continuous transfer; each time the link comes back by itself."""
+    a, b, c = brokers
+    c.stop()
+    declare(a.url)
+    declare(b.url, queues={"sink": ["t.#"]})
+    proxy = CuttableProxy(a.port)
+    try:
+        via_proxy = f"amqp://guest:guest@127.0.0.1:{proxy.port}/%2F"
+        federate(b.data_dir, "up-a", {"uri": via_proxy, "reconnect-delay": 0.2})
+        wait_running(b.data_dir)
+        wait_for(lambda: upstream_bindings(a.data_dir) == {"t.#"}, "t.# bound upstream")
+        publisher = ContinuousPublisher(lambda: a.url)
+        publisher.start()
+        try:
+            for _ in range(3):
+                publisher.wait_confirmed(800)
+                connections = proxy.accepted
+                proxy.cut()
+                wait_for(lambda n=connections: proxy.accepted > n, "the link reconnected")
+                wait_running(b.data_dir)
+            publisher.wait_confirmed(800)
+        finally:
+            confirmed = publisher.finish()
+    finally:
+        proxy.close()
+    seen, total = drain(b.url, "sink", len(confirmed))
+    missing = confirmed - seen
+    assert not missing, f"{len(missing)} confirmed messages lost, e.g. {sorted(missing)[:10]}"
+    assert total >= len(confirmed)

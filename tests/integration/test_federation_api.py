@@ -145,3 +145,53 @@ def test_links_status_and_a_local_federation(server: Server, api: httpx.Client) 
 
     assert api.delete("/api/policies/%2F/fed").status_code == 204
     wait_for(lambda: _links(api) == [], "no links once the policy is gone")
+
+
+def test_overview_names_the_cluster_and_the_helper_type(api: httpx.Client) -> None:
+    assert api.put("/api/cluster-name", json={"name": "named"}).status_code == 204
+    overview = api.get("/api/overview").json()
+    assert overview["cluster_name"] == "named"
+    helper = [t for t in overview["exchange_types"] if t["name"] == "x-federation-upstream"]
+    assert helper == [
+        {
+            "name": "x-federation-upstream",
+            "description": "Federation upstream helper exchange",
+            "internal_purpose": "federation",
+            "enabled": True,
+        }
+    ]
+
+
+def test_a_vhost_with_a_space_and_a_slash(server: Server, api: httpx.Client) -> None:
+    """The link reaches its own vhost (and a host-less upstream URI names one) whatever
+    characters the name has."""
+    vhost, quoted = "fed space/x", "fed%20space%2Fx"
+    assert api.put(f"/api/vhosts/{quoted}", json={}).status_code == 201
+    full = {"configure": ".*", "write": ".*", "read": ".*"}
+    assert api.put(f"/api/permissions/{quoted}/guest", json=full).status_code in (201, 204)
+    upstream = {"uri": f"amqp:///{quoted}", "exchange": "src", "reconnect-delay": 0.5}
+    path = f"/api/parameters/federation-upstream/{quoted}/here"
+    assert api.put(path, json={"value": upstream}).status_code == 201
+    policy = {"pattern": "^fed$", "definition": {"federation-upstream": "here"}}
+    policy["apply-to"] = "exchanges"
+    assert api.put(f"/api/policies/{quoted}/p", json=policy).status_code == 201
+    params = pika.ConnectionParameters("127.0.0.1", server.port, virtual_host=vhost)
+    conn = pika.BlockingConnection(params)
+    channel = conn.channel()
+    channel.exchange_declare("src", "fanout")
+    channel.exchange_declare("fed", "fanout")
+    channel.queue_declare("sink")
+    channel.queue_bind("sink", "fed", "")
+
+    def running() -> bool:
+        return [item["status"] for item in _links(api, f"/api/federation-links/{quoted}")] == [
+            "running"
+        ]
+
+    wait_for(running, "the link running in its vhost")
+    channel.confirm_delivery()
+    channel.basic_publish("src", "", b"spaced")
+    wait_for(lambda: channel.queue_declare("sink", passive=True).method.message_count == 1, "1")
+    [hop] = channel.basic_get("sink", auto_ack=True)[1].headers["x-received-from"]
+    assert hop["vhost"] == vhost
+    conn.close()

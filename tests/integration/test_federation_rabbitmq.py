@@ -26,7 +26,7 @@ from tests.integration.federation_support import (
     upstream_bindings,
     wait_running,
 )
-from tests.integration.rabbit_node import RABBIT_REASON, RabbitNode
+from tests.integration.rabbit_node import RABBIT_REASON, RabbitNode, rabbit_node
 from tests.integration.shovel_support import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # a busy machine
@@ -160,6 +160,26 @@ def test_rabbitmq_federates_from_amqpd_and_a_cycle_delivers_once(
     finally:
         rabbitmqctl(rabbit, "clear_policy", "fed-a2r")
         rabbitmqctl(rabbit, "clear_parameter", "federation-upstream", "amqpd")
+
+
+def test_a_rabbitmq_without_the_plugin_gets_a_fanout_helper(amqpd: BrokerProcess) -> None:
+    """An upstream that does not know x-federation-upstream closes the connection (503);
+    the link declares a fanout helper instead, as RabbitMQ's link does, and runs."""
+    if RABBIT_REASON is not None:
+        pytest.fail(f"these tests need RabbitMQ: {RABBIT_REASON}")
+    plain = rabbit_node()  # the session's node, no plugins
+    plain.wait()
+    declare(plain.url, "fed.plain")
+    declare(amqpd.url, "fed.plain", queues={"q.plain": ["k"]})
+    federate(amqpd.data_dir, "plain", {"uri": plain.url, "reconnect-delay": 0.5}, "^fed.plain$")
+    wait_running(amqpd.data_dir)
+    helpers = rabbitmqctl(plain, "list_exchanges", "name", "type")
+    assert "federation: fed.plain -> amqpd-a B\tfanout" in helpers
+    publish(plain.url, [("k", "one"), ("j", "unbound"), ("k", "end")], "fed.plain")
+    assert [body for body, _ in collect(amqpd.url, "q.plain", "end")] == ["one"]
+    ok(amqpd.data_dir, "clear-policy", "fed-plain")
+    wait_for(lambda: links(amqpd.data_dir) == [], "the link stopped")
+    wait_for(lambda: "fed.plain" not in rabbitmqctl(plain, "list_queues", "name"), "queue deleted")
 
 
 def test_rabbitmq_refuses_what_amqpd_refuses(rabbit: RabbitNode, amqpd: BrokerProcess) -> None:

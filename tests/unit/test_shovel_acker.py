@@ -8,6 +8,7 @@ import asyncio
 from typing import Any
 
 from amqpd.shell.links.client import Acker as _Acker
+from amqpd.shell.links.client import LocalEndpoint
 
 
 class FakeChannel:
@@ -61,3 +62,15 @@ def test_a_nacked_tag_is_never_the_acks_tag() -> None:
         return channel.acks
 
     assert asyncio.run(scenario()) == [(1, True), (3, True)]
+
+
+def test_local_endpoint_keeps_the_vhost_of_a_host_less_uri() -> None:
+    """``amqp:///%2F`` and ``amqp:///my%20vhost`` reach the local listener in that vhost
+    (quoted once, as aiormq reads it)."""
+    local = LocalEndpoint("0.0.0.0", 5672, "links", "s/cret")
+    assert local.resolve("amqp://") == "amqp://links:s%2Fcret@127.0.0.1:5672/?heartbeat=10"
+    assert local.resolve("amqp:///%2F").startswith("amqp://links:s%2Fcret@127.0.0.1:5672/%2F?")
+    assert local.resolve("amqp:///my%20vhost?heartbeat=3") == (
+        "amqp://links:s%2Fcret@127.0.0.1:5672/my%20vhost?heartbeat=3"
+    )
+    assert local.resolve("amqp://u:p@h:1/v") == "amqp://u:p@h:1/v?heartbeat=10"

@@ -26,7 +26,7 @@ import re
 from collections import deque
 from contextlib import suppress
 from typing import Any, Final
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import aiormq.abc
 import pamqp.constants
@@ -97,7 +97,7 @@ class LocalEndpoint:
             uri = urlunsplit(parts)
         if parts.hostname:
             return uri
-        vhost = parts.path[1:] if parts.path.startswith("/") else ""
+        vhost = unquote(parts.path[1:]) if parts.path.startswith("/") else ""
         path = "/" + quote(vhost, safe="") if vhost else "/"
         query = f"?{parts.query}" if parts.query else ""
         return (
