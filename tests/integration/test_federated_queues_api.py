@@ -31,11 +31,15 @@ def api(server: Server) -> Iterator[httpx.Client]:
         yield client
 
 
-def _links(api: httpx.Client) -> list[dict[str, Any]]:
-    answer = api.get("/api/federation-links/%2F")
+def _links(api: httpx.Client, vhost: str = "%2F") -> list[dict[str, Any]]:
+    answer = api.get(f"/api/federation-links/{vhost}")
     assert answer.status_code == 200
     found: list[dict[str, Any]] = answer.json()
     return found
+
+
+def _statuses(api: httpx.Client, vhost: str) -> list[str]:
+    return [item["status"] for item in _links(api, vhost)]
 
 
 def _consumer_tags(api: httpx.Client, queue: str) -> list[str]:
@@ -120,4 +124,32 @@ def test_a_refused_upstream_declaration_is_shown_and_retried(
     channel.queue_delete("src")
     wait_for(lambda: [item["status"] for item in _links(api)] == ["running"], "the link running")
     assert channel.queue_declare("src", passive=True).method.message_count == 0  # declared
+    conn.close()
+
+
+def test_a_federated_queue_in_another_vhost(server: Server, api: httpx.Client) -> None:
+    """An upstream URI without a vhost means the local queue's vhost (here one whose name
+    needs quoting), for the upstream connection and for the link's local one alike."""
+    assert api.put("/api/vhosts/fed%20eu").status_code in (201, 204)
+    everything = {"configure": ".*", "write": ".*", "read": ".*"}
+    assert api.put("/api/permissions/fed%20eu/guest", json=everything).status_code in (201, 204)
+    upstream = {"value": {"uri": "amqp://", "queue": "src"}}
+    api.put("/api/parameters/federation-upstream/fed%20eu/self", json=upstream)
+    policy = {
+        "pattern": "^dst$",
+        "definition": {"federation-upstream": "self"},
+        "apply-to": "queues",
+    }
+    api.put("/api/policies/fed%20eu/fed", json=policy)
+    params = pika.ConnectionParameters("127.0.0.1", server.port, virtual_host="fed eu")
+    conn = pika.BlockingConnection(params)
+    channel = conn.channel()
+    channel.queue_declare("src", durable=True)
+    channel.basic_publish("", "src", b"hello")
+    channel.queue_declare("dst", durable=True)
+    wait_for(lambda: _statuses(api, "fed%20eu") == ["running"], "the link running")
+    for method, _props, body in channel.consume("dst", inactivity_timeout=60):
+        assert body == b"hello"
+        channel.basic_ack(method.delivery_tag)
+        break
     conn.close()
