@@ -16,9 +16,10 @@ other only move a message when a real consumer is waiting for it.
 
 The queue reports itself cheaply: a federated queue's ``demand_set`` is this tracker's
 ``dirty`` set, and the queue adds itself there whenever something that decides its demand
-may have changed (enqueue, dispatch — which credit changes, new consumers and requeues go
-through —, basic.get, expiry, a consumer leaving, purge, deletion). Every other queue has
-``demand_set = None``: one ``is not None`` test on those paths, nothing per message.
+may have changed: dispatch (which enqueues with consumers, credit changes, new consumers
+and requeues go through), basic.get, expiry, a consumer leaving, purge, a policy change,
+deletion. Every other queue has ``demand_set = None``: one ``is not None`` test per
+dispatch call (and on the cold paths), nothing else.
 
 After each step of the core (a chunk, a tick, an admin command) the shell calls `take`:
 it re-evaluates the dirty queues once each and returns what changed since the last call —
