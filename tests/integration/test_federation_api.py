@@ -79,7 +79,7 @@ def test_links_status_and_a_local_federation(server: Server, api: httpx.Client) 
     channel.exchange_declare("fed.x", "direct")
     channel.queue_declare("sink")
     channel.queue_bind("sink", "fed.x", "k")
-    # "local" reaches this broker itself; "nowhere" cannot connect
+    # "local" reaches this broker itself; the others cannot connect, log in, open the vhost
     local = {"uri": "amqp://", "exchange": "src", "reconnect-delay": 0.5, "bind-nowait": True}
     assert (
         api.put("/api/parameters/federation-upstream/%2F/local", json={"value": local}).status_code
@@ -92,6 +92,13 @@ def test_links_status_and_a_local_federation(server: Server, api: httpx.Client) 
         ).status_code
         == 201
     )
+    for name, uri in (
+        ("denied", f"amqp://guest:wrong@127.0.0.1:{server.port}"),
+        ("novhost", f"amqp://guest:guest@127.0.0.1:{server.port}/nope"),
+    ):
+        value = {"uri": uri, "reconnect-delay": 0.5}
+        path = f"/api/parameters/federation-upstream/%2F/{name}"
+        assert api.put(path, json={"value": value}).status_code == 201
     policy = {
         "pattern": "^fed\\.",
         "definition": {"federation-upstream-set": "all"},
@@ -101,9 +108,10 @@ def test_links_status_and_a_local_federation(server: Server, api: httpx.Client) 
 
     def settled() -> bool:
         states = {str(item["upstream"]): item["status"] for item in _links(api)}
-        return states == {"local": "running", "nowhere": "error"}
+        expected = {"local": "running", "nowhere": "error", "denied": "error"}
+        return states == {**expected, "novhost": "error"}
 
-    wait_for(settled, "one running link and one in error")
+    wait_for(settled, "one running link and three in error", timeout=60)
     by_upstream = {item["upstream"]: item for item in _links(api)}
     running, failed = by_upstream["local"], by_upstream["nowhere"]
     assert set(running) == {
@@ -127,6 +135,8 @@ def test_links_status_and_a_local_federation(server: Server, api: httpx.Client) 
     assert running["uri"] == "amqp://"
     assert failed["uri"] == "amqp://127.0.0.1:1"  # the credentials are never shown
     assert failed["error"] == "econnrefused", failed  # as RabbitMQ names it
+    assert "ACCESS_REFUSED - Login was refused" in str(by_upstream["denied"]["error"])
+    assert "refused Connection.Open" in str(by_upstream["novhost"]["error"])
     assert _links(api, "/api/federation-links/%2F") == _links(api)
     assert api.put("/api/vhosts/other", json={}).status_code == 201
     assert _links(api, "/api/federation-links/other") == []

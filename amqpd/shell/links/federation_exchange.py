@@ -483,13 +483,16 @@ class ExchangeLink:
 
 def _error_text(exc: BaseException) -> str:
     """The link's error as its status shows it: RabbitMQ's ``econnrefused`` when the
-    upstream refused the connection, else the exception's text."""
+    upstream refused the connection, a sentence when it refused the vhost (aiormq keeps
+    only the repr of the broker's Connection.Close), else the exception's text."""
     seen: BaseException | None = exc
     while seen is not None:
         if getattr(seen, "errno", None) == errno.ECONNREFUSED or (
             f"[Errno {errno.ECONNREFUSED}]" in str(seen)
         ):
             return "econnrefused"
+        if "'Connection.OpenOk'], got <Connection.Close" in str(seen):  # aiormq's words
+            return "the upstream refused Connection.Open (no such vhost, or no access to it)"
         seen = seen.__cause__ or seen.__context__
     return reason_of(exc)
 
