@@ -5,6 +5,7 @@ consumer tag, and goes when the policy or the queue goes."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -152,4 +153,26 @@ def test_a_federated_queue_in_another_vhost(server: Server, api: httpx.Client) -
         assert body == b"hello"
         channel.basic_ack(method.delivery_tag)
         break
+    conn.close()
+
+
+def test_an_unreachable_upstream_is_shown_as_rabbitmq_words_it(
+    server: Server, api: httpx.Client
+) -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    upstream = {"value": {"uri": f"amqp://127.0.0.1:{port}", "reconnect-delay": 0.2}}
+    api.put("/api/parameters/federation-upstream/%2F/gone", json=upstream)
+    policy = {
+        "pattern": "^dst$",
+        "definition": {"federation-upstream": "gone"},
+        "apply-to": "queues",
+    }
+    api.put("/api/policies/%2F/fed", json=policy)
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))
+    conn.channel().queue_declare("dst", durable=True)
+    wait_for(lambda: _statuses(api, "%2F") == ["error"], "the link failing")
+    [link] = _links(api)
+    assert link["error"] == "econnrefused"
     conn.close()

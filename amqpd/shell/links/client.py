@@ -2,7 +2,8 @@
 
 `LocalEndpoint` turns a host-less URI into the broker's own listener with the internal
 user; `Acker` coalesces source acks; `close_connection`, `closing`, `closed_reason` and
-`reason_of` close connections and name why a link stopped (the reason its status shows).
+`reason_of` close connections and name why a link stopped (the reason its status shows);
+`error_text` is a federation link's error as RabbitMQ words the common ones.
 
 `LongLong` is an ``int`` that pamqp encodes as an AMQP long-long (``l``) in a field
 table. pamqp picks the smallest integer type for a value; RabbitMQ's federation refuses
@@ -21,6 +22,7 @@ itself never relies on them (amqpd/wire/codec.py encodes without pamqp's validat
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import re
 from collections import deque
@@ -42,6 +44,7 @@ __all__ = [
     "close_connection",
     "closed_reason",
     "closing",
+    "error_text",
     "reason_of",
 ]
 
@@ -178,3 +181,19 @@ def reason_of(exc: BaseException | None) -> str:
         return "unknown"
     text = str(exc) or type(exc).__name__
     return text if isinstance(exc, LinkFailed) else f"{type(exc).__name__}: {text}"
+
+
+def error_text(exc: BaseException) -> str:
+    """A federation link's error as its status shows it: RabbitMQ's ``econnrefused`` when the
+    upstream refused the connection, a sentence when it refused the vhost (aiormq keeps
+    only the repr of the broker's Connection.Close), else the exception's text."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if getattr(seen, "errno", None) == errno.ECONNREFUSED or (
+            f"[Errno {errno.ECONNREFUSED}]" in str(seen)
+        ):
+            return "econnrefused"
+        if "'Connection.OpenOk'], got <Connection.Close" in str(seen):  # aiormq's words
+            return "the upstream refused Connection.Open (no such vhost, or no access to it)"
+        seen = seen.__cause__ or seen.__context__
+    return reason_of(exc)

@@ -59,6 +59,7 @@ from amqpd.shell.links.client import (
     close_connection,
     closed_reason,
     closing,
+    error_text,
     reason_of,
 )
 from amqpd.shell.links.federation_status import FederationLinkStatus
@@ -201,7 +202,7 @@ class QueueLink:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                reason = reason_of(exc)
+                reason = error_text(exc)
                 self.status.set("error", reason)
                 log.warning("federation link for %s failed: %s", self._describe(), reason)
             if self.stopped:

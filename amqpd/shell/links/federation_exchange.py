@@ -39,7 +39,6 @@ broker shutdown keeps them, so messages wait upstream (bounded by expires / mess
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -71,6 +70,7 @@ from amqpd.shell.links.client import (
     close_connection,
     closed_reason,
     closing,
+    error_text,
     reason_of,
 )
 from amqpd.shell.links.federation_status import FederationLinkStatus
@@ -177,7 +177,7 @@ class ExchangeLink:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                reason = _error_text(exc)
+                reason = error_text(exc)
                 self.status.set("error", reason)
                 log.warning(
                     "federation link %s (upstream '%s') failed: %s",
@@ -479,22 +479,6 @@ class ExchangeLink:
                     await self._delete_upstream(upstream)
                 finally:
                     await close_connection(upstream)
-
-
-def _error_text(exc: BaseException) -> str:
-    """The link's error as its status shows it: RabbitMQ's ``econnrefused`` when the
-    upstream refused the connection, a sentence when it refused the vhost (aiormq keeps
-    only the repr of the broker's Connection.Close), else the exception's text."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if getattr(seen, "errno", None) == errno.ECONNREFUSED or (
-            f"[Errno {errno.ECONNREFUSED}]" in str(seen)
-        ):
-            return "econnrefused"
-        if "'Connection.OpenOk'], got <Connection.Close" in str(seen):  # aiormq's words
-            return "the upstream refused Connection.Open (no such vhost, or no access to it)"
-        seen = seen.__cause__ or seen.__context__
-    return reason_of(exc)
 
 
 async def _binding(
