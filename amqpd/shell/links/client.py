@@ -188,7 +188,9 @@ def error_text(exc: BaseException) -> str:
     upstream refused the connection, a sentence when it refused the vhost (aiormq keeps
     only the repr of the broker's Connection.Close), else the exception's text."""
     seen: BaseException | None = exc
-    while seen is not None:
+    visited: set[int] = set()
+    while seen is not None and id(seen) not in visited:  # chains can loop
+        visited.add(id(seen))
         if getattr(seen, "errno", None) == errno.ECONNREFUSED or (
             f"[Errno {errno.ECONNREFUSED}]" in str(seen)
         ):
