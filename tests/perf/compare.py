@@ -722,8 +722,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--rival",
         choices=["rabbitmq", "garagemq"],
         default="rabbitmq",
-        help="the other broker: RabbitMQ, or Debian's GarageMQ (Go; amqpd perf hangs "
-        "against it so far, see docs/perf.md) [rabbitmq]",
+        help="the other broker: RabbitMQ, or Debian's GarageMQ (Go; it never answers "
+        "exchange.delete, so each of its runs ends with a 10 s teardown wait, see "
+        "docs/perf.md) [rabbitmq]",
     )
     p.add_argument(
         "--profile",
