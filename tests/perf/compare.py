@@ -727,6 +727,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "docs/perf.md) [rabbitmq]",
     )
     p.add_argument(
+        "--garagemq-gomaxprocs",
+        type=int,
+        help="run GarageMQ with GOMAXPROCS=N (1: on one core at a time, like amqpd) "
+        "[unset: Go's default, every core]",
+    )
+    p.add_argument(
         "--profile",
         default="",
         help="workloads (W1, W1r, W2, W7) to profile with py-spy in one extra amqpd run",
@@ -771,11 +777,13 @@ def main(argv: list[str] | None = None) -> int:
         notes.append(f"{baseline}: the same workloads on {base_label}, interleaved.")
     if opts.rival == "garagemq":
         if GarageMQ.installed():
-            garage = GarageMQ(free_port(), free_port(), opts.work_dir / "garagemq")
+            procs = opts.garagemq_gomaxprocs
+            garage = GarageMQ(free_port(), free_port(), opts.work_dir / "garagemq", procs)
             brokers.append(garage)
             notes.append(
                 f"Rival: GarageMQ {GarageMQ.version()} (Debian package), its shipped "
-                "config with tcp.nodelay: true, own ports and data directory."
+                "config with tcp.nodelay: true, own ports and data directory"
+                + ("." if procs is None else f", GOMAXPROCS={procs}.")
             )
         else:
             notes.append("GarageMQ is not installed (apt-get install garagemq): skipped.")

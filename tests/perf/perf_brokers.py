@@ -257,13 +257,17 @@ class GarageMQ:
     """Debian's ``garagemq`` (Go) with its shipped /etc/garagemq/config.yaml, changed only
     in ``tcp.nodelay: true``, its own AMQP and admin ports and its own data directory."""
 
-    name = "GarageMQ"
     SHIPPED_CONFIG = Path("/etc/garagemq/config.yaml")
 
-    def __init__(self, port: int, admin_port: int, base: Path) -> None:
+    def __init__(
+        self, port: int, admin_port: int, base: Path, gomaxprocs: int | None = None
+    ) -> None:
         self.port = port
         self.admin_port = admin_port
         self.base = base
+        # GOMAXPROCS=1: Go runs its goroutines on one core at a time, as amqpd runs on one
+        self.gomaxprocs = gomaxprocs
+        self.name = "GarageMQ" if gomaxprocs is None else f"GarageMQ/{gomaxprocs}"
         self.process: subprocess.Popen[bytes] | None = None
 
     @classmethod
@@ -322,11 +326,15 @@ class GarageMQ:
         config = self.base / "config.yaml"
         config.write_text(self.config())
         log = (self.base / "garagemq.log").open("ab")
+        env = dict(os.environ)
+        if self.gomaxprocs is not None:
+            env["GOMAXPROCS"] = str(self.gomaxprocs)
         self.process = subprocess.Popen(
             ["garagemq", "--config", str(config), "--log-level", "warning"],
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=self.base,
+            env=env,
         )
         try:
             wait_for_port(self.port, 30)
