@@ -229,6 +229,8 @@ HWM = Figure("", "hwm", fmt=MEM)
 
 def _workloads() -> list[Workload]:
     consume = ["-q", "100", "-A", "50"]
+    fanout = ["-t", "fanout", "--queues", "10", "-x", "1", "-y", "10", "--consumer-processes", "2"]
+    fanout += consume
     return [
         Workload(
             "W1",
@@ -294,23 +296,8 @@ def _workloads() -> list[Workload]:
                 RSS,
                 HWM,
             ],
-            perf_workload(
-                [
-                    "-t",
-                    "fanout",
-                    "--queues",
-                    "10",
-                    "-x",
-                    "1",
-                    "-y",
-                    "10",
-                    "--consumer-processes",
-                    "2",
-                    *consume,
-                ],
-                "consumed_rate",
-                "deliver",
-            ),
+            perf_workload(fanout, "consumed_rate", "deliver"),
+            profile_args=fanout,
         ),
         Workload(
             "W4",
@@ -735,7 +722,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--profile",
         default="",
-        help="workloads (W1, W1r, W2, W7) to profile with py-spy in one extra amqpd run",
+        help="workloads (W1, W1r, W2, W3, W7) to profile with py-spy in one extra amqpd run",
     )
     p.add_argument("--profile-top", type=int, default=15, help="functions per profile [15]")
     p.add_argument(
