@@ -720,6 +720,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "[unset: Go's default, every core]",
     )
     p.add_argument(
+        "--garagemq-cpus",
+        help="run GarageMQ under taskset -c LIST (e.g. 1: one core for the whole process, "
+        "GC and I/O threads included) [unset: every core]",
+    )
+    p.add_argument(
         "--profile",
         default="",
         help="workloads (W1, W1r, W2, W3, W7) to profile with py-spy in one extra amqpd run",
@@ -764,13 +769,15 @@ def main(argv: list[str] | None = None) -> int:
         notes.append(f"{baseline}: the same workloads on {base_label}, interleaved.")
     if opts.rival == "garagemq":
         if GarageMQ.installed():
-            procs = opts.garagemq_gomaxprocs
-            garage = GarageMQ(free_port(), free_port(), opts.work_dir / "garagemq", procs)
+            procs, cpus = opts.garagemq_gomaxprocs, opts.garagemq_cpus
+            garage = GarageMQ(free_port(), free_port(), opts.work_dir / "garagemq", procs, cpus)
             brokers.append(garage)
             notes.append(
                 f"Rival: GarageMQ {GarageMQ.version()} (Debian package), its shipped "
                 "config with tcp.nodelay: true, own ports and data directory"
-                + ("." if procs is None else f", GOMAXPROCS={procs}.")
+                + ("" if procs is None else f", GOMAXPROCS={procs}")
+                + ("" if cpus is None else f", pinned with taskset -c {cpus}")
+                + "."
             )
         else:
             notes.append("GarageMQ is not installed (apt-get install garagemq): skipped.")

@@ -260,14 +260,26 @@ class GarageMQ:
     SHIPPED_CONFIG = Path("/etc/garagemq/config.yaml")
 
     def __init__(
-        self, port: int, admin_port: int, base: Path, gomaxprocs: int | None = None
+        self,
+        port: int,
+        admin_port: int,
+        base: Path,
+        gomaxprocs: int | None = None,
+        cpus: str | None = None,
     ) -> None:
         self.port = port
         self.admin_port = admin_port
         self.base = base
-        # GOMAXPROCS=1: Go runs its goroutines on one core at a time, as amqpd runs on one
+        # GOMAXPROCS=1 limits the threads running Go code at once, not the process: GC, I/O
+        # and syscall threads still add cores. ``cpus`` (taskset -c LIST) confines all of it,
+        # and Go then sizes GOMAXPROCS to the CPUs it may use.
         self.gomaxprocs = gomaxprocs
-        self.name = "GarageMQ" if gomaxprocs is None else f"GarageMQ/{gomaxprocs}"
+        self.cpus = cpus
+        self.name = "GarageMQ"
+        if gomaxprocs is not None:
+            self.name += f" GOMAXPROCS={gomaxprocs}"
+        if cpus is not None:
+            self.name += f" on CPU {cpus}"
         self.process: subprocess.Popen[bytes] | None = None
 
     @classmethod
@@ -329,8 +341,9 @@ class GarageMQ:
         env = dict(os.environ)
         if self.gomaxprocs is not None:
             env["GOMAXPROCS"] = str(self.gomaxprocs)
+        pin = [] if self.cpus is None else ["taskset", "-c", self.cpus]
         self.process = subprocess.Popen(
-            ["garagemq", "--config", str(config), "--log-level", "warning"],
+            [*pin, "garagemq", "--config", str(config), "--log-level", "warning"],
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=self.base,
