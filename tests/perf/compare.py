@@ -262,6 +262,20 @@ def _workloads() -> list[Workload]:
             profile_args=["-x", "1", "-y", "1", "-r", "2000", *consume],
         ),
         Workload(
+            "W1m",
+            "W1 at a fixed 30,000 msgs/s (streaming, below every broker's ceiling: no backlog)",
+            [
+                Figure("e2e msgs/s", "rate"),
+                Figure("deliver latency p50 / p99 (ms)", "p50", fmt=MS),
+                Figure("", "p99", fmt=MS),
+                Figure("broker CPU s / 100k msgs", "cpu100k", "≤ 1.0x", CPU),
+            ],
+            perf_workload(
+                ["-x", "1", "-y", "1", "-r", "30000", *consume], "consumed_rate", "deliver"
+            ),
+            profile_args=["-x", "1", "-y", "1", "-r", "30000", *consume],
+        ),
+        Workload(
             "W2",
             "persistent to a durable queue, confirms, window 1000 (no consumer)",
             [
@@ -298,6 +312,18 @@ def _workloads() -> list[Workload]:
             ],
             perf_workload(fanout, "consumed_rate", "deliver"),
             profile_args=fanout,
+        ),
+        Workload(
+            "W3m",
+            "W3 with the producer at a fixed 10,000 msgs/s (100,000 deliveries/s: no backlog)",
+            [
+                Figure("delivered msgs/s", "rate"),
+                Figure("deliver latency p50 / p99 (ms)", "p50", fmt=MS),
+                Figure("", "p99", fmt=MS),
+                Figure("broker CPU s / 100k deliveries", "cpu100k", "≤ 1.0x", CPU),
+            ],
+            perf_workload([*fanout, "-r", "10000"], "consumed_rate", "deliver"),
+            profile_args=[*fanout, "-r", "10000"],
         ),
         Workload(
             "W4",
