@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -96,3 +97,61 @@ def drain(url: str, queue: str, expected: int) -> tuple[set[int], int]:
     finally:
         conn.close()
     return seen, total
+
+
+class Sink:
+    """A consumer that drains ``queue`` on ``url`` from a thread for as long as it runs,
+    acking everything and reconnecting whenever the broker goes away: the destination's
+    own consumer. Messages it took are safe in `seen` even if that broker later loses its
+    queue in a crash (a test of the shovel must not depend on the other broker's own
+    durability: RabbitMQ 3.10 has been seen to come back from a kill -9 under heavy load
+    without a durable queue it had confirmed messages into)."""
+
+    def __init__(self, url: str, queue: str) -> None:
+        self.url, self.queue = url, queue
+        self.seen: set[int] = set()
+        self.total = 0
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sink", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self._consume()
+            except (pika.exceptions.AMQPError, OSError):
+                self._stopping.wait(0.2)  # the broker is away, or the queue not there yet
+
+    def _consume(self) -> None:
+        conn = pika.BlockingConnection(pika.URLParameters(self.url))
+        try:
+            channel = conn.channel()
+            channel.basic_qos(prefetch_count=500)
+            channel.basic_consume(self.queue, self._on_message)
+            while not self._stopping.is_set():
+                conn.process_data_events(time_limit=0.2)
+        finally:
+            if conn.is_open:
+                conn.close()
+
+    def _on_message(self, channel: Any, method: Any, _props: Any, body: bytes) -> None:
+        with self._changed:
+            self.seen.add(int(body))
+            self.total += 1
+            self._changed.notify_all()
+        channel.basic_ack(method.delivery_tag)
+
+    def wait_for(self, distinct: int, timeout: float = DEADLINE) -> None:
+        """Block until ``distinct`` different messages arrived (fail after ``timeout``)."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: len(self.seen) >= distinct, timeout):
+                raise AssertionError(
+                    f"timed out waiting for {distinct} messages in {self.queue}: "
+                    f"{len(self.seen)} arrived"
+                )
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(30)

@@ -4,6 +4,7 @@ of amqpd and a SIGKILL of RabbitMQ during a transfer of persistent messages lose
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.rabbit_node import RABBIT_REASON, RabbitNode
-from tests.integration.shovel_support import count, drain, publish, set_shovel, wait_for
+from tests.integration.shovel_support import Sink, count, drain, publish, set_shovel, wait_for
 from tests.integration.tcp_proxy import CuttableProxy
 
 pytestmark = pytest.mark.slow
@@ -76,6 +77,7 @@ def test_amqpd_to_rabbitmq(rabbit: RabbitNode, tmp_path: Path) -> None:
     queue = "shovel.a2r"
     proxy = CuttableProxy(rabbit.port)
     amqpd = BrokerProcess(tmp_path / "a", extra=QUIET)
+    sink = Sink(rabbit.url, queue)  # RabbitMQ's consumer: it drains as messages arrive
     try:
         publish(amqpd.url, "src", range(N))
         value = {
@@ -87,16 +89,19 @@ def test_amqpd_to_rabbitmq(rabbit: RabbitNode, tmp_path: Path) -> None:
             "src-prefetch-count": 200,
         }
         set_shovel(amqpd.data_dir, "a2r", value)
-        _phase(rabbit.url, queue, 1)
+        sink.wait_for(N // 6)
         proxy.cut()
-        _phase(rabbit.url, queue, 2)
-        _crash_rabbit(rabbit)
-        _phase(rabbit.url, queue, 3)
+        sink.wait_for(2 * N // 6)
+        _crash_rabbit(rabbit)  # during the transfer: unconfirmed publishes must come again
+        sink.wait_for(3 * N // 6)
         amqpd.kill()
         amqpd = BrokerProcess(tmp_path / "a", extra=QUIET)
         wait_for(lambda: count(amqpd.url, "src") == 0, "the amqpd queue empty")
-        seen, _total = drain(rabbit.url, queue, N)
+        with contextlib.suppress(AssertionError):
+            sink.wait_for(N)
+        seen = set(sink.seen)
         assert seen == set(range(N)), f"missing: {sorted(set(range(N)) - seen)[:20]}"
     finally:
+        sink.stop()
         proxy.close()
         amqpd.stop()
