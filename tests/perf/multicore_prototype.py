@@ -10,10 +10,11 @@ the groups' delivery rates and the brokers' CPU over the measured window.
 ``pipe``: the cost of one cross-shard hop. A sender process frames messages the way a
 worker would forward them to another shard (per message a 14-byte record header: length,
 queue index, sequence number; then the message's publish frames, about the bytes a
-``Message`` keeps raw: exchange, routing key, content header, body), joins each chunk of ``--per-chunk`` messages and writes it to a Unix
-stream socket; a receiver process reads and splits the records back into one ``bytes`` per
-message, ready to enqueue. Both run asyncio (uvloop when installed), like amqpd's shell. The
-figures are messages/s, MB/s, and each side's CPU microseconds per message.
+``Message`` keeps raw: exchange, routing key, content header, body), joins each chunk of
+``--per-chunk`` messages and writes it to a Unix stream socket; a receiver process reads
+and splits the records back into one ``bytes`` per message, ready to enqueue. Both run
+asyncio (uvloop when installed), like amqpd's shell. The figures are messages/s, MB/s, and
+each side's CPU microseconds per message.
 
 Examples::
 
