@@ -15,11 +15,12 @@ once the storage batch holding a persistent message is durable: `BatchWaits` rec
 tx buffers publishes and settlements in a `Transaction` until tx.commit applies them in one
 synchronous step, so no consumer can observe half a commit.
 
-Deliveries (basic.deliver and basic.get-ok share `_hand_out`) get channel-wide delivery tags
+Deliveries (basic.deliver and basic.get-ok share `hand_out`) get channel-wide delivery tags
 from the `UnackedStore`, which keeps unacked ones in tag order until ack / nack / reject /
 recover / close, and owns the qos credit: a consumer may receive while both its own prefetch
 (qos global=false) and the channel's (global=true) allow, as in RabbitMQ. Exchange and queue
-methods are handled by `Topology`.
+methods are handled by `Topology`; consume / cancel / get / qos / flow by `ConsumerMethods`
+(amqpd/engine/consuming.py).
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ from typing import Any, Protocol
 from pamqp import commands as spec
 from pamqp.base import Frame as Method
 
+from amqpd.engine.consuming import ConsumerMethods
 from amqpd.engine.content import PendingPublish, route_and_enqueue, storage_batch
 from amqpd.engine.permissions import check_method
-from amqpd.engine.reply_to import REPLY_TO_QUEUE, DirectReplyTo
+from amqpd.engine.reply_to import DirectReplyTo
 from amqpd.engine.topology import Topology
 from amqpd.engine.transaction import BufferedPublish, Transaction
 from amqpd.engine.unacked import Settlement, Unacked, UnackedStore
@@ -42,12 +44,9 @@ from amqpd.model.auth import Authz
 from amqpd.model.broker import Broker
 from amqpd.model.message import Message, QueueEntry
 from amqpd.model.queue import Consumer, ExclusiveOwner, Queue
-from amqpd.model.selective import BROWSE_ARGUMENT, browse_entries, consumer_selector
-from amqpd.model.selector import Predicate
 from amqpd.model.statistics import MessageStats
 from amqpd.model.vhost import (
     VirtualHost,
-    generated_name,
     has_sender_selected_headers,
     sender_selected_error,
 )
@@ -58,7 +57,6 @@ from amqpd.wire.errors import (
     COMMAND_INVALID,
     INTERNAL_ERROR,
     NO_ROUTE,
-    NOT_ALLOWED,
     NOT_IMPLEMENTED,
     UNEXPECTED_FRAME,
     AMQPError,
@@ -128,16 +126,13 @@ class Channel:
         self.stats = MessageStats()  # counters for the management API
         reply_queues = connection.broker.reply_queues
         self.reply_to = DirectReplyTo(self.vhost, reply_queues)
-        self.topology = Topology(self.vhost, connection, reply_queues, self._send_method)
+        self.topology = Topology(self.vhost, connection, reply_queues, self.send_method)
+        self.consuming = ConsumerMethods(self)
         self._handlers: dict[int, Callable[[Any], None]] = {
             spec.Basic.Reject.index: self._on_basic_reject,
-            spec.Basic.Consume.index: self._on_basic_consume,
-            spec.Basic.Cancel.index: self._on_basic_cancel,
-            spec.Basic.Get.index: self._on_basic_get,
-            spec.Basic.Qos.index: self._on_basic_qos,
+            **self.consuming.handlers(),
             spec.Basic.Recover.index: self._on_basic_recover,
             spec.Basic.RecoverAsync.index: self._on_basic_recover_async,
-            spec.Channel.Flow.index: self._on_channel_flow,
             spec.Channel.FlowOk.index: self._ignore,
             spec.Basic.CancelOk.index: self._ignore,
             spec.Confirm.Select.index: self._on_confirm_select,
@@ -232,7 +227,7 @@ class Channel:
             self.state = ChannelState.CLOSED
             self.conn.channel_closed(self)
         elif index == spec.Channel.Close.index:
-            self._send_method(spec.Channel.CloseOk())
+            self.send_method(spec.Channel.CloseOk())
         # everything else is ignored, as the spec requires
 
     def _unknown_method(self, index: int) -> None:
@@ -248,10 +243,10 @@ class Channel:
     def _ignore(_method: Method) -> None:
         return None
 
-    def _send_method(self, method: Method) -> None:
+    def send_method(self, method: Method) -> None:
         self.conn.send(codec.encode_method(self.number, method))
 
-    def _send_content(self, first: bytes, header: bytes, payload: bytes) -> None:
+    def send_content(self, first: bytes, header: bytes, payload: bytes) -> None:
         """Send a content-carrying method (encoded: ``first``) with its header and body."""
         parts = [first]
         parts += codec.encode_content(self.number, header, payload, self.conn.frame_max)
@@ -268,7 +263,7 @@ class Channel:
         self.state = ChannelState.CLOSING
         self._pending = None
         self.release()
-        self._send_method(
+        self.send_method(
             codec.build(
                 spec.Channel.Close,
                 reply_code=error.reply_code,
@@ -281,13 +276,13 @@ class Channel:
     def _on_channel_close(self) -> None:
         self.release()
         self.state = ChannelState.CLOSED
-        self._send_method(spec.Channel.CloseOk())
+        self.send_method(spec.Channel.CloseOk())
         self.conn.channel_closed(self)
 
     def release(self) -> None:
         """Cancel consumers and requeue unacked messages (channel close or connection loss)."""
         for consumer in list(self.consumers.values()):
-            self._remove_consumer(consumer)
+            self.consuming.remove_consumer(consumer)
         self.consumers.clear()
         if self._tx is not None:
             self.unacked.restore(self._tx.rollback())
@@ -376,7 +371,7 @@ class Channel:
             routing_key=message.routing_key,
         )
         first = codec.encode_method(self.number, method)
-        self._send_content(first, message.header, message.payload)
+        self.send_content(first, message.header, message.payload)
 
     # ------------------------------------------------------------------------------------
     # Storage batches (the model's BatchWaiter)
@@ -389,7 +384,7 @@ class Channel:
             self.confirm.ack(confirms)
             self.conn.confirms_pending(self)
         for _ in range(commit_oks):
-            self._send_method(spec.Tx.CommitOk())
+            self.send_method(spec.Tx.CommitOk())
         self.conn.flush_confirms()
 
     def batch_failed(
@@ -422,7 +417,7 @@ class Channel:
 
     def deliver(self, consumer: Consumer, queue: Queue, entry: QueueEntry) -> None:
         """Send one message to a consumer of this channel."""
-        tag, header = self._hand_out(queue, entry, consumer, consumer.no_ack)
+        tag, header = self.hand_out(queue, entry, consumer, consumer.no_ack)
         message = entry.message
         first = codec.encode_deliver(
             self.number,
@@ -432,9 +427,9 @@ class Channel:
             message.exchange_raw,
             message.routing_key_raw,
         )
-        self._send_content(first, header, message.payload)
+        self.send_content(first, header, message.payload)
 
-    def _hand_out(
+    def hand_out(
         self, queue: Queue, entry: QueueEntry, consumer: Consumer | None, no_ack: bool
     ) -> tuple[int, bytes]:
         """What basic.deliver and basic.get-ok share: the next delivery tag, the queue told,
@@ -478,7 +473,7 @@ class Channel:
             if self._held_cancels is not None:
                 self._held_cancels.append(cancel)
             else:
-                self._send_method(cancel)
+                self.send_method(cancel)
 
     def _on_queue_delete(self, method: spec.Queue.Delete) -> None:
         """queue.delete, as RabbitMQ orders it: Delete-Ok first, then the Basic.Cancel of
@@ -491,7 +486,7 @@ class Channel:
         finally:
             self._held_cancels = None
         for cancel in held:
-            self._send_method(cancel)
+            self.send_method(cancel)
 
     def resume_deliveries(self) -> None:
         """Let the queues this channel consumes from deliver again (credit came back)."""
@@ -501,121 +496,6 @@ class Channel:
             if queue not in seen:
                 seen.add(queue)
                 queue.dispatch()
-
-    # ------------------------------------------------------------------------------------
-    # Consuming
-    # ------------------------------------------------------------------------------------
-    def _on_basic_consume(self, method: spec.Basic.Consume) -> None:
-        if method.queue == REPLY_TO_QUEUE:
-            queue = self.reply_to.consume(method.no_ack)
-        else:
-            queue = self.topology.usable_queue(method.queue)
-        tag = method.consumer_tag or generated_name("amq.ctag-")
-        if tag in self.consumers:
-            raise AMQPError(NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
-        if queue.exclusive_consumer is not None or (method.exclusive and queue.consumers):
-            raise AMQPError(
-                ACCESS_REFUSED,
-                f"queue '{queue.name}' in vhost '{self.vhost.name}' in exclusive use",
-            )
-        arguments = dict(method.arguments or {})
-        selector = consumer_selector(arguments, queue)  # x-selector: 406 when it is bad
-        if arguments.get(BROWSE_ARGUMENT):
-            self._browse(queue, tag, method, selector)
-            return
-        consumer = Consumer(
-            self,
-            tag,
-            codec.encode_shortstr(tag),
-            queue,
-            method.no_ack,
-            method.exclusive,
-            self.unacked.consumer_prefetch,
-            arguments,
-        )
-        consumer.selector = selector
-        self.consumers[tag] = consumer
-        if not method.nowait:
-            self._send_method(codec.build(spec.Basic.ConsumeOk, consumer_tag=tag))
-        queue.add_consumer(consumer)
-
-    def _browse(
-        self, queue: Queue, tag: str, method: spec.Basic.Consume, selector: Predicate | None
-    ) -> None:
-        """``x-browse``: copies of the matching ready messages, then a server-side cancel
-        (amqpd/model/selective.py). The queue and its entries are left as they are."""
-        if not method.no_ack:
-            raise precondition_failed(f"'{BROWSE_ARGUMENT}' needs no-ack")
-        if not method.nowait:
-            self._send_method(spec.Basic.ConsumeOk(consumer_tag=tag))
-        tag_raw = codec.encode_shortstr(tag)
-        for entry in browse_entries(queue, selector):
-            message = entry.message
-            header = message.header
-            if entry.delivery_count:
-                header = with_delivery_count(header, entry.delivery_count)
-            first = codec.encode_deliver(
-                self.number,
-                tag_raw,
-                self.unacked.issue(queue, entry, None, False),
-                entry.redelivered,
-                message.exchange_raw,
-                message.routing_key_raw,
-            )
-            self._send_content(first, header, message.payload)
-        self._send_method(spec.Basic.Cancel(consumer_tag=tag, nowait=True))
-
-    def _on_basic_cancel(self, method: spec.Basic.Cancel) -> None:
-        consumer = self.consumers.pop(method.consumer_tag or "", None)
-        if not method.nowait:
-            self._send_method(codec.build(spec.Basic.CancelOk, consumer_tag=method.consumer_tag))
-        if consumer is not None:
-            self._remove_consumer(consumer)
-
-    def _remove_consumer(self, consumer: Consumer) -> None:
-        queue = consumer.queue
-        queue.remove_consumer(consumer)
-        if self.reply_to.retire(queue):
-            return
-        if queue.auto_delete and queue.had_consumer and not queue.consumers:
-            self.vhost.delete_queue(queue)
-
-    def _on_basic_get(self, method: spec.Basic.Get) -> None:
-        queue = self.topology.usable_queue(method.queue)
-        entry = queue.take()
-        if entry is None:
-            queue.stats.get_empty += 1
-            self.stats.get_empty += 1
-            self.conn.send(codec.encode_get_empty(self.number))
-            return
-        tag, header = self._hand_out(queue, entry, None, method.no_ack)
-        message = entry.message
-        first = codec.encode_get_ok(
-            self.number,
-            tag,
-            entry.redelivered,
-            message.exchange_raw,
-            message.routing_key_raw,
-            queue.message_count,
-        )
-        self._send_content(first, header, message.payload)
-
-    def _on_basic_qos(self, method: spec.Basic.Qos) -> None:
-        if method.prefetch_size:
-            raise AMQPError(NOT_IMPLEMENTED, f"prefetch_size!=0 ({method.prefetch_size})")
-        if method.global_:
-            self.unacked.channel_prefetch = method.prefetch_count
-        else:
-            self.unacked.consumer_prefetch = method.prefetch_count
-        self._send_method(spec.Basic.QosOk())
-        self.resume_deliveries()
-
-    def _on_channel_flow(self, method: spec.Channel.Flow) -> None:
-        # rabbit_channel: a client may not stop the broker's deliveries this way (it has
-        # basic.qos for that); active=true is acknowledged, active=false is 540
-        if not method.active:
-            raise AMQPError(NOT_IMPLEMENTED, "active=false")
-        self._send_method(spec.Channel.FlowOk(active=True))
 
     # ------------------------------------------------------------------------------------
     # Acknowledgements
@@ -645,7 +525,7 @@ class Channel:
         if not method.requeue:
             raise AMQPError(NOT_IMPLEMENTED, "requeue=false")
         records = self.unacked.take_all()
-        self._send_method(spec.Basic.RecoverOk())
+        self.send_method(spec.Basic.RecoverOk())
         self.unacked.settle(records, Settlement.REQUEUE, self.conn.broker.clock.now)
 
     # ------------------------------------------------------------------------------------
@@ -658,7 +538,7 @@ class Channel:
             self.mode = Mode.CONFIRM
             self.confirm = ConfirmTracker()
         if not method.nowait:
-            self._send_method(spec.Confirm.SelectOk())
+            self.send_method(spec.Confirm.SelectOk())
 
     def take_confirm_frames(self) -> list[bytes]:
         """Encoded basic.ack / basic.nack frames for everything settled since the last call."""
@@ -678,7 +558,7 @@ class Channel:
         self.mode = Mode.TX
         if self._tx is None:
             self._tx = Transaction()
-        self._send_method(spec.Tx.SelectOk())
+        self.send_method(spec.Tx.SelectOk())
 
     def _on_tx_commit(self, _method: spec.Tx.Commit) -> None:
         if self._tx is None:
@@ -695,14 +575,14 @@ class Channel:
             # Commit-Ok once everything journaled so far (this commit included) is durable.
             waits.commit_ok(journal.barrier(), self)
         else:
-            self._send_method(spec.Tx.CommitOk())
+            self.send_method(spec.Tx.CommitOk())
         self.resume_deliveries()
 
     def _on_tx_rollback(self, _method: spec.Tx.Rollback) -> None:
         if self._tx is None:
             raise precondition_failed("channel is not transactional")
         self.unacked.restore(self._tx.rollback())
-        self._send_method(spec.Tx.RollbackOk())
+        self.send_method(spec.Tx.RollbackOk())
 
 
 _METHOD_NAMES: dict[int, str] = {}

@@ -1,0 +1,203 @@
+"""Consumer-side channel methods: basic.consume (and ``x-browse``), basic.cancel,
+basic.get, basic.qos and channel.flow (sans-IO).
+
+Part of a `Channel` (amqpd/engine/channel.py), which dispatches these methods here as it
+dispatches exchange and queue methods to `Topology`. Deliveries themselves (the model's
+consumer sink: ``has_credit`` / ``deliver``), acknowledgements and modes stay in the
+channel; a consumer is registered with the channel and its queue here and removed here
+(cancel, channel close, connection loss).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from pamqp import commands as spec
+from pamqp.base import Frame as Method
+
+from amqpd.engine.reply_to import REPLY_TO_QUEUE, DirectReplyTo
+from amqpd.engine.topology import Topology
+from amqpd.engine.unacked import UnackedStore
+from amqpd.model.message import QueueEntry
+from amqpd.model.queue import Consumer, ConsumerSink, Queue
+from amqpd.model.selective import BROWSE_ARGUMENT, browse_entries, consumer_selector
+from amqpd.model.selector import Predicate
+from amqpd.model.statistics import MessageStats
+from amqpd.model.vhost import VirtualHost, generated_name
+from amqpd.wire import codec
+from amqpd.wire.errors import (
+    ACCESS_REFUSED,
+    NOT_ALLOWED,
+    NOT_IMPLEMENTED,
+    AMQPError,
+    precondition_failed,
+)
+from amqpd.wire.properties import with_delivery_count
+
+__all__ = ["ConsumerMethods", "ConsumingChannel"]
+
+
+class _Output(Protocol):
+    def send(self, data: bytes) -> None: ...
+
+
+class ConsumingChannel(ConsumerSink, Protocol):
+    """What these methods use of their `Channel` (amqpd/engine/channel.py)."""
+
+    number: int
+    consumers: dict[str, Consumer]
+    unacked: UnackedStore
+    stats: MessageStats
+
+    @property
+    def conn(self) -> _Output: ...
+    @property
+    def vhost(self) -> VirtualHost: ...
+    @property
+    def reply_to(self) -> DirectReplyTo: ...
+    @property
+    def topology(self) -> Topology: ...
+    def send_method(self, method: Method) -> None: ...
+    def send_content(self, first: bytes, header: bytes, payload: bytes) -> None: ...
+    def resume_deliveries(self) -> None: ...
+    def hand_out(
+        self, queue: Queue, entry: QueueEntry, consumer: Consumer | None, no_ack: bool
+    ) -> tuple[int, bytes]: ...
+
+
+class ConsumerMethods:
+    """The consumer-side methods of one channel."""
+
+    def __init__(self, channel: ConsumingChannel) -> None:
+        self._channel = channel
+
+    def handlers(self) -> dict[int, Callable[[Any], None]]:
+        """Method index -> handler, merged into the channel's dispatch table."""
+        return {
+            spec.Basic.Consume.index: self._on_basic_consume,
+            spec.Basic.Cancel.index: self._on_basic_cancel,
+            spec.Basic.Get.index: self._on_basic_get,
+            spec.Basic.Qos.index: self._on_basic_qos,
+            spec.Channel.Flow.index: self._on_channel_flow,
+        }
+
+    def _on_basic_consume(self, method: spec.Basic.Consume) -> None:
+        channel = self._channel
+        if method.queue == REPLY_TO_QUEUE:
+            queue = channel.reply_to.consume(method.no_ack)
+        else:
+            queue = channel.topology.usable_queue(method.queue)
+        tag = method.consumer_tag or generated_name("amq.ctag-")
+        if tag in channel.consumers:
+            raise AMQPError(NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
+        if queue.exclusive_consumer is not None or (method.exclusive and queue.consumers):
+            raise AMQPError(
+                ACCESS_REFUSED,
+                f"queue '{queue.name}' in vhost '{channel.vhost.name}' in exclusive use",
+            )
+        arguments = dict(method.arguments or {})
+        selector = consumer_selector(arguments, queue)  # x-selector: 406 when it is bad
+        if arguments.get(BROWSE_ARGUMENT):
+            self._browse(queue, tag, method, selector)
+            return
+        consumer = Consumer(
+            channel,
+            tag,
+            codec.encode_shortstr(tag),
+            queue,
+            method.no_ack,
+            method.exclusive,
+            channel.unacked.consumer_prefetch,
+            arguments,
+        )
+        consumer.selector = selector
+        channel.consumers[tag] = consumer
+        if not method.nowait:
+            channel.send_method(codec.build(spec.Basic.ConsumeOk, consumer_tag=tag))
+        queue.add_consumer(consumer)
+
+    def _browse(
+        self, queue: Queue, tag: str, method: spec.Basic.Consume, selector: Predicate | None
+    ) -> None:
+        """``x-browse``: copies of the matching ready messages, then a server-side cancel
+        (amqpd/model/selective.py). The queue and its entries are left as they are."""
+        channel = self._channel
+        if not method.no_ack:
+            raise precondition_failed(f"'{BROWSE_ARGUMENT}' needs no-ack")
+        if not method.nowait:
+            channel.send_method(spec.Basic.ConsumeOk(consumer_tag=tag))
+        tag_raw = codec.encode_shortstr(tag)
+        for entry in browse_entries(queue, selector):
+            message = entry.message
+            header = message.header
+            if entry.delivery_count:
+                header = with_delivery_count(header, entry.delivery_count)
+            first = codec.encode_deliver(
+                channel.number,
+                tag_raw,
+                channel.unacked.issue(queue, entry, None, False),
+                entry.redelivered,
+                message.exchange_raw,
+                message.routing_key_raw,
+            )
+            channel.send_content(first, header, message.payload)
+        channel.send_method(spec.Basic.Cancel(consumer_tag=tag, nowait=True))
+
+    def _on_basic_cancel(self, method: spec.Basic.Cancel) -> None:
+        channel = self._channel
+        consumer = channel.consumers.pop(method.consumer_tag or "", None)
+        if not method.nowait:
+            channel.send_method(codec.build(spec.Basic.CancelOk, consumer_tag=method.consumer_tag))
+        if consumer is not None:
+            self.remove_consumer(consumer)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """Detach a consumer from its queue (an auto-delete queue may go with it)."""
+        channel = self._channel
+        queue = consumer.queue
+        queue.remove_consumer(consumer)
+        if channel.reply_to.retire(queue):
+            return
+        if queue.auto_delete and queue.had_consumer and not queue.consumers:
+            channel.vhost.delete_queue(queue)
+
+    def _on_basic_get(self, method: spec.Basic.Get) -> None:
+        channel = self._channel
+        queue = channel.topology.usable_queue(method.queue)
+        entry = queue.take()
+        if entry is None:
+            queue.stats.get_empty += 1
+            channel.stats.get_empty += 1
+            channel.conn.send(codec.encode_get_empty(channel.number))
+            return
+        tag, header = channel.hand_out(queue, entry, None, method.no_ack)
+        message = entry.message
+        first = codec.encode_get_ok(
+            channel.number,
+            tag,
+            entry.redelivered,
+            message.exchange_raw,
+            message.routing_key_raw,
+            queue.message_count,
+        )
+        channel.send_content(first, header, message.payload)
+
+    def _on_basic_qos(self, method: spec.Basic.Qos) -> None:
+        channel = self._channel
+        if method.prefetch_size:
+            raise AMQPError(NOT_IMPLEMENTED, f"prefetch_size!=0 ({method.prefetch_size})")
+        if method.global_:
+            channel.unacked.channel_prefetch = method.prefetch_count
+        else:
+            channel.unacked.consumer_prefetch = method.prefetch_count
+        channel.send_method(spec.Basic.QosOk())
+        channel.resume_deliveries()
+
+    def _on_channel_flow(self, method: spec.Channel.Flow) -> None:
+        channel = self._channel
+        # rabbit_channel: a client may not stop the broker's deliveries this way (it has
+        # basic.qos for that); active=true is acknowledged, active=false is 540
+        if not method.active:
+            raise AMQPError(NOT_IMPLEMENTED, "active=false")
+        channel.send_method(spec.Channel.FlowOk(active=True))
