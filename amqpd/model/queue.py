@@ -134,6 +134,7 @@ class Queue:
         "_page_candidates",
         "_rr",
         "_selective",
+        "_sole",
         "_timed",
         "arguments",
         "auto_delete",
@@ -194,6 +195,7 @@ class Queue:
         self.consumers: list[Consumer] = []
         self._levels: list[list[Consumer]] = [self.consumers]  # consumers by x-priority, desc
         self._rr = 0
+        self._sole: Consumer | None = None  # the only consumer, when there is one level of one
         self._selective = False  # a consumer has an x-selector: selective.dispatch
         self.next_seq = 0
         self.had_consumer = False
@@ -606,6 +608,12 @@ class Queue:
             self._levels = [[c for c in consumers if c.priority == p] for p in priorities]
         else:
             self._levels = [consumers]
+        levels = self._levels
+        if len(levels) == 1 and len(levels[0]) == 1:
+            self._sole = levels[0][0]
+            self._rr = 0  # what _next_consumer leaves after serving a single consumer
+        else:
+            self._sole = None
 
     def _next_consumer(self, skip: set[Any] | None = None) -> Consumer | None:
         """The consumer to deliver to: the highest x-priority level that has credit,
@@ -645,7 +653,11 @@ class Queue:
                 if not self._discard_head("expired"):
                     return
                 continue
-            consumer = self._next_consumer()
+            sole = self._sole
+            if sole is not None:  # one consumer (the usual case): no levels or round-robin
+                consumer = sole if sole.channel.has_credit(sole) else None
+            else:
+                consumer = self._next_consumer()
             if consumer is None:
                 return
             if head.message.body is None:

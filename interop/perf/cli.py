@@ -22,7 +22,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             outcome = asyncio.run(hold_connections(options))
             print(json.dumps(outcome.as_json(), indent=2) if options.json else outcome.text())
             return 0
-        summary = summarise(run(options, progress=sys.stderr if options.interval else None))
+        measured = run(options, progress=sys.stderr if options.interval else None)
+        for warning in measured.warnings:
+            print(f"amqpd perf: {warning}", file=sys.stderr)
+        summary = summarise(measured)
     except (RunFailed, BrokerClosed, OSError) as exc:
         print(f"amqpd perf: {exc}", file=sys.stderr)
         return 1

@@ -55,6 +55,7 @@ class RunOutcome:
     results: list[WorkerResult]
     broker: BrokerUsage | None = None
     queue_depths: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
 
 def plans(options: PerfOptions) -> list[WorkerPlan]:
@@ -84,15 +85,21 @@ def run(options: PerfOptions, progress: TextIO | None = sys.stderr) -> RunOutcom
     """
     if not options.predeclared:
         asyncio.run(_with_client(options, lambda c: topology.declare(c, options)))
+    teardown = not (options.predeclared or options.keep_queues)
     try:
         outcome = _run_workers(options, progress)
-        if options.keep_queues or options.predeclared:
+        if not teardown:
             outcome.queue_depths = asyncio.run(
                 _with_client(options, lambda c: topology.queue_depths(c, options))
             )
-    finally:
-        if not (options.predeclared or options.keep_queues):
+    except BaseException:
+        if teardown:
             asyncio.run(_with_client(options, lambda c: topology.delete(c, options)))
+        raise
+    if teardown:
+        left = asyncio.run(_with_client(options, lambda c: topology.delete(c, options)))
+        if left is not None:
+            outcome.warnings.append(left)
     return outcome
 
 

@@ -3,19 +3,26 @@
 Queue i is bound according to the exchange type (see `Route`); producer i publishes to
 queue ``i mod N`` and consumer j consumes from queue ``j mod N``. The coordinator declares
 (and purges) everything before the workers start and deletes it afterwards.
+
+The teardown is bounded: a broker that never answers a delete (GarageMQ 0.0~git20200204
+accepts exchange.delete and sends nothing back: its handler is a stub) leaves the rest in
+place and the run still reports, instead of waiting forever for the reply.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from pamqp import commands
+from pamqp.base import Frame as Method
 from pamqp.common import FieldTable
 
 from interop.perf.client import AMQPClient
 from interop.perf.options import PerfOptions
 
 HEADER_KEY = "perf-queue"
+TEARDOWN_TIMEOUT = 10.0  # seconds for each delete's reply; the run is over by then
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,14 +100,37 @@ async def declare(client: AMQPClient, options: PerfOptions) -> None:
             )
 
 
-async def delete(client: AMQPClient, options: PerfOptions) -> None:
-    """Delete the queues and (unless built in) the exchange."""
-    for name in options.queue_names():
-        await client.call(commands.Queue.Delete(queue=name), commands.Queue.DeleteOk)
+async def delete(
+    client: AMQPClient, options: PerfOptions, timeout: float = TEARDOWN_TIMEOUT
+) -> str | None:
+    """Delete the queues and (unless built in) the exchange.
+
+    Returns None when everything was deleted, else what was left and why: the first delete
+    the broker did not answer within ``timeout`` seconds ends the teardown (a late reply
+    could be taken for the next one's), and it and everything after it stay in place.
+    """
+    steps: list[tuple[str, Method, type[Method]]] = [
+        (f"queue {name}", commands.Queue.Delete(queue=name), commands.Queue.DeleteOk)
+        for name in options.queue_names()
+    ]
     if not _is_builtin(options.exchange):
-        await client.call(
-            commands.Exchange.Delete(exchange=options.exchange), commands.Exchange.DeleteOk
+        steps.append(
+            (
+                f"exchange {options.exchange}",
+                commands.Exchange.Delete(exchange=options.exchange),
+                commands.Exchange.DeleteOk,
+            )
         )
+    for index, (what, method, reply) in enumerate(steps):
+        try:
+            await asyncio.wait_for(client.call(method, reply), timeout)
+        except TimeoutError:
+            left = ", ".join(name for name, _, _ in steps[index:])
+            return (
+                f"teardown: no reply to {method.name} for {what} within {timeout:g} s; "
+                f"left in place: {left}"
+            )
+    return None
 
 
 async def queue_depths(client: AMQPClient, options: PerfOptions) -> dict[str, int]:

@@ -229,6 +229,8 @@ HWM = Figure("", "hwm", fmt=MEM)
 
 def _workloads() -> list[Workload]:
     consume = ["-q", "100", "-A", "50"]
+    fanout = ["-t", "fanout", "--queues", "10", "-x", "1", "-y", "10", "--consumer-processes", "2"]
+    fanout += consume
     return [
         Workload(
             "W1",
@@ -258,6 +260,20 @@ def _workloads() -> list[Workload]:
                 ["-x", "1", "-y", "1", "-r", "2000", *consume], "consumed_rate", "deliver"
             ),
             profile_args=["-x", "1", "-y", "1", "-r", "2000", *consume],
+        ),
+        Workload(
+            "W1m",
+            "W1 at a fixed 30,000 msgs/s (streaming, below every broker's ceiling: no backlog)",
+            [
+                Figure("e2e msgs/s", "rate"),
+                Figure("deliver latency p50 / p99 (ms)", "p50", fmt=MS),
+                Figure("", "p99", fmt=MS),
+                Figure("broker CPU s / 100k msgs", "cpu100k", "≤ 1.0x", CPU),
+            ],
+            perf_workload(
+                ["-x", "1", "-y", "1", "-r", "30000", *consume], "consumed_rate", "deliver"
+            ),
+            profile_args=["-x", "1", "-y", "1", "-r", "30000", *consume],
         ),
         Workload(
             "W2",
@@ -294,23 +310,20 @@ def _workloads() -> list[Workload]:
                 RSS,
                 HWM,
             ],
-            perf_workload(
-                [
-                    "-t",
-                    "fanout",
-                    "--queues",
-                    "10",
-                    "-x",
-                    "1",
-                    "-y",
-                    "10",
-                    "--consumer-processes",
-                    "2",
-                    *consume,
-                ],
-                "consumed_rate",
-                "deliver",
-            ),
+            perf_workload(fanout, "consumed_rate", "deliver"),
+            profile_args=fanout,
+        ),
+        Workload(
+            "W3m",
+            "W3 with the producer at a fixed 10,000 msgs/s (100,000 deliveries/s: no backlog)",
+            [
+                Figure("delivered msgs/s", "rate"),
+                Figure("deliver latency p50 / p99 (ms)", "p50", fmt=MS),
+                Figure("", "p99", fmt=MS),
+                Figure("broker CPU s / 100k deliveries", "cpu100k", "≤ 1.0x", CPU),
+            ],
+            perf_workload([*fanout, "-r", "10000"], "consumed_rate", "deliver"),
+            profile_args=[*fanout, "-r", "10000"],
         ),
         Workload(
             "W4",
@@ -722,13 +735,25 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--rival",
         choices=["rabbitmq", "garagemq"],
         default="rabbitmq",
-        help="the other broker: RabbitMQ, or Debian's GarageMQ (Go; amqpd perf hangs "
-        "against it so far, see docs/perf.md) [rabbitmq]",
+        help="the other broker: RabbitMQ, or Debian's GarageMQ (Go; it never answers "
+        "exchange.delete, so each of its runs ends with a 10 s teardown wait, see "
+        "docs/perf.md) [rabbitmq]",
+    )
+    p.add_argument(
+        "--garagemq-gomaxprocs",
+        type=int,
+        help="run GarageMQ with GOMAXPROCS=N (1: on one core at a time, like amqpd) "
+        "[unset: Go's default, every core]",
+    )
+    p.add_argument(
+        "--garagemq-cpus",
+        help="run GarageMQ under taskset -c LIST (e.g. 1: one core for the whole process, "
+        "GC and I/O threads included) [unset: every core]",
     )
     p.add_argument(
         "--profile",
         default="",
-        help="workloads (W1, W1r, W2, W7) to profile with py-spy in one extra amqpd run",
+        help="workloads (W1, W1r, W2, W3, W7) to profile with py-spy in one extra amqpd run",
     )
     p.add_argument("--profile-top", type=int, default=15, help="functions per profile [15]")
     p.add_argument(
@@ -770,11 +795,15 @@ def main(argv: list[str] | None = None) -> int:
         notes.append(f"{baseline}: the same workloads on {base_label}, interleaved.")
     if opts.rival == "garagemq":
         if GarageMQ.installed():
-            garage = GarageMQ(free_port(), free_port(), opts.work_dir / "garagemq")
+            procs, cpus = opts.garagemq_gomaxprocs, opts.garagemq_cpus
+            garage = GarageMQ(free_port(), free_port(), opts.work_dir / "garagemq", procs, cpus)
             brokers.append(garage)
             notes.append(
                 f"Rival: GarageMQ {GarageMQ.version()} (Debian package), its shipped "
-                "config with tcp.nodelay: true, own ports and data directory."
+                "config with tcp.nodelay: true, own ports and data directory"
+                + ("" if procs is None else f", GOMAXPROCS={procs}")
+                + ("" if cpus is None else f", pinned with taskset -c {cpus}")
+                + "."
             )
         else:
             notes.append("GarageMQ is not installed (apt-get install garagemq): skipped.")

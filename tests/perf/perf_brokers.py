@@ -257,13 +257,29 @@ class GarageMQ:
     """Debian's ``garagemq`` (Go) with its shipped /etc/garagemq/config.yaml, changed only
     in ``tcp.nodelay: true``, its own AMQP and admin ports and its own data directory."""
 
-    name = "GarageMQ"
     SHIPPED_CONFIG = Path("/etc/garagemq/config.yaml")
 
-    def __init__(self, port: int, admin_port: int, base: Path) -> None:
+    def __init__(
+        self,
+        port: int,
+        admin_port: int,
+        base: Path,
+        gomaxprocs: int | None = None,
+        cpus: str | None = None,
+    ) -> None:
         self.port = port
         self.admin_port = admin_port
         self.base = base
+        # GOMAXPROCS=1 limits the threads running Go code at once, not the process: GC, I/O
+        # and syscall threads still add cores. ``cpus`` (taskset -c LIST) confines all of it,
+        # and Go then sizes GOMAXPROCS to the CPUs it may use.
+        self.gomaxprocs = gomaxprocs
+        self.cpus = cpus
+        self.name = "GarageMQ"
+        if gomaxprocs is not None:
+            self.name += f" GOMAXPROCS={gomaxprocs}"
+        if cpus is not None:
+            self.name += f" on CPU {cpus}"
         self.process: subprocess.Popen[bytes] | None = None
 
     @classmethod
@@ -322,11 +338,16 @@ class GarageMQ:
         config = self.base / "config.yaml"
         config.write_text(self.config())
         log = (self.base / "garagemq.log").open("ab")
+        env = dict(os.environ)
+        if self.gomaxprocs is not None:
+            env["GOMAXPROCS"] = str(self.gomaxprocs)
+        pin = [] if self.cpus is None else ["taskset", "-c", self.cpus]
         self.process = subprocess.Popen(
-            ["garagemq", "--config", str(config), "--log-level", "warning"],
+            [*pin, "garagemq", "--config", str(config), "--log-level", "warning"],
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=self.base,
+            env=env,
         )
         try:
             wait_for_port(self.port, 30)
