@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from amqpd.model.policies import FEDERATION_KEYS, erlang_term
-from amqpd.model.shovels import redact_uri, uri_error
+from amqpd.model.shovels import boolean_error, number_error, redact_uri, uri_error
 
 __all__ = [
     "POLICY_KEYS",
@@ -105,18 +105,6 @@ def _binary(key: str, value: Any) -> str | None:
     return f"{key} should be binary, actually was {erlang_term(value)}"
 
 
-def _number(key: str, value: Any) -> str | None:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return None
-    return f"{key} should be a number, actually was {erlang_term(value)}"
-
-
-def _boolean(key: str, value: Any) -> str | None:
-    if isinstance(value, bool):
-        return None
-    return f"{key} should be boolean, actually was {erlang_term(value)}"
-
-
 def _enum(options: tuple[str, ...]) -> _Check:
     shown = erlang_term(list(options))
 
@@ -148,17 +136,17 @@ _SHARED: Final[tuple[tuple[str, _Check], ...]] = (
     ("exchange", _binary),
     ("queue", _binary),
     ("consumer-tag", _binary),
-    ("prefetch-count", _number),
-    ("reconnect-delay", _number),
-    ("max-hops", _number),
-    ("expires", _number),
-    ("message-ttl", _number),
-    ("trust-user-id", _boolean),
+    ("prefetch-count", number_error),
+    ("reconnect-delay", number_error),
+    ("max-hops", number_error),
+    ("expires", number_error),
+    ("message-ttl", number_error),
+    ("trust-user-id", boolean_error),
     ("ack-mode", _enum(ACK_MODES)),
     ("resource-cleanup-mode", _enum(("default", "never"))),
     ("queue-type", _enum(("classic", "quorum"))),
     ("ha-policy", _binary),
-    ("bind-nowait", _boolean),
+    ("bind-nowait", boolean_error),
     ("channel-use-mode", _enum(("multiple", "single"))),
 )
 

@@ -22,7 +22,16 @@ from urllib.parse import urlsplit, urlunsplit
 
 from amqpd.model.policies import erlang_term
 
-__all__ = ["ACK_MODES", "ShovelSpec", "parse", "redact_uri", "uri_error", "validate"]
+__all__ = [
+    "ACK_MODES",
+    "ShovelSpec",
+    "boolean_error",
+    "number_error",
+    "parse",
+    "redact_uri",
+    "uri_error",
+    "validate",
+]
 
 ACK_MODES: Final = ("no-ack", "on-publish", "on-confirm")
 _PROTOCOLS: Final = ("amqp10", "amqp091")
@@ -63,13 +72,13 @@ def _binary(key: str, value: Any) -> str | None:
     return f"{key} should be a string, actually was {erlang_term(value)}"
 
 
-def _number(key: str, value: Any) -> str | None:
+def number_error(key: str, value: Any) -> str | None:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return None
     return f"{key} should be a number, actually was {erlang_term(value)}"
 
 
-def _boolean(key: str, value: Any) -> str | None:
+def boolean_error(key: str, value: Any) -> str | None:
     if isinstance(value, bool):
         return None
     return f"{key} should be boolean, actually was {erlang_term(value)}"
@@ -115,7 +124,7 @@ def _publish_properties(key: str, value: Any) -> str | None:
     if unknown:
         return f"Unrecognised terms {erlang_term(unknown)} in {key}"
     for name, item in value.items():
-        check = _binary if _PROPERTY_CHECKS[name] == "string" else _number
+        check = _binary if _PROPERTY_CHECKS[name] == "string" else number_error
         refused = check(name, item)
         if refused is not None:
             return refused
@@ -173,7 +182,7 @@ def _uri(key: str, value: Any) -> str | None:
 
 
 _SHOVEL: Final[tuple[tuple[str, _Check, bool], ...]] = (
-    ("reconnect-delay", _number, False),
+    ("reconnect-delay", number_error, False),
     ("ack-mode", _enum(ACK_MODES), False),
     ("src-protocol", _enum(_PROTOCOLS), False),
     ("dest-protocol", _enum(_PROTOCOLS), False),
@@ -184,8 +193,8 @@ _SRC: Final[tuple[tuple[str, _Check, bool], ...]] = (
     ("src-exchange-key", _binary, False),
     ("src-queue", _binary, False),
     ("src-queue-args", _table, False),
-    ("prefetch-count", _number, False),
-    ("src-prefetch-count", _number, False),
+    ("prefetch-count", number_error, False),
+    ("src-prefetch-count", number_error, False),
     ("delete-after", _delete_after, False),
     ("src-delete-after", _delete_after, False),
 )
@@ -195,10 +204,10 @@ _DEST: Final[tuple[tuple[str, _Check, bool], ...]] = (
     ("dest-exchange-key", _binary, False),
     ("dest-queue", _queue_name, False),
     ("dest-queue-args", _table, False),
-    ("add-forward-headers", _boolean, False),
-    ("add-timestamp-header", _boolean, False),
-    ("dest-add-forward-headers", _boolean, False),
-    ("dest-add-timestamp-header", _boolean, False),
+    ("add-forward-headers", boolean_error, False),
+    ("add-timestamp-header", boolean_error, False),
+    ("dest-add-forward-headers", boolean_error, False),
+    ("dest-add-timestamp-header", boolean_error, False),
     ("publish-properties", _publish_properties, False),
     ("dest-publish-properties", _publish_properties, False),
 )

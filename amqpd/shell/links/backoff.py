@@ -1,4 +1,4 @@
-"""The delay before a failed link connects again (federated-queue links).
+"""The delay before a failed link connects again (shovels and federation links).
 
 `Backoff` starts at the configured delay (an upstream's ``reconnect-delay``), doubles it
 after each run that failed within `STABLE_AFTER` seconds, never goes beyond `MAX_BACKOFF`

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -61,6 +60,7 @@ from amqpd.model.federation_exchange import (
     upstream_bindings,
     with_received_from,
 )
+from amqpd.shell.links.backoff import Backoff
 from amqpd.shell.links.client import (
     CLOSE_TIMEOUT,
     Acker,
@@ -79,9 +79,7 @@ __all__ = ["ExchangeLink", "ExchangeLinkSpec"]
 
 log = logging.getLogger(__name__)
 
-MAX_BACKOFF: Final = 30.0  # seconds between attempts, at most
 MIN_DELAY: Final = 0.1  # reconnect-delay 0 retries, but not in a busy loop
-STABLE_AFTER: Final = 10.0  # a run this long resets the back-off
 PURPOSE: Final = {"x-internal-purpose": "federation"}
 
 Bindings = Callable[[], list[tuple[str, dict[str, Any]]]]
@@ -168,10 +166,9 @@ class ExchangeLink:
             raise
 
     async def _loop(self) -> None:
-        first = self.spec.upstream.reconnect_delay
-        delay = first
+        backoff = Backoff(self.spec.upstream.reconnect_delay)
         while not self.stopped:
-            started = time.monotonic()
+            backoff.started()
             try:
                 await self._run_once()
             except asyncio.CancelledError:
@@ -187,10 +184,7 @@ class ExchangeLink:
                 )
             if self.stopped:
                 return
-            if time.monotonic() - started >= STABLE_AFTER:
-                delay = first
-            await asyncio.sleep(max(delay, MIN_DELAY))
-            delay = min(max(delay * 2, first), MAX_BACKOFF)
+            await asyncio.sleep(max(backoff.next_delay(), MIN_DELAY))
 
     def _what(self) -> str:
         return f"for exchange '{self.spec.exchange}' in vhost '{self.spec.vhost}'"

@@ -24,7 +24,7 @@ what ``/api/shovels`` and ``amqpd ctl list-shovels`` show (RabbitMQ's names)::
 * **terminated**: any failure (a connection lost, a channel closed by an error, a refused
   declaration) closes both connections (the source requeues whatever was not acked) and
   records the reason; after ``reconnect-delay`` seconds (doubled after each failure that
-  came before the shovel ran for a while, up to `MAX_BACKOFF`) the loop starts again.
+  came before the shovel ran for a while, up to 30 s: links/backoff.py) the loop starts again.
   ``reconnect-delay`` 0 means: stay terminated (RabbitMQ). ``src-delete-after`` (a count,
   or the queue's length at start) ends the shovel: the loop returns and the supervisor
   clears the parameter, as RabbitMQ does.
@@ -50,6 +50,7 @@ from pamqp import commands as spec
 from pamqp.common import Arguments
 
 from amqpd.model.shovels import ShovelSpec, redact_uri
+from amqpd.shell.links.backoff import Backoff
 from amqpd.shell.links.client import (
     Acker,
     LinkFailed,
@@ -64,8 +65,6 @@ __all__ = ["ShovelLink"]
 
 log = logging.getLogger(__name__)
 
-MAX_BACKOFF: Final = 30.0  # seconds between reconnection attempts, at most
-STABLE_AFTER: Final = 10.0  # a run this long resets the back-off
 _PROPERTY_NAMES: Final = {"type": "message_type"}  # publish-properties key -> pamqp name
 
 
@@ -133,10 +132,10 @@ class ShovelLink:
     async def run(self) -> None:
         """Connect, shovel, reconnect after failures; returns when ``src-delete-after`` is
         reached (the caller then clears the parameter). Cancel it to stop the shovel."""
-        delay = self.spec.reconnect_delay
+        backoff = Backoff(self.spec.reconnect_delay)
         while not self.stopped:
             self._set("starting")
-            started = time.monotonic()
+            backoff.started()
             try:
                 finished = await self._run_once()
             except asyncio.CancelledError:
@@ -153,10 +152,7 @@ class ShovelLink:
                     return
             if self.spec.reconnect_delay <= 0 or self.stopped:
                 return  # RabbitMQ: reconnect-delay 0 means do not restart
-            if time.monotonic() - started >= STABLE_AFTER:
-                delay = self.spec.reconnect_delay
-            await asyncio.sleep(delay)
-            delay = min(max(delay * 2, self.spec.reconnect_delay), MAX_BACKOFF)
+            await asyncio.sleep(backoff.next_delay())
 
     def _pick(self, uris: tuple[str, ...]) -> str:
         return uris[self._attempt % len(uris)]
