@@ -37,6 +37,7 @@ from amqpd.engine.consuming import ConsumerMethods
 from amqpd.engine.content import PendingPublish, route_and_enqueue, storage_batch
 from amqpd.engine.permissions import check_method
 from amqpd.engine.reply_to import DirectReplyTo
+from amqpd.engine.stream_consuming import refuse_stream_settlement
 from amqpd.engine.topology import Topology
 from amqpd.engine.transaction import BufferedPublish, Transaction
 from amqpd.engine.unacked import Settlement, Unacked, UnackedStore
@@ -173,6 +174,7 @@ class Channel:
                 if index == codec.BASIC_ACK:
                     self._settle(records, Settlement.ACK)
                 else:
+                    refuse_stream_settlement(records, "basic.nack and basic.reject")
                     self._settle(records, Settlement.REQUEUE if bits & 2 else Settlement.DISCARD)
                 return
             if index == spec.Channel.Close.index:
@@ -502,6 +504,7 @@ class Channel:
     # ------------------------------------------------------------------------------------
     def _on_basic_reject(self, method: spec.Basic.Reject) -> None:
         records = self.unacked.take(method.delivery_tag or 0, False)
+        refuse_stream_settlement(records, "basic.nack and basic.reject")
         self._settle(records, Settlement.REQUEUE if method.requeue else Settlement.DISCARD)
 
     def _settle(self, records: list[Unacked], kind: Settlement) -> None:
@@ -518,12 +521,14 @@ class Channel:
     def _on_basic_recover_async(self, method: spec.Basic.RecoverAsync) -> None:
         if not method.requeue:
             raise AMQPError(NOT_IMPLEMENTED, "requeue=false")
+        refuse_stream_settlement(self.unacked.records(), "basic.recover")
         records = self.unacked.take_all()
         self.unacked.settle(records, Settlement.REQUEUE, self.conn.broker.clock.now)
 
     def _on_basic_recover(self, method: spec.Basic.Recover) -> None:
         if not method.requeue:
             raise AMQPError(NOT_IMPLEMENTED, "requeue=false")
+        refuse_stream_settlement(self.unacked.records(), "basic.recover")
         records = self.unacked.take_all()
         self.send_method(spec.Basic.RecoverOk())
         self.unacked.settle(records, Settlement.REQUEUE, self.conn.broker.clock.now)

@@ -23,6 +23,7 @@ from amqpd.model.auth import Authz
 from amqpd.model.message import Message
 from amqpd.model.queue import Queue
 from amqpd.model.queue_args import parse_expiration
+from amqpd.model.stream import StreamQueue
 from amqpd.model.vhost import Exchange, VirtualHost
 from amqpd.wire import codec
 from amqpd.wire.errors import PRECONDITION_FAILED, UNEXPECTED_FRAME, AMQPError
@@ -163,10 +164,12 @@ def route_and_enqueue(
 
 def storage_batch(journal: JournalPort | None, message: Message, queues: list[Queue]) -> int | None:
     """The storage batch a confirm waits for: the one holding a persistent message routed
-    to a durable queue (ARCHITECTURE principle 4); None if final at enqueue."""
-    if journal is None or not message.persistent:
+    to a durable queue, or any message appended to a stream (ARCHITECTURE principle 4);
+    None if final at enqueue."""
+    if journal is None:
         return None
-    for queue in queues:
-        if queue.journal is not None:
+    persistent = message.persistent
+    for queue in queues:  # a stream's appends are always durable (model/stream.py)
+        if queue.journal is not None and (persistent or type(queue) is StreamQueue):
             return journal.open_batch_id
     return None

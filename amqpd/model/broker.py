@@ -23,6 +23,7 @@ from amqpd.model.federated_queues import FederatedQueues
 from amqpd.model.message import Clock, Message, QueueEntry
 from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.statistics import NodeStatistics
+from amqpd.model.stream import StreamLogs, StreamQueue
 from amqpd.model.vhost import Exchange, TopologyVersion, VirtualHost
 from amqpd.wire.codec import HeaderPeek, encode_shortstr, peek_header
 from amqpd.wire.errors import CONNECTION_FORCED
@@ -89,6 +90,8 @@ class Broker:
         self.federated_queues = FederatedQueues()  # what federation links must follow
         self.clock = Clock(now)  # unix time, advanced by tick(now) and the engine's input
         self.body_loader: BodyLoader | None = None
+        self.stream_logs: StreamLogs | None = None  # the shell's (model/stream.py)
+        self.dirty_streams: set[StreamQueue] | None = set() if journal is not None else None
         self.statistics = NodeStatistics()  # node-wide message totals and rates
         self.topology = TopologyVersion()  # bumped by every topology change (model/vhost.py)
         for name in self.config.vhosts:
@@ -129,6 +132,7 @@ class Broker:
             vhost.paging_queues = self.paging_queues
             vhost.federation = self.federated_queues
             vhost.body_loader = self.body_loader
+            vhost.stream_logs, vhost.dirty_streams = self.stream_logs, self.dirty_streams
             self.vhosts[name] = vhost
         return vhost
 
@@ -279,6 +283,12 @@ class Broker:
             for queue in vhost.queues.values():
                 if queue.journal is not None:
                     queue.pager = loader
+
+    def set_stream_logs(self, logs: StreamLogs) -> None:
+        """Where streams keep their logs (call before `recover`)."""
+        self.stream_logs = logs
+        for vhost in self.vhosts.values():
+            vhost.stream_logs = logs
 
     def batch_committed(self, batch: int) -> None:
         """The group committer wrote ``batch``: release confirms and commit-oks."""

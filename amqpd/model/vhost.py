@@ -14,6 +14,8 @@ from amqpd.model.policies import PolicyRecord, alternate_exchange, queue_policy,
 from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.queue_args import InvalidQueueArgument, amqp_type_name
 from amqpd.model.statistics import Churn, DeadLetterCounts, MessageStats
+from amqpd.model.stream import StreamLogs, StreamQueue, new_stream_queue
+from amqpd.model.stream_args import check_stream_declare, is_stream
 from amqpd.wire.codec import encode_shortstr, peek_header
 from amqpd.wire.errors import (
     COMMAND_INVALID,
@@ -54,6 +56,8 @@ EQUIVALENT_QUEUE_ARGS: Final = (
     "x-queue-type",
     "x-single-active-consumer",
     "x-delivery-limit",
+    "x-max-age",
+    "x-stream-max-segment-size-bytes",
 )
 FEDERATION_UPSTREAM: Final = FederationUpstreamRouter.type_name
 # Classic-queue arguments RabbitMQ 3.x refuses on quorum queues.
@@ -156,6 +160,8 @@ class VirtualHost:
         self.churn = Churn()  # the broker's node-wide counters replace these two
         self.topology = TopologyVersion()  # the broker's replaces this one too
         self.dead_letters = DeadLetterCounts()
+        self.stream_logs: StreamLogs | None = None  # set by the broker (model/stream.py)
+        self.dirty_streams: set[StreamQueue] | None = None  # with a store: fsync before confirm
 
     # -- exchanges -------------------------------------------------------------------------
     def get_exchange(self, name: str) -> Exchange:
@@ -299,6 +305,8 @@ class VirtualHost:
             for arg in EQUIVALENT_QUEUE_ARGS:
                 _check_equivalent_arg(arg, what, arguments.get(arg), existing.arguments.get(arg))
             return existing
+        if is_stream(arguments):  # RabbitMQ's stream rules (model/stream_args.py)
+            check_stream_declare(name, self.name, durable, exclusive, auto_delete, arguments)
         if not name:
             name = generated_name("amq.gen-")
         elif name.startswith("amq."):
@@ -353,6 +361,8 @@ class VirtualHost:
         Raises:
             InvalidQueueArgument: a bad x- argument.
         """
+        if is_stream(arguments):
+            return new_stream_queue(self, name, arguments)
         queue = Queue(name, self.name, durable, owner, auto_delete, arguments, self.clock)
         queue.watch_set = self.watch_queues
         queue.dead_letter_counts = self.dead_letters
@@ -559,7 +569,7 @@ class VirtualHost:
             router = exchange.router
             headers = message.headers if router.uses_headers else None
             destinations = router.route(routing_key, headers)
-            if exchange.alternate is None and all(type(d) is Queue for d in destinations):
+            if exchange.alternate is None and all(isinstance(d, Queue) for d in destinations):
                 return list(destinations)  # type: ignore[arg-type]
         queues: list[Queue] = []
         seen_queues: set[Queue] = set()
@@ -574,7 +584,7 @@ class VirtualHost:
                     routed_ae = self._route_one(alternate, message, routing_key, extra_keys)
                     work.append((alternate, routed_ae))
             for destination in routed:
-                if type(destination) is Queue:
+                if isinstance(destination, Queue):
                     if destination not in seen_queues:
                         seen_queues.add(destination)
                         queues.append(destination)
