@@ -78,6 +78,9 @@ class GroupCommitter:
         on_committed: Called with a batch id once its transaction has committed.
         on_failed: Called with a batch id and the error if its transaction failed (nothing
             of that batch was written).
+        idle: One step of idle work (see the module docstring).
+        before_apply: Awaited before each batch is written (the streams' fsync); a
+            StoreError from it fails the batch.
     """
 
     def __init__(
@@ -87,7 +90,9 @@ class GroupCommitter:
         on_committed: Callable[[int], None],
         on_failed: Callable[[int, StoreError], None],
         idle: Callable[[], Awaitable[bool]] | None = None,
+        before_apply: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        self._before_apply = before_apply  # stream fsyncs (amqpd/shell/streams.py)
         self._idle = idle  # one step of idle work; True while more remains
         self._store = store
         self._journal = journal
@@ -189,6 +194,8 @@ class GroupCommitter:
         if batch is None:
             return False
         try:
+            if self._before_apply is not None:
+                await self._before_apply()  # files outside the store: durable first
             await self._store.apply(batch)
         except StoreError as exc:
             log.error("batch %d failed: %s", batch.id, exc)

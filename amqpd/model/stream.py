@@ -354,7 +354,8 @@ class StreamQueue(Queue):
                 current = self.log.tracked_offset(name)
                 if current is None or entry.seq > current:
                     self.log.store_offset(name, entry.seq)
-                    if self.dirty is not None:
+                    if self.dirty is not None and self.journal is not None:
+                        self.journal.barrier()  # the committer writes it with the next batch
                         self.dirty.add(self)
 
     def requeue(self, entries: Iterable[QueueEntry]) -> None:

@@ -67,6 +67,7 @@ from amqpd.shell.links.federation_status import (
 from amqpd.shell.links.queue_federation import QueueFederation
 from amqpd.shell.links.supervisor import LinkSupervisor, shovel_table
 from amqpd.shell.store_role import LockLost, StoreRole
+from amqpd.shell.streams import StreamFiles
 from amqpd.shell.tls import TLSOptions, certificate_identity, server_context, tls_failure_reason
 from persistence.backend import BodyReaderPort, StoreBackend
 from persistence.errors import StoreError
@@ -166,6 +167,8 @@ class Server:
         self._ticker_wake: anyio.Event | None = None  # set to re-plan the ticker's sleep
         self._ticker_until = math.inf  # when the sleeping ticker wakes (inf: it is not asleep)
         broker.statistics.node = node_sample.node_name()
+        self.streams = StreamFiles(broker, self.config.data_dir)  # amqpd/shell/streams.py
+        broker.set_stream_logs(self.streams)
 
     @property
     def role(self) -> str:
@@ -254,6 +257,7 @@ class Server:
             if store is not None:
                 with anyio.CancelScope(shield=True):
                     await self._close_store(store)
+            self.streams.close()
 
     def _start_links(self) -> None:
         """Run the stored shovels; they reach the local broker as the internal user."""
@@ -431,7 +435,12 @@ class Server:
             time.perf_counter() - started,
         )
         self._committer = GroupCommitter(
-            store, journal, self._batch_committed, self._batch_failed, idle=store.reclaim
+            store,
+            journal,
+            self._batch_committed,
+            self._batch_failed,
+            idle=store.reclaim,
+            before_apply=self.streams.sync,
         )
         self._store = store
         return store

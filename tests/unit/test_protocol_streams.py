@@ -253,7 +253,7 @@ def test_timestamp_offset_is_chunk_granular(tmp_path: Path) -> None:
     client.publish(1, "s", b"new")
     _commit(broker)
     client.methods()
-    when = datetime.datetime.fromtimestamp(1050, tz=datetime.timezone.utc)
+    when = datetime.datetime.fromtimestamp(1050, tz=datetime.UTC)
     _consume(client, **{"x-stream-offset": when})
     assert [body for _t, _o, body, _h in _deliveries(client)] == [b"new"]
 
