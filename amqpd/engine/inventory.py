@@ -34,6 +34,7 @@ from typing import Any, Final
 from amqpd import __version__
 from amqpd.engine.channel import Channel, ChannelState, Mode
 from amqpd.engine.connection import Connection, State
+from amqpd.engine.stream_inventory import stream_consumer_fields, stream_fields
 from amqpd.model.broker import Broker
 from amqpd.model.policies import merge
 from amqpd.model.queue import Consumer, Queue
@@ -197,7 +198,7 @@ def queue(broker: Broker, vhost: str, name: str) -> dict[str, Any] | None:
 
 def _queue(broker: Broker, queue: Queue, unacked: tuple[int, int]) -> dict[str, Any]:
     stats = queue.stats
-    ready = len(queue.ready)
+    ready = queue.message_count  # a stream's: every message it keeps
     unacked_count, unacked_bytes = unacked
     node = _node(broker)
     exclusive_consumer = queue.exclusive_consumer
@@ -258,6 +259,7 @@ def _queue(broker: Broker, queue: Queue, unacked: tuple[int, int]) -> dict[str, 
         },
         "message_stats": _message_stats(stats, _QUEUE_STATS),
     }
+    item.update(stream_fields(queue))  # segments, offsets (engine/stream_inventory.py)
     if rates.sampled_at is not None and stats.idle_since is not None:
         item["idle_since"] = _timestamp(stats.idle_since)
     owner = queue.exclusive_owner
@@ -570,6 +572,7 @@ def _consumer(consumer: Consumer, channel_details: dict[str, Any]) -> dict[str, 
         "arguments": _json_value(consumer.arguments),
         "active": active,
         "activity_status": "up" if active else "waiting",
+        **stream_consumer_fields(consumer),
     }
 
 

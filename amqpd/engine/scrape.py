@@ -103,7 +103,7 @@ def _queues(
             continue
         for queue in list(host.queues.values()):
             held, held_bytes = unacked.get(queue, (0, 0))
-            ready, ready_bytes = len(queue.ready), queue.ready_bytes
+            ready, ready_bytes = queue.message_count, queue.ready_bytes  # streams too
             utilisation = queue.stats.utilisation
             yield (
                 {"vhost": host.name, "queue": queue.name},

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
 from amqpd.model.message import Clock, Message, QueueEntry
 from amqpd.model.queue import Consumer, Queue
@@ -44,9 +44,6 @@ from amqpd.model.stream_args import (
 )
 from amqpd.wire.properties import HEADERS, RawProperties
 from persistence.stream.format import StoredEntry, bloom_bits
-
-if TYPE_CHECKING:
-    from amqpd.model.vhost import VirtualHost
 
 log = logging.getLogger(__name__)
 
@@ -397,15 +394,22 @@ class StreamQueue(Queue):
         self.settings = settings
 
 
-def new_stream_queue(vhost: VirtualHost, name: str, arguments: dict[str, Any]) -> StreamQueue:
-    """A stream wired to ``vhost`` (its logs, clock, timers)."""
-    logs = vhost.stream_logs
+def new_stream_queue(
+    name: str,
+    vhost_name: str,
+    arguments: dict[str, Any],
+    logs: StreamLogs | None,
+    clock: Clock,
+    watch_set: set[Queue],
+    dirty: set[StreamQueue] | None,
+) -> StreamQueue:
+    """A stream wired to its vhost's logs, clock and timers (``dirty``: the broker's set of
+    streams to fsync before the next batch; None for a memory-only broker)."""
     if logs is None:
         raise RuntimeError("this broker has no stream storage")
-    queue = StreamQueue(name, vhost.name, arguments, logs, vhost.clock)
-    queue.watch_set = vhost.watch_queues
-    queue.dead_letter_counts = vhost.dead_letters
+    queue = StreamQueue(name, vhost_name, arguments, logs, clock)
+    queue.watch_set = watch_set
     if queue.needs_ticks:
         queue.watch()
-    queue.dirty = vhost.dirty_streams
+    queue.dirty = dirty
     return queue

@@ -190,9 +190,9 @@ def parse_offset(value: Any, now: float, where: str) -> OffsetSpec:
     if isinstance(value, str):
         if value in ("first", "last", "next"):
             return OffsetSpec(value)
-        seconds = parse_age(value)
-        if seconds is not None:
-            return OffsetSpec("timestamp", int((now - seconds) * 1000))
+        interval = parse_age(value)
+        if interval is not None:
+            return OffsetSpec("timestamp", int((now - interval) * 1000))
     raise _offset_error(where, value)
 
 

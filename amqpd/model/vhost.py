@@ -362,7 +362,15 @@ class VirtualHost:
             InvalidQueueArgument: a bad x- argument.
         """
         if is_stream(arguments):
-            return new_stream_queue(self, name, arguments)
+            return new_stream_queue(
+                name,
+                self.name,
+                arguments,
+                self.stream_logs,
+                self.clock,
+                self.watch_queues,
+                self.dirty_streams,
+            )
         queue = Queue(name, self.name, durable, owner, auto_delete, arguments, self.clock)
         queue.watch_set = self.watch_queues
         queue.dead_letter_counts = self.dead_letters

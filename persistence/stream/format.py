@@ -111,11 +111,6 @@ def bloom_bits(value: bytes) -> int:
     return (1 << first) | (1 << second)
 
 
-def bloom_may_contain(bloom: int, mask: int) -> bool:
-    """Whether a chunk whose bloom is ``bloom`` may hold a value whose bits are ``mask``."""
-    return bloom & mask == mask
-
-
 def encode_chunk(
     first_offset: int, timestamp_ms: int, count: int, payload: bytes, flags: int, bloom: int
 ) -> bytes:
@@ -138,12 +133,12 @@ class ChunkHeader:
         if magic != MAGIC:
             raise ValueError("not a chunk header")
         self.raw = raw
-        self.crc = crc
-        self.first_offset = first
-        self.timestamp = timestamp
-        self.count = count
-        self.length = length
-        self.flags = flags
+        self.crc: int = crc
+        self.first_offset: int = first
+        self.timestamp: int = timestamp
+        self.count: int = count
+        self.length: int = length
+        self.flags: int = flags
         self.bloom = int.from_bytes(bloom, "little")
 
     def valid_payload(self, payload: bytes) -> bool:

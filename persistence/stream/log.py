@@ -451,7 +451,7 @@ class StreamLog:
                 last_ts = header.timestamp
                 expected += header.count
                 position += _HEADER + header.length
-        complete = position == size
+        complete: bool = position == size
         if not complete:
             log.warning(
                 "stream %s: segment %d truncated from %d to %d bytes (torn tail)",

@@ -8,10 +8,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pika
 import pika.exceptions
 import pytest
 
+from amqpd.model.broker import BrokerConfig
+from amqpd.shell.server import ServerConfig, background_server
 from tests.conftest import running_server
 from tests.integration.broker_process import BrokerProcess
 
@@ -65,7 +68,7 @@ def test_publish_consume_offsets_and_refusals(tmp_path: Path) -> None:
         assert channel.queue_declare("s", passive=True).method.message_count == 100
         got = _read(server.port, 100, **{"x-stream-offset": "first"})
         assert [offset for offset, *_ in got] == list(range(100))
-        offset, body, method, properties = got[42]
+        _offset, body, method, properties = got[42]
         assert body == b"m42" and not method.redelivered
         assert (method.exchange, method.routing_key) == ("", "s")
         assert properties.message_id == "id" and properties.headers["k"] == "v"
@@ -89,6 +92,35 @@ def test_publish_consume_offsets_and_refusals(tmp_path: Path) -> None:
         assert refused.value.reply_text == (
             "PRECONDITION_FAILED - invalid property 'non-durable' for queue 's2' in vhost '/'"
         )
+        conn.close()
+
+
+def test_management_api_and_definitions_show_the_stream(tmp_path: Path) -> None:
+    config = ServerConfig(port=0, management_port=0, data_dir=tmp_path)
+    with background_server(BrokerConfig(), config) as server:
+        conn = _connect(server.port)
+        channel = conn.channel()
+        channel.queue_declare("s", durable=True, arguments={**STREAM, "x-max-age": "1h"})
+        channel.confirm_delivery()
+        _publish(channel, [b"a", b"b", b"c"])
+        channel.basic_qos(prefetch_count=1)
+        channel.basic_consume(
+            "s", lambda *a: None, consumer_tag="c", arguments={"x-stream-offset": 1}
+        )
+        conn.process_data_events(time_limit=0.2)
+        with httpx.Client(
+            base_url=f"http://127.0.0.1:{server.management_port}", auth=("guest", "guest")
+        ) as api:
+            item = api.get("/api/queues/%2F/s").json()
+            assert item["type"] == "stream" and item["messages"] == 3
+            assert (item["first_offset"], item["last_offset"], item["segments"]) == (0, 2, 1)
+            assert item["consumer_offsets"] == {"c": 2}  # offset 1 sent, unacked (prefetch 1)
+            consumers = api.get("/api/consumers").json()
+            assert [c["offset"] for c in consumers if c["consumer_tag"] == "c"] == [2]
+            queues = api.get("/api/definitions").json()["queues"]
+            assert [q["arguments"] for q in queues if q["name"] == "s"] == [
+                {"x-queue-type": "stream", "x-max-age": "1h"}
+            ]
         conn.close()
 
 

@@ -110,13 +110,15 @@ def _closed(client: Client) -> tuple[int, str]:
             "ml",
             {"durable": True},
             {"x-max-length": 10},
-            "invalid arg 'x-max-length' for queue 'ml' in vhost '/' of queue type rabbit_stream_queue",
+            "invalid arg 'x-max-length' for queue 'ml' in vhost '/' of queue type "
+            "rabbit_stream_queue",
         ),
         (
             "t",
             {"durable": True},
             {"x-message-ttl": 10},
-            "invalid arg 'x-message-ttl' for queue 't' in vhost '/' of queue type rabbit_stream_queue",
+            "invalid arg 'x-message-ttl' for queue 't' in vhost '/' of queue type "
+            "rabbit_stream_queue",
         ),
         (
             "d",
