@@ -209,6 +209,7 @@ class Server:
         self, store: StoreBackend | None, task_status: anyio.abc.TaskStatus[int]
     ) -> None:
         """Listen and serve with the store open (recovered) until cancelled."""
+        self.streams.recovering = False  # streams opened from now on are new ones
         tls_listener: anyio.abc.Listener[anyio.abc.SocketStream] | None = None
         http_sockets: dict[str, socket.socket] = {}
         try:

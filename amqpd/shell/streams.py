@@ -43,10 +43,17 @@ class StreamFiles:
             root = data_dir / "streams"
         self.storage = StreamStorage(root)
         self._logs: list[StreamLog] = []
+        # While the store is recovered, opening a log recovers it; afterwards a stream is
+        # new (declared), and files left by one whose declaration never committed go.
+        self.recovering = True
 
     def open(self, vhost: str, name: str, max_segment_bytes: int | None) -> StreamLogPort:
         """Open (recovering) or create a stream's log (the model's `StreamLogs`)."""
         self._logs = [stream_log for stream_log in self._logs if not stream_log.closed]
+        directory = self.storage.directory(vhost, name)
+        if not self.recovering and directory.exists():
+            log.warning("removing leftover files of a stream never declared: %s", directory)
+            shutil.rmtree(directory, ignore_errors=True)
         stream_log = self.storage.open(vhost, name, max_segment_bytes)
         self._logs.append(stream_log)
         return stream_log

@@ -406,16 +406,18 @@ class StreamLog:
                     path.unlink()
 
     def _recover_segment(self, segment: _Segment) -> bool:
-        """Check (and repair) one segment; False if its tail was torn and cut off."""
-        size = segment.path.stat().st_size if segment.path.exists() else 0
+        """Check (and repair) one segment; False if its tail was torn and cut off. Reads
+        the index from its end (one entry per step back), so a long segment recovers in
+        a few reads."""
         if not segment.path.exists():
             segment.path.touch()
-        index = segment.index_path.read_bytes() if segment.index_path.exists() else b""
-        entries = [
-            INDEX_ENTRY.unpack_from(index, at) for at in range(0, len(index) - _INDEX + 1, _INDEX)
-        ]
-        with segment.path.open("rb") as file:
-            fd = file.fileno()
+        if not segment.index_path.exists():
+            segment.index_path.touch()
+        size = segment.path.stat().st_size
+        index_size = segment.index_path.stat().st_size
+        count = index_size // _INDEX
+        with segment.path.open("rb") as file, segment.index_path.open("rb") as index:
+            fd, index_fd = file.fileno(), index.fileno()
 
             def valid(position: int, first: int) -> ChunkHeader | None:
                 if position + _HEADER > size:
@@ -429,25 +431,24 @@ class StreamLog:
                 payload = _pread_exact(fd, header.length, position + _HEADER)
                 return header if header.valid_payload(payload) else None
 
-            kept = len(entries)
-            start, expected = 0, segment.first_offset
-            last_ts = -1
+            kept = count
+            position, expected, last_ts = 0, segment.first_offset, -1
             while kept:  # the newest indexed chunk that is whole
-                first, position, _ts = entries[kept - 1]
-                header = valid(position, first)
+                raw = _pread_exact(index_fd, _INDEX, (kept - 1) * _INDEX)
+                first, at, _ts = INDEX_ENTRY.unpack(raw)
+                header = valid(at, first)
                 if header is not None:
-                    start = position + _HEADER + header.length
+                    position = at + _HEADER + header.length
                     expected = first + header.count
                     last_ts = header.timestamp
                     break
                 kept -= 1
-            new_entries = list(entries[:kept])
-            position = start
+            added: list[bytes] = []
             while True:  # chunks written after their index entry was lost
                 header = valid(position, expected)
                 if header is None:
                     break
-                new_entries.append((expected, position, header.timestamp))
+                added.append(INDEX_ENTRY.pack(expected, position, header.timestamp))
                 last_ts = header.timestamp
                 expected += header.count
                 position += _HEADER + header.length
@@ -461,8 +462,10 @@ class StreamLog:
                 position,
             )
             os.truncate(segment.path, position)
-        if new_entries != entries:
-            segment.index_path.write_bytes(b"".join(INDEX_ENTRY.pack(*e) for e in new_entries))
+        if kept * _INDEX != index_size or added:
+            os.truncate(segment.index_path, kept * _INDEX)
+            with segment.index_path.open("ab") as index_file:
+                index_file.write(b"".join(added))
         segment.size = position
         segment.next_offset = expected
         segment.last_timestamp = last_ts
