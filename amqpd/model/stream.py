@@ -35,6 +35,7 @@ from typing import Any, Final, Protocol
 
 from amqpd.model.message import Clock, Message, QueueEntry
 from amqpd.model.queue import Consumer, Queue
+from amqpd.model.queue_args import InvalidQueueArgument
 from amqpd.model.stream_args import (
     OffsetSpec,
     StreamSettings,
@@ -49,7 +50,7 @@ log = logging.getLogger(__name__)
 
 OFFSET_HEADER: Final = "x-stream-offset"
 _OFFSET_ENTRY: Final = b"\x0fx-stream-offsetl"
-_TEMPLATES_MAX: Final = 4096
+_NAMES_MAX: Final = 4096  # decoded exchange and routing key names kept
 
 
 class LogReaderPort(Protocol):
@@ -174,7 +175,7 @@ class StreamDelivery(QueueEntry):
 class StreamQueue(Queue):
     """An append-only log queue (see the module's theory of operation)."""
 
-    __slots__ = ("_names", "_readers", "_templates", "dirty", "log", "stream_settings")
+    __slots__ = ("_names", "_readers", "dirty", "log", "stream_settings")
 
     def __init__(
         self,
@@ -191,7 +192,6 @@ class StreamQueue(Queue):
         )
         self.dirty: set[StreamQueue] | None = None  # the broker's, once a store is attached
         self._readers: dict[Consumer, _Reader] = {}
-        self._templates: dict[bytes, tuple[bytes, bytes]] = {}
         self._names: dict[bytes, str] = {}
 
     def __repr__(self) -> str:
@@ -312,7 +312,7 @@ class StreamQueue(Queue):
             exchange = names[entry.exchange_raw] = entry.exchange_raw[1:].decode()
         routing_key = names.get(entry.routing_key_raw)
         if routing_key is None:
-            if len(names) > _TEMPLATES_MAX:
+            if len(names) > _NAMES_MAX:
                 names.clear()
             routing_key = names[entry.routing_key_raw] = entry.routing_key_raw[1:].decode()
         header = self._with_offset(entry.header, entry.offset)
@@ -326,22 +326,40 @@ class StreamQueue(Queue):
             True,
         )
 
-    def _with_offset(self, header: bytes, offset: int) -> bytes:
+    @staticmethod
+    def _with_offset(header: bytes, offset: int) -> bytes:
         """``header`` with ``x-stream-offset`` (a long) last in its headers table, as
-        RabbitMQ puts it; the parts around the value are cached per stored header."""
-        template = self._templates.get(header)
-        if template is None:
-            props = RawProperties(header)
-            kept = [entry for key, entry in props.table_entries() if key != OFFSET_HEADER]
-            body = b"".join(kept) + _OFFSET_ENTRY + bytes(8)
-            props.fields[HEADERS] = len(body).to_bytes(4, "big") + body
-            encoded = props.encode()
-            cut = encoded.rindex(_OFFSET_ENTRY) + len(_OFFSET_ENTRY)
-            template = (encoded[:cut], encoded[cut + 8 :])
-            if len(self._templates) >= _TEMPLATES_MAX:
-                self._templates.clear()
-            self._templates[header] = template
-        return template[0] + offset.to_bytes(8, "big", signed=True) + template[1]
+        RabbitMQ puts it: spliced in after the two shortstrs that may precede the table
+        (the publisher's bytes stay as they are)."""
+        entry = _OFFSET_ENTRY + offset.to_bytes(8, "big", signed=True)
+        flags = (header[12] << 8) | header[13]
+        if flags & 1 == 0:  # one property-flags word (always, for basic)
+            pos = 14
+            if flags & 0x8000:  # content_type
+                pos += 1 + header[pos]
+            if flags & 0x4000:  # content_encoding
+                pos += 1 + header[pos]
+            if not flags & 0x2000:  # no headers table: add one
+                new_flags = (flags | 0x2000).to_bytes(2, "big")
+                table = len(entry).to_bytes(4, "big") + entry
+                return header[:12] + new_flags + header[14:pos] + table + header[pos:]
+            size = int.from_bytes(header[pos : pos + 4], "big")
+            end = pos + 4 + size
+            if _OFFSET_ENTRY not in header[pos + 4 : end]:
+                return b"".join(
+                    (
+                        header[:pos],
+                        (size + len(entry)).to_bytes(4, "big"),
+                        header[pos + 4 : end],
+                        entry,
+                        header[end:],
+                    )
+                )
+        props = RawProperties(header)  # the publisher sent an x-stream-offset: replace it
+        kept = [item for key, item in props.table_entries() if key != OFFSET_HEADER]
+        body = b"".join(kept) + entry
+        props.fields[HEADERS] = len(body).to_bytes(4, "big") + body
+        return props.encode()
 
     def settled(self, entry: QueueEntry) -> None:
         """An ack: nothing leaves the log; a tracking consumer's offset is stored."""
@@ -406,7 +424,7 @@ def new_stream_queue(
     """A stream wired to its vhost's logs, clock and timers (``dirty``: the broker's set of
     streams to fsync before the next batch; None for a memory-only broker)."""
     if logs is None:
-        raise RuntimeError("this broker has no stream storage")
+        raise InvalidQueueArgument("x-queue-type", "this broker has no stream storage")
     queue = StreamQueue(name, vhost_name, arguments, logs, clock)
     queue.watch_set = watch_set
     if queue.needs_ticks:

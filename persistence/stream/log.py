@@ -47,7 +47,7 @@ import json
 import logging
 import os
 import shutil
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from pathlib import Path
 from urllib.parse import quote
 
@@ -475,12 +475,12 @@ class StreamLog:
 class LogReader:
     """A position in a stream (see `StreamLog`): where the next chunk read starts."""
 
-    __slots__ = ("_log", "_position", "_segment", "offset")
+    __slots__ = ("_log", "_position", "_segment_first", "offset")
 
     def __init__(self, stream_log: StreamLog, offset: int) -> None:
         self._log = stream_log
         self.offset = max(offset, stream_log.first_offset)
-        self._segment = -1  # located lazily
+        self._segment_first = -1  # the first offset of the segment we read (located lazily)
         self._position = 0
 
     def next_chunk(
@@ -492,24 +492,26 @@ class LogReader:
         stream_log = self._log
         if self.offset < stream_log.first_offset:  # retention removed our position
             self.offset = stream_log.first_offset
-            self._segment = -1
+            self._segment_first = -1
         if self.offset >= stream_log.written_next:
             if self.offset >= stream_log.next_offset:
                 return []
             stream_log.flush()
+        firsts = stream_log._firsts
+        number = bisect_left(firsts, self._segment_first)
         if (
-            self._segment < 0
-            or self._segment >= len(stream_log._segments)
-            or (stream_log._segments[self._segment].first_offset > self.offset)
+            self._segment_first < 0
+            or number >= len(firsts)
+            or firsts[number] != self._segment_first
         ):
-            self._segment, self._position = stream_log._locate(self.offset)
-        segments = stream_log._segments
+            number, self._position = stream_log._locate(self.offset)  # (segments were removed)
         while True:
-            header = stream_log._read_chunk_header(self._segment, self._position)
+            header = stream_log._read_chunk_header(number, self._position)
             if header is None:
-                if self._segment + 1 >= len(segments):
+                if number + 1 >= len(firsts):
+                    self._segment_first = firsts[number]
                     return []
-                self._segment += 1
+                number += 1
                 self._position = 0
                 continue
             chunk_end = header.first_offset + header.count
@@ -517,6 +519,7 @@ class LogReader:
                 self._position += _HEADER + header.length
                 continue
             break
+        self._segment_first = firsts[number]
         position = self._position
         self._position += _HEADER + header.length
         start = self.offset
@@ -526,7 +529,7 @@ class LogReader:
             or any(header.bloom & mask == mask for mask in masks)
         ):
             return []
-        payload = stream_log._read_payload(self._segment, position, header.length)
+        payload = stream_log._read_payload(number, position, header.length)
         entries = decode_entries(payload, header.first_offset)
         return entries[start - header.first_offset :] if start > header.first_offset else entries
 

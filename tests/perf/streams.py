@@ -117,7 +117,7 @@ def bench_amqpd(count: int, size: int) -> None:
 
 
 def bench_rabbitmq(count: int, size: int) -> None:
-    from tests.integration.rabbit_node import RabbitNode  # noqa: PLC0415 (optional)
+    from tests.integration.rabbit_node import RabbitNode
 
     node = RabbitNode(prefix="streambench")
     try:

@@ -434,3 +434,27 @@ def test_memory_only_broker_delivers_at_once_and_delete_removes_files(tmp_path: 
     assert (tmp_path / "streams" / "%2F" / "s").exists()
     client.send(1, commands.Queue.Delete(queue="s"))
     assert not (tmp_path / "streams" / "%2F" / "s").exists()
+
+
+def test_offset_header_is_added_whatever_the_publisher_sent(tmp_path: Path) -> None:
+    broker = _broker(tmp_path)
+    client = connect(broker)
+    _declare(client)
+    client.publish(1, "s", b"plain")
+    client.publish(1, "s", b"typed", content_type="text/plain", content_encoding="gzip")
+    client.publish(1, "s", b"forged", headers={"x-stream-offset": 99, "k": "v"}, message_id="m")
+    _commit(broker)
+    client.methods()
+    client.send(1, commands.Basic.Qos(prefetch_count=10))
+    client.send(
+        1,
+        commands.Basic.Consume(queue="s", consumer_tag="c", arguments={"x-stream-offset": 0}),
+    )
+    properties = [v.properties for _c, v in client.received() if hasattr(v, "properties")]
+    assert [p.headers for p in properties] == [
+        {"x-stream-offset": 0},
+        {"x-stream-offset": 1},
+        {"k": "v", "x-stream-offset": 2},
+    ]
+    assert (properties[1].content_type, properties[1].content_encoding) == ("text/plain", "gzip")
+    assert properties[2].message_id == "m"

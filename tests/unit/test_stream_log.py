@@ -149,3 +149,17 @@ def test_tracked_offsets_survive_reopen_and_delete_removes_files(tmp_path: Path)
     again.delete()
     assert not directory.exists()
     assert not os.path.exists(directory / "offsets.json")
+
+
+def test_reader_keeps_its_place_when_retention_removes_older_segments(tmp_path: Path) -> None:
+    log = StreamLog(tmp_path / "s", max_segment_bytes=1000)
+    for step in range(20):
+        _append(log, 10, now_ms=step)
+        log.flush()
+    assert log.segment_count > 4
+    reader = log.reader(150)
+    assert [e.offset for e in reader.next_chunk()] == list(range(150, 160))
+    log.apply_retention(log.size_bytes // 3, None, 0)  # segments before the reader go
+    assert log.first_offset < 160
+    assert [e.offset for e in reader.next_chunk()] == list(range(160, 170))
+    log.close()
