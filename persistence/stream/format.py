@@ -57,24 +57,6 @@ class StoredEntry:
         self.filter_value = filter_value
 
 
-def encode_entry(
-    exchange_raw: bytes, routing_key_raw: bytes, header: bytes, body: bytes, filter_value: bytes
-) -> bytes:
-    """One entry of a chunk's payload."""
-    return b"".join(
-        (
-            exchange_raw,
-            routing_key_raw,
-            ENTRY_LENGTHS.pack(len(header)),
-            header,
-            ENTRY_LENGTHS.pack(len(body)),
-            body,
-            FILTER_LENGTH.pack(len(filter_value)),
-            filter_value,
-        )
-    )
-
-
 def decode_entries(payload: bytes, first_offset: int) -> list[StoredEntry]:
     """The entries of a chunk's payload."""
     entries = []

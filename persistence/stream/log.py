@@ -55,6 +55,8 @@ from persistence.stream.format import (
     CHUNK_HEADER,
     CHUNK_MAX_BYTES,
     CHUNK_MAX_ENTRIES,
+    ENTRY_LENGTHS,
+    FILTER_LENGTH,
     FLAG_UNFILTERED,
     INDEX_ENTRY,
     ChunkHeader,
@@ -62,7 +64,6 @@ from persistence.stream.format import (
     bloom_bits,
     decode_entries,
     encode_chunk,
-    encode_entry,
 )
 
 __all__ = ["LogReader", "StreamLog", "StreamStorage"]
@@ -73,6 +74,9 @@ DEFAULT_SEGMENT_BYTES = 500_000_000  # RabbitMQ's x-stream-max-segment-size-byte
 _HEADER = CHUNK_HEADER.size
 _INDEX = INDEX_ENTRY.size
 _MAX_READ_FDS = 32
+_LENGTH = ENTRY_LENGTHS.pack
+_FILTER_LENGTH = FILTER_LENGTH.pack
+_NO_FILTER = FILTER_LENGTH.pack(0)
 
 
 class _Segment:
@@ -108,7 +112,8 @@ class StreamLog:
         self._firsts: list[int] = []
         self._read_fds: dict[Path, int] = {}
         self._rolled: list[int] = []  # dup'd fds of rolled segments awaiting their fsync
-        self._entries: list[bytes] = []  # the open chunk
+        self._entries: list[bytes] = []  # the open chunk: its entries' parts
+        self._open_count = 0
         self._open_bytes = 0
         self._open_first = 0
         self._open_timestamp = 0
@@ -168,15 +173,20 @@ class StreamLog:
         if not entries:
             self._open_first = offset
             self._open_timestamp = now_ms
-        entry = encode_entry(exchange_raw, routing_key_raw, header, body, filter_value or b"")
-        entries.append(entry)
-        self._open_bytes += len(entry)
+        pack = _LENGTH
         if filter_value:
             self._open_bloom |= bloom_bits(filter_value)
+            tail = _FILTER_LENGTH(len(filter_value)) + filter_value
         else:
             self._open_flags |= FLAG_UNFILTERED
+            tail = _NO_FILTER
+        entries += (exchange_raw, routing_key_raw, pack(len(header)), header, pack(len(body)), body)
+        entries.append(tail)
+        size = self._open_bytes + len(exchange_raw) + len(routing_key_raw) + len(header)
+        self._open_bytes = size = size + len(body) + len(tail) + 8
         self.next_offset = offset + 1
-        if len(entries) >= CHUNK_MAX_ENTRIES or self._open_bytes >= CHUNK_MAX_BYTES:
+        self._open_count = count = self._open_count + 1
+        if count >= CHUNK_MAX_ENTRIES or size >= CHUNK_MAX_BYTES:
             self._seal()
         return offset
 
@@ -192,7 +202,8 @@ class StreamLog:
 
     def _seal(self) -> None:
         payload = b"".join(self._entries)
-        count = len(self._entries)
+        count = self._open_count
+        self._open_count = 0
         chunk = encode_chunk(
             self._open_first,
             self._open_timestamp,
@@ -362,6 +373,7 @@ class StreamLog:
     def delete(self) -> None:
         """The stream was deleted: close and remove its directory."""
         self._entries = []
+        self._open_count = 0
         self._tracked_dirty = False
         self.close()
         shutil.rmtree(self.directory, ignore_errors=True)
