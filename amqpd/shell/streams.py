@@ -35,26 +35,33 @@ class StreamFiles:
 
     def __init__(self, broker: Broker, data_dir: Path | None) -> None:
         self._broker = broker
-        self._temporary: Path | None = None
-        if data_dir is None:
-            self._temporary = Path(tempfile.mkdtemp(prefix="amqpd-streams-"))
-            root = self._temporary
-        else:
-            root = data_dir / "streams"
-        self.storage = StreamStorage(root)
+        self._root = None if data_dir is None else data_dir / "streams"
+        self._temporary: Path | None = None  # a memory-only broker's, made on first use
         self._logs: list[StreamLog] = []
         # While the store is recovered, opening a log recovers it; afterwards a stream is
         # new (declared), and files left by one whose declaration never committed go.
         self.recovering = True
 
+    @property
+    def storage_root(self) -> Path | None:
+        """Where the streams are (None until a memory-only broker opens its first)."""
+        return self._root
+
+    def _storage(self) -> StreamStorage:
+        root = self._root
+        if root is None:
+            self._temporary = root = self._root = Path(tempfile.mkdtemp(prefix="amqpd-streams-"))
+        return StreamStorage(root)
+
     def open(self, vhost: str, name: str, max_segment_bytes: int | None) -> StreamLogPort:
         """Open (recovering) or create a stream's log (the model's `StreamLogs`)."""
         self._logs = [stream_log for stream_log in self._logs if not stream_log.closed]
-        directory = self.storage.directory(vhost, name)
+        storage = self._storage()
+        directory = storage.directory(vhost, name)
         if not self.recovering and directory.exists():
             log.warning("removing leftover files of a stream never declared: %s", directory)
             shutil.rmtree(directory, ignore_errors=True)
-        stream_log = self.storage.open(vhost, name, max_segment_bytes)
+        stream_log = storage.open(vhost, name, max_segment_bytes)
         self._logs.append(stream_log)
         return stream_log
 

@@ -194,3 +194,18 @@ def test_kill_9_keeps_every_confirmed_message(tmp_path: Path) -> None:
         conn.close()
     finally:
         broker.stop()
+
+
+def test_memory_only_broker_serves_streams_from_a_temporary_directory() -> None:
+    with running_server() as server:
+        conn = _connect(server.port)
+        channel = conn.channel()
+        channel.queue_declare("s", durable=True, arguments=STREAM)
+        channel.confirm_delivery()
+        _publish(channel, [b"a", b"b"])
+        got = _read(server.port, 2, **{"x-stream-offset": "first"})
+        assert [(o, body) for o, body, *_ in got] == [(0, b"a"), (1, b"b")]
+        directory = server.streams.storage_root
+        assert directory is not None and directory.exists()
+        conn.close()
+    assert not directory.exists()  # removed at shutdown
