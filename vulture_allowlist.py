@@ -79,3 +79,6 @@ _.collect  # prometheus_client Collector.collect, called by generate_latest (she
 
 # -- amqpd.model.federation: the queue links' accessor (the fedqueues branch uses it)
 _.upstream_queue  # Upstream.upstream_queue (queue links)
+
+# -- amqpd.shell.streams: where a memory-only broker's streams are (tests and operators)
+_.storage_root  # StreamFiles.storage_root (tests/integration/test_streams.py)

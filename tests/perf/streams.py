@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import tempfile
 import time
 from pathlib import Path
@@ -29,8 +30,30 @@ os.environ.setdefault("AMQPD_MANAGEMENT_PORT", "0")  # free ports: other brokers
 os.environ.setdefault("AMQPD_PROMETHEUS_PORT", "0")
 
 
+class _Raw(Raw):
+    """million.py's raw client with a channel_max RabbitMQ accepts (it refuses 0)."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.reader = codec.FrameReader(131072)
+        self.sock.sendall(codec.PROTOCOL_HEADER)
+        self.expect(commands.Connection.Start)
+        self.send(
+            0,
+            commands.Connection.StartOk(
+                client_properties={}, mechanism="PLAIN", response="\0guest\0guest"
+            ),
+        )
+        self.expect(commands.Connection.Tune)
+        self.send(0, commands.Connection.TuneOk(channel_max=2047, frame_max=131072, heartbeat=0))
+        self.send(0, commands.Connection.Open(virtual_host="/"))
+        self.expect(commands.Connection.OpenOk)
+        self.send(1, commands.Channel.Open())
+        self.expect(commands.Channel.OpenOk)
+
+
 def _connect(port: int) -> Raw:
-    return Raw(port)
+    return _Raw(port)
 
 
 def publish(port: int, count: int, size: int) -> float:
