@@ -458,3 +458,24 @@ def test_offset_header_is_added_whatever_the_publisher_sent(tmp_path: Path) -> N
     ]
     assert (properties[1].content_type, properties[1].content_encoding) == ("text/plain", "gzip")
     assert properties[2].message_id == "m"
+
+
+def test_retention_by_size_removes_whole_old_segments(tmp_path: Path) -> None:
+    broker = _broker(tmp_path)
+    client = connect(broker)
+    _declare(client, **{"x-max-length-bytes": 3000, "x-stream-max-segment-size-bytes": 1000})
+    for _round in range(20):
+        for _ in range(5):
+            client.publish(1, "s", b"x" * 50)
+        _commit(broker)
+    client.methods()
+    queue = broker.vhosts["/"].queues["s"]
+    assert isinstance(queue, StreamQueue)
+    first = queue.log.first_offset
+    assert first > 0 and first % 5 == 0  # whole segments (of whole chunks) went
+    assert queue.log.size_bytes <= 3000
+    client.send(1, commands.Queue.Declare(queue="s", passive=True))
+    assert client.methods()[-1].message_count == 100 - first
+    _consume(client, **{"x-stream-offset": 0})  # below the oldest kept: the oldest
+    offsets = [offset for _t, offset, _b, _h in _deliveries(client)]
+    assert offsets == list(range(first, 100))
