@@ -140,15 +140,16 @@ def bench_amqpd(count: int, size: int) -> None:
 
 
 def _beam_rss_mib(node_name: str) -> float:
-    """RSS of the node's beam.smp process (found by its node name on the command line)."""
+    """RSS of the node's beam.smp process (found by RABBITMQ_NODENAME in its environment)."""
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             cmdline = (proc / "cmdline").read_bytes()
+            environ = (proc / "environ").read_bytes()
         except OSError:
             continue
-        if b"beam.smp" in cmdline and node_name.encode() in cmdline:
+        if b"beam.smp" in cmdline and f"RABBITMQ_NODENAME={node_name}".encode() in environ:
             return rss_mib(int(proc.name))
     return 0.0
 
@@ -161,7 +162,7 @@ def bench_rabbitmq(count: int, size: int) -> None:
         node.wait()
         rate = publish(node.port, count, size)
         print(f"RabbitMQ publish (confirms, window 1000): {rate:>10,.0f} msg/s", flush=True)
-        rss = _beam_rss_mib(node.node.split("@")[0])
+        rss = _beam_rss_mib(node.node)
         print(f"RabbitMQ RSS with {count:,} stored: {rss:,.0f} MiB", flush=True)
         rate = replay(node.port, count)
         print(f"RabbitMQ replay from first (prefetch 1000): {rate:>10,.0f} msg/s", flush=True)
