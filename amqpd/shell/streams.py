@@ -77,14 +77,23 @@ class StreamFiles:
             return
         queues = [queue for queue in dirty if not queue.deleted]
         dirty.clear()
+        targets = []
+        failure: OSError | None = None
+        for queue in queues:
+            try:
+                fds, upto = queue.log.sync_targets()
+            except OSError as exc:  # a failed write: this batch's confirms are nacked
+                failure = exc
+                continue
+            targets.append((queue, fds, upto))
         try:
-            targets = [(queue, *queue.log.sync_targets()) for queue in queues]
-            fds = [fd for _queue, queue_fds, _upto in targets for fd in queue_fds]
-            await anyio.to_thread.run_sync(fsync_all, fds)
+            await anyio.to_thread.run_sync(fsync_all, [fd for _q, fds, _u in targets for fd in fds])
         except OSError as exc:
             raise StoreError(f"cannot write stream files: {exc}") from exc
         for queue, _fds, upto in targets:
             queue.log_synced(upto)
+        if failure is not None:
+            raise StoreError(f"cannot write stream files: {failure}") from failure
 
     def close(self) -> None:
         """Make every open stream durable and close it (shutdown)."""

@@ -14,8 +14,11 @@ or on `flush`, which the group committer calls before its fsync and a reader cal
 it reaches the open chunk. A chunk that would make the active segment larger than
 ``max_segment_bytes`` starts a new segment (a rolled segment is fsynced with the next
 group commit). Durability: `sync_targets` flushes and hands duplicated file descriptors to
-fsync off the event loop (the shell's committer, persistence/stream/sync.py), then
-`synced` records how far the log is durable; confirms and deliveries wait for that.
+fsync off the event loop (the shell's committer, amqpd/shell/streams.py), then
+`synced` records how far the log is durable; confirms and deliveries wait for that. A
+chunk that cannot be written (disk full) is cut off again and its offsets are given to the
+next appends; the next `sync_targets` raises, so the batch holding those messages fails and
+their publishers get nacks.
 
 Reading: a `LogReader` holds a position (segment, file position, offset), never the
 stream: `LogReader.next_chunk` reads one chunk (header, then payload) with ``os.pread``
@@ -91,6 +94,12 @@ class _Segment:
         self.last_timestamp = -1
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def _pread_exact(fd: int, size: int, position: int) -> bytes:
     data = os.pread(fd, size, position)
     while len(data) < size:
@@ -130,6 +139,7 @@ class StreamLog:
         self.written_next = self.next_offset  # written to the segment file
         self.synced_next = self.next_offset  # fsynced (recovered data counts as durable)
         self.closed = False
+        self.write_error: OSError | None = None  # a chunk write failed since the last sync
 
     # -- state ---------------------------------------------------------------------------
     @property
@@ -214,14 +224,26 @@ class StreamLog:
         )
         self._entries = []
         self._open_bytes = self._open_flags = self._open_bloom = 0
+        first = self._open_first
         active = self._segments[-1]
-        if active.size and active.size + len(chunk) > self.max_segment_bytes:
-            active = self._roll(self._open_first)
-        position = active.size
-        os.write(self._fd, chunk)
-        os.write(self._index_fd, INDEX_ENTRY.pack(self._open_first, position, self._open_timestamp))
+        index_size = -1
+        try:
+            if active.size and active.size + len(chunk) > self.max_segment_bytes:
+                active = self._roll(first)
+            index_size = os.fstat(self._index_fd).st_size
+            _write_all(self._fd, chunk)
+            _write_all(self._index_fd, INDEX_ENTRY.pack(first, active.size, self._open_timestamp))
+        except OSError as exc:  # disk full, I/O error: the chunk is dropped, not confirmed
+            log.error("stream %s: cannot write %d messages: %s", self.directory, count, exc)
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, active.size)
+                if index_size >= 0:
+                    os.ftruncate(self._index_fd, index_size)
+            self.next_offset = first  # offsets stay contiguous: the next append reuses them
+            self.write_error = exc
+            return
         active.size += len(chunk)
-        active.next_offset = self._open_first + count
+        active.next_offset = first + count
         active.last_timestamp = self._open_timestamp
         self.written_next = active.next_offset
 
@@ -238,6 +260,10 @@ class StreamLog:
         """Flush, then the file descriptors to fsync (each a duplicate the caller closes,
         so the log may roll or close meanwhile) and the offset durable once they are."""
         self.flush()
+        error = self.write_error
+        if error is not None:  # the batch fails: its confirms are nacked
+            self.write_error = None
+            raise error
         fds = [os.dup(self._fd), os.dup(self._index_fd), *self._rolled]
         self._rolled = []
         return fds, self.written_next

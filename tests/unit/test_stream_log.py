@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
+import pytest
+
+from persistence.stream import log as log_module
 from persistence.stream.format import bloom_bits
 from persistence.stream.log import StreamLog, StreamStorage, fsync_all
 
@@ -163,3 +167,34 @@ def test_reader_keeps_its_place_when_retention_removes_older_segments(tmp_path: 
     assert log.first_offset < 160
     assert [e.offset for e in reader.next_chunk()] == list(range(160, 170))
     log.close()
+
+
+def test_a_failed_write_is_cut_off_and_reported_by_the_next_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = StreamLog(tmp_path / "s")
+    _append(log, 3)
+    log.flush()
+    real = log_module._write_all
+    calls = []
+
+    def failing(fd: int, data: bytes) -> None:
+        calls.append(fd)
+        if len(calls) == 1:
+            real(fd, data[:10])  # a torn write, then the disk is full
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(fd, data)
+
+    monkeypatch.setattr(log_module, "_write_all", failing)
+    _append(log, 2)
+    log.flush()
+    assert log.next_offset == 3  # the two messages are gone, their offsets free again
+    with pytest.raises(OSError, match="No space left"):
+        log.sync_targets()
+    _append(log, 2)
+    fds, upto = log.sync_targets()  # the error was reported once
+    fsync_all(fds)
+    assert upto == 5
+    assert _read_all(log) == [0, 1, 2, 3, 4]
+    log.close()
+    assert _read_all(StreamLog(tmp_path / "s")) == [0, 1, 2, 3, 4]
