@@ -30,6 +30,7 @@ under its consumer tag; it resumes after it when it comes back without ``x-strea
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Iterable
 from typing import Any, Final, Protocol
 
@@ -50,6 +51,11 @@ log = logging.getLogger(__name__)
 
 OFFSET_HEADER: Final = "x-stream-offset"
 _OFFSET_ENTRY: Final = b"\x0fx-stream-offsetl"
+_ENTRY_SIZE: Final = len(_OFFSET_ENTRY) + 8
+_FLAGS: Final = struct.Struct(">H")
+_TABLE_SIZE: Final = struct.Struct(">I")
+_OFFSET_VALUE: Final = struct.Struct(">q")
+_NEW_TABLE: Final = _TABLE_SIZE.pack(_ENTRY_SIZE) + _OFFSET_ENTRY
 _NAMES_MAX: Final = 4096  # decoded exchange and routing key names kept
 
 
@@ -331,34 +337,41 @@ class StreamQueue(Queue):
         """``header`` with ``x-stream-offset`` (a long) last in its headers table, as
         RabbitMQ puts it: spliced in after the two shortstrs that may precede the table
         (the publisher's bytes stay as they are)."""
-        entry = _OFFSET_ENTRY + offset.to_bytes(8, "big", signed=True)
         flags = (header[12] << 8) | header[13]
-        if flags & 1 == 0:  # one property-flags word (always, for basic)
+        if not flags & 1:  # one property-flags word (always, for basic)
             pos = 14
             if flags & 0x8000:  # content_type
                 pos += 1 + header[pos]
             if flags & 0x4000:  # content_encoding
                 pos += 1 + header[pos]
             if not flags & 0x2000:  # no headers table: add one
-                new_flags = (flags | 0x2000).to_bytes(2, "big")
-                table = len(entry).to_bytes(4, "big") + entry
-                return header[:12] + new_flags + header[14:pos] + table + header[pos:]
-            size = int.from_bytes(header[pos : pos + 4], "big")
+                return b"".join(
+                    (
+                        header[:12],
+                        _FLAGS.pack(flags | 0x2000),
+                        header[14:pos],
+                        _NEW_TABLE,
+                        _OFFSET_VALUE.pack(offset),
+                        header[pos:],
+                    )
+                )
+            (size,) = _TABLE_SIZE.unpack_from(header, pos)
             end = pos + 4 + size
-            if _OFFSET_ENTRY not in header[pos + 4 : end]:
+            if header.find(_OFFSET_ENTRY, pos + 4, end) < 0:
                 return b"".join(
                     (
                         header[:pos],
-                        (size + len(entry)).to_bytes(4, "big"),
+                        _TABLE_SIZE.pack(size + _ENTRY_SIZE),
                         header[pos + 4 : end],
-                        entry,
+                        _OFFSET_ENTRY,
+                        _OFFSET_VALUE.pack(offset),
                         header[end:],
                     )
                 )
         props = RawProperties(header)  # the publisher sent an x-stream-offset: replace it
         kept = [item for key, item in props.table_entries() if key != OFFSET_HEADER]
-        body = b"".join(kept) + entry
-        props.fields[HEADERS] = len(body).to_bytes(4, "big") + body
+        body = b"".join(kept) + _OFFSET_ENTRY + _OFFSET_VALUE.pack(offset)
+        props.fields[HEADERS] = _TABLE_SIZE.pack(len(body)) + body
         return props.encode()
 
     def settled(self, entry: QueueEntry) -> None:
