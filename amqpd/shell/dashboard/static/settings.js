@@ -7,11 +7,11 @@ const VHOST_KEY = "amqpd.vhost";
 const REFRESH_KEY = "amqpd.refresh";
 
 export const REFRESH_CHOICES = [
-  [5000, "Refresh every 5 seconds"],
-  [10000, "Refresh every 10 seconds"],
-  [30000, "Refresh every 30 seconds"],
-  [60000, "Refresh every minute"],
-  [0, "Do not refresh"],
+  [5000, "Refresh: 5 s"],
+  [10000, "Refresh: 10 s"],
+  [30000, "Refresh: 30 s"],
+  [60000, "Refresh: 1 min"],
+  [0, "Refresh: off"],
 ];
 
 export function selectedVhost() {
