@@ -51,7 +51,6 @@ NODE_FIELDS: Final = (
     "return_unroutable",
     "drop_unroutable",
 )
-_QUEUE_COUNTERS: Final = QUEUE_FIELDS[2:]
 _NODE_COUNTERS: Final = NODE_FIELDS[2:]
 _DELIVER_GET: Final = ("deliver", "deliver_no_ack", "get", "get_no_ack")
 
@@ -70,7 +69,7 @@ LENGTHS: Final[Wanted] = {
     "messages_unacknowledged": (1,),
     "messages": (0, 1),
 }
-QUEUE_RATES: Final = _wanted(QUEUE_FIELDS, _QUEUE_COUNTERS)
+QUEUE_RATES: Final = _wanted(QUEUE_FIELDS, QUEUE_FIELDS[2:])
 NODE_RATES: Final = _wanted(NODE_FIELDS, _NODE_COUNTERS)
 EXCHANGE_RATES: Final = _wanted(EXCHANGE_FIELDS, EXCHANGE_FIELDS)
 CONNECTION_RATES: Final = _wanted(CONNECTION_FIELDS, CONNECTION_FIELDS)
@@ -88,10 +87,10 @@ def record(broker: Broker, now: float) -> None:
             ex = exchange.stats
             history.record(exchange, (ex.publish_in, ex.publish_out))
         for queue in host.queues.values():
-            stats = queue.stats
-            ready, unacked = stats.last_depth or (0, 0)
-            counters = tuple(getattr(stats, name) for name in _QUEUE_COUNTERS)
-            history.record(queue, (ready, unacked, *counters))
+            s = queue.stats  # in QUEUE_FIELDS order, spelt out: this runs for every queue
+            ready, unacked = s.last_depth or (0, 0)
+            values = (ready, unacked, s.publish, s.deliver, s.deliver_no_ack, s.get)
+            history.record(queue, (*values, s.get_no_ack, s.get_empty, s.redeliver, s.ack))
     statistics = broker.statistics
     ready, unacked = statistics.last_depth or (0, 0)
     totals = statistics.totals

@@ -59,66 +59,81 @@ def _add(
     item: Item,
     series: Series | None,
     width: int,
-    lengths: Wanted | None,
-    rates: Wanted | None,
+    lengths: tuple[Range, Wanted] | None,
+    rates: tuple[Range, Wanted] | None,
     *,
     data: bool = False,
 ) -> None:
     broker = call.broker
     if lengths is not None:
-        span = parse(call, "lengths")
-        if span is not None:
-            _merge(item, history.details(broker, series, span, width, lengths))
+        _merge(item, history.details(broker, series, lengths[0], width, lengths[1]))
     if rates is not None:
-        span = parse(call, "data_rates" if data else "msg_rates")
-        if span is not None:
-            found = history.details(broker, series, span, width, rates)
-            _merge(item if data else item.setdefault("message_stats", {}), found)
+        found = history.details(broker, series, rates[0], width, rates[1])
+        _merge(item if data else item.setdefault("message_stats", {}), found)
+
+
+def _pair(span: Range | None, wanted: Wanted) -> tuple[Range, Wanted] | None:
+    return (span, wanted) if span is not None else None
 
 
 def queues(call: Call, items: list[Item]) -> list[Item]:
     """Queue items with the lengths and message-rate samples asked for."""
+    lengths = _pair(parse(call, "lengths"), history.LENGTHS)
+    rates = _pair(parse(call, "msg_rates"), history.QUEUE_RATES)
+    if lengths is None and rates is None:
+        return items
+    recorded = call.broker.statistics.history
     width = len(history.QUEUE_FIELDS)
     for item in items:
         host = call.broker.vhosts.get(item["vhost"])
         queue = host.queues.get(item["name"]) if host is not None else None
-        series = call.broker.statistics.history.series(queue) if queue is not None else None
-        _add(call, item, series, width, history.LENGTHS, history.QUEUE_RATES)
+        series = recorded.series(queue) if queue is not None else None
+        _add(call, item, series, width, lengths, rates)
     return items
 
 
 def exchanges(call: Call, items: list[Item]) -> list[Item]:
     """Exchange items with the message-rate samples asked for."""
+    rates = _pair(parse(call, "msg_rates"), history.EXCHANGE_RATES)
+    if rates is None:
+        return items
+    recorded = call.broker.statistics.history
     width = len(history.EXCHANGE_FIELDS)
     for item in items:
         host = call.broker.vhosts.get(item["vhost"])
         exchange = host.exchanges.get(item["name"]) if host is not None else None
-        series = call.broker.statistics.history.series(exchange) if exchange is not None else None
-        _add(call, item, series, width, None, history.EXCHANGE_RATES)
+        series = recorded.series(exchange) if exchange is not None else None
+        _add(call, item, series, width, None, rates)
     return items
 
 
 def connections(call: Call, items: list[Item]) -> list[Item]:
     """Connection items with the data-rate samples asked for."""
-    width = len(history.CONNECTION_FIELDS)
+    rates = _pair(parse(call, "data_rates"), history.CONNECTION_RATES)
+    if rates is None:
+        return items
     recorded = call.broker.statistics.history
+    width = len(history.CONNECTION_FIELDS)
+    by_name = {
+        inventory.connection_name(connection): connection
+        for connection in inventory.open_connections(call.broker)
+    }
     for item in items:
-        connection = inventory.find_connection(call.broker, item["name"])
+        connection = by_name.get(item["name"])
         series = recorded.series(connection) if connection is not None else None
-        _add(call, item, series, width, None, history.CONNECTION_RATES, data=True)
+        _add(call, item, series, width, None, rates, data=True)
     return items
 
 
 def overview(call: Call, item: Item) -> Item:
     """The overview with the node's queue-total and message-rate samples asked for (for
     monitoring users and administrators: the node's totals are theirs to see)."""
+    lengths = _pair(parse(call, "lengths"), history.LENGTHS)
+    rates = _pair(parse(call, "msg_rates"), history.NODE_RATES)
     if not call.principal.is_monitor:
         return item
     series = call.broker.statistics.history.node
     width = len(history.NODE_FIELDS)
-    totals = item.setdefault("queue_totals", {})
-    span = parse(call, "lengths")
-    if span is not None:
-        _merge(totals, history.details(call.broker, series, span, width, history.LENGTHS))
-    _add(call, item, series, width, None, history.NODE_RATES)
+    _add(call, item.setdefault("queue_totals", {}), series, width, lengths, None)
+    _add(call, item, series, width, None, rates)
     return item
