@@ -314,6 +314,12 @@ def test_users_vhosts_permissions_policies_and_limits(dash: Dashboard) -> None:
         "^amq\\.",
         ".*",
     )
+    dash.page.wait_for_selector("#permissions td:text-is('alice')")
+    dash.page.locator("#permissions tr", has_text="alice").locator("button.edit").click()
+    assert form.locator("input[name=write]").input_value() == "^amq\\."
+    form.locator("input[name=read]").fill("^reports$")
+    dash.submit("set-permission", "Permissions of 'alice' in 'dev' set.")
+    assert _ok(dash.api.get("permissions/dev/alice"))["read"] == "^reports$"
 
     # a policy: the queue list then names it
     _ok(dash.api.put("queues/%2F/capped-q", json={"durable": False}))
@@ -331,6 +337,15 @@ def test_users_vhosts_permissions_policies_and_limits(dash: Dashboard) -> None:
     assert policy["definition"] == {"max-length": 5}
     assert policy["apply-to"] == "queues" and policy["priority"] == 3
     dash.page.wait_for_selector("#policies td:text-is('cap')")
+    # edit it: the row's Edit fills the form with the policy, definition included
+    dash.page.locator("#policies tr", has_text="cap").locator("button.edit").click()
+    assert form.locator("input[name=pattern]").input_value() == "^capped-"
+    value = form.locator(".kv[data-name=definition] .kv-value").first
+    assert value.input_value() == "5"
+    value.fill("9")
+    dash.submit("add-policy", "Policy 'cap' saved in '/'.")
+    policy = _ok(dash.api.get("policies/%2F/cap"))
+    assert policy["definition"] == {"max-length": 9} and policy["apply-to"] == "queues"
 
     # a vhost limit
     dash.open_form("set-vhost-limit")

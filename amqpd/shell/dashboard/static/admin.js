@@ -173,7 +173,17 @@ export function adminPage(notify) {
         key: "actions",
         label: "",
         value: () => "",
-        cell: (p) => rowButton("Clear", "delete danger", remove(`the permissions of '${p.user}' in '${p.vhost}'`, `/permissions/${seg(p.vhost)}/${seg(p.user)}`)),
+        cell: (p) => [
+          rowButton("Edit", "edit", () => {
+            permUser.value = p.user;
+            permVhost.value = p.vhost;
+            configure.value = p.configure;
+            write.value = p.write;
+            read.value = p.read;
+            permissionForm.open = true;
+          }),
+          rowButton("Clear", "delete danger", remove(`the permissions of '${p.user}' in '${p.vhost}'`, `/permissions/${seg(p.vhost)}/${seg(p.user)}`)),
+        ],
       },
     ],
     { filterOn: (p) => `${p.user} ${p.vhost}`, empty: "No permissions." },
@@ -233,7 +243,19 @@ export function adminPage(notify) {
           key: "actions",
           label: "",
           value: () => "",
-          cell: (p) => rowButton("Delete", "delete danger", remove(`policy '${p.name}'`, `/${kind}/${seg(p.vhost)}/${seg(p.name)}`)),
+          cell: (p) => [
+            rowButton("Edit", "edit", () => {
+              policyKind.value = kind;
+              policyVhost.value = p.vhost;
+              policyName.value = p.name;
+              pattern.value = p.pattern;
+              applyTo.value = p["apply-to"] || "all";
+              priority.value = p.priority ?? 0;
+              definition.fill(p.definition);
+              policyForm.open = true;
+            }),
+            rowButton("Delete", "delete danger", remove(`policy '${p.name}'`, `/${kind}/${seg(p.vhost)}/${seg(p.name)}`)),
+          ],
         },
       ],
       { filterOn: (p) => `${p.vhost} ${p.name} ${p.pattern}`, empty },

@@ -108,6 +108,16 @@ export function keyValues(name, hints = []) {
       rows.replaceChildren();
       addRow();
     },
+    /** Show ``object``'s entries as rows (the type guessed from each value). */
+    fill(object) {
+      rows.replaceChildren();
+      for (const [key, value] of Object.entries(object || {})) {
+        const type = Array.isArray(value) ? "list" : typeof value === "number" ? "number" : typeof value === "boolean" ? "boolean" : "string";
+        const row = addRow(key, type);
+        row.querySelector(".kv-value").value = type === "list" ? JSON.stringify(value) : String(value);
+      }
+      addRow();
+    },
   };
 }
 
