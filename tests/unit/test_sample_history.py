@@ -156,3 +156,19 @@ def test_a_long_range_is_bounded_by_the_history_kept() -> None:
     assert 0 < len(samples) <= KEPT
     series = broker.statistics.history.series(broker.vhosts["/"].queues["q1"])
     assert series is not None and len(series.times) <= KEPT + 1
+
+
+def test_the_node_history_is_for_monitoring_users() -> None:
+    broker, _client = _broker()
+    RateSampler(broker).sample(time.time() // 5 * 5 - 5)
+    api = Api(broker)
+    api.add_user("watcher", "monitoring")
+    api.add_user("plain", "management")
+    seen = api.get(f"/api/overview?{RANGE}", auth=("watcher", "pw")).json()
+    assert "samples" in seen["queue_totals"]["messages_details"]
+    narrowed = api.get(f"/api/overview?{RANGE}", auth=("plain", "pw")).json()
+    assert "samples" not in narrowed["queue_totals"].get("messages_details", {})
+    assert "samples" not in narrowed["message_stats"]["publish_details"]
+    # a queue of a vhost the user may use has its samples
+    queue = api.get(f"/api/queues/%2F/q1?{RANGE}", auth=("plain", "pw")).json()
+    assert queue["messages_details"]["samples"][0]["sample"] == 0
