@@ -424,11 +424,11 @@ def test_a_missing_queue_or_exchange_says_so(dash: Dashboard) -> None:
 def test_overview_history_memory_and_churn(dash: Dashboard) -> None:
     dash.go("")
     # the charts come from the server's history (samples in /api/overview)
-    overview = _ok(dash.api.get("overview?lengths_age=600&lengths_incr=5"))
-    assert overview["queue_totals"]["messages_details"]["samples"]
     dash.page.wait_for_function(
         "Number(document.getElementById('chart-queued').dataset.samples || 0) > 0"
     )
+    overview = _ok(dash.api.get("overview?lengths_age=600&lengths_incr=5"))
+    assert overview["queue_totals"]["messages_details"]["samples"]
     # the memory breakdown where the broker reports one; a clear line where it does not
     memory = dash.api.get(f"nodes/{overview['node']}/memory")
     if memory.status_code == 200:
