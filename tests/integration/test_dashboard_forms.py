@@ -423,12 +423,17 @@ def test_a_missing_queue_or_exchange_says_so(dash: Dashboard) -> None:
 
 def test_overview_history_memory_and_churn(dash: Dashboard) -> None:
     dash.go("")
-    # the charts come from the server's history (samples in /api/overview)
+    # the charts come from the server's history (samples in /api/overview) once it has a
+    # point in the range (a broker that started seconds ago has none yet)
+    ranged = "overview?lengths_age=600&lengths_incr=5"
+    _poll(
+        lambda: bool(_ok(dash.api.get(ranged))["queue_totals"]["messages_details"]["samples"]),
+        "the first sample in the range",
+    )
+    overview = _ok(dash.api.get(ranged))
     dash.page.wait_for_function(
         "Number(document.getElementById('chart-queued').dataset.samples || 0) > 0"
     )
-    overview = _ok(dash.api.get("overview?lengths_age=600&lengths_incr=5"))
-    assert overview["queue_totals"]["messages_details"]["samples"]
     # the memory breakdown where the broker reports one; a clear line where it does not
     memory = dash.api.get(f"nodes/{overview['node']}/memory")
     if memory.status_code == 200:

@@ -198,8 +198,9 @@ export function overviewPage(notify) {
   function chartData(overview) {
     const q = overview.queue_totals || {};
     const stats = overview.message_stats || {};
-    if (q.messages_details && Array.isArray(q.messages_details.samples)) {
-      // the server's history: full charts from the first refresh
+    if (q.messages_details && Array.isArray(q.messages_details.samples) && q.messages_details.samples.length) {
+      // the server's history: full charts from the first refresh (a broker that started
+      // seconds ago has none yet: sampled here meanwhile)
       depthHistory = historyFromSamples([
         { name: "ready", samples: q.messages_ready_details?.samples },
         { name: "unacked", samples: q.messages_unacknowledged_details?.samples },
