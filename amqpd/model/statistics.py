@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from amqpd.model.history import SampleHistory
+
 
 class Counters:
     """Monotonic counters plus the rates of the last sampling interval."""
@@ -208,6 +210,7 @@ class NodeStatistics:
     depth_rates: dict[str, float] = field(default_factory=dict)
     last_depth: tuple[int, int] | None = None
     sampled_at: float | None = None
+    history: SampleHistory = field(default_factory=SampleHistory)  # amqpd/model/history.py
 
 
 def depth_rates(

@@ -12,6 +12,7 @@ from starlette.routing import BaseRoute
 
 from amqpd.engine import inventory, operations
 from amqpd.shell.host import BrokerHost
+from amqpd.shell.management import ranges
 from amqpd.shell.management.context import Call, no_content, route
 from amqpd.shell.management.errors import bad_request
 from amqpd.shell.management.messages import content_header
@@ -28,7 +29,7 @@ async def overview(call: Call) -> Response:
     item = inventory.overview(call.broker, call.host.node_sample())
     if not call.principal.is_monitor:
         _narrow(call, item)
-    return Json(item)
+    return Json(ranges.overview(call, item))
 
 
 def _narrow(call: Call, item: dict[str, Any]) -> None:
