@@ -613,6 +613,10 @@ def _exchange_types() -> list[dict[str, Any]]:
         {"name": name, "description": "", "enabled": True}
         for name in ("direct", "fanout", "headers", "topic")
     ]
+    types += [
+        {"name": "x-consistent-hash", "description": "Consistent Hashing Exchange", "enabled": True},
+        {"name": "x-modulus-hash", "description": "Modulus Hashing Exchange", "enabled": True},
+    ]
     types.append(
         {
             "name": "x-federation-upstream",
