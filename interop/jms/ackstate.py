@@ -176,6 +176,7 @@ class AckState:
 
     def before_app(self, consumer: AckConsumer, delivery: Delivery) -> None:
         """The application is about to see ``delivery``."""
+        consumer.groups.mark(delivery.message)
         if self.transacted:
             self.tx_work = True
         if self.ack_mode in HOLDING_MODES:
