@@ -45,9 +45,11 @@ on the client side (interop/jms/groups.py): the broker keeps the content header 
 
 from __future__ import annotations
 
+import struct
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable, Sequence
+from operator import attrgetter
 from typing import Any, Final, Protocol
 
 from amqpd.model.message import Clock, QueueEntry
@@ -68,6 +70,30 @@ GROUP_ID: Final = "JMSXGroupID"
 GROUP_SEQ: Final = "JMSXGroupSeq"
 OWNER_ARGUMENT: Final = "x-message-group-owner"
 _GROUP_ID_RAW: Final = bytes((len(GROUP_ID),)) + GROUP_ID.encode()
+_GROUP_SEQ_RAW: Final = bytes((len(GROUP_SEQ),)) + GROUP_SEQ.encode()
+_LONG: Final = struct.Struct(">I")
+_INT32: Final = struct.Struct(">i")
+_INT64: Final = struct.Struct(">q")
+_seq: Final = attrgetter("seq")
+
+
+def _peek_string(raw: bytes, at: int) -> str | None:
+    """A longstr table value (type ``S``) at ``at``, or None for any other encoding."""
+    if raw[at : at + 1] != b"S" or at + 5 > len(raw):
+        return None
+    (size,) = _LONG.unpack_from(raw, at + 1)
+    end = at + 5 + size
+    return raw[at + 5 : end].decode("utf-8", "replace") if end <= len(raw) else None
+
+
+def _peek_int(raw: bytes, at: int) -> int | None:
+    """A signed 32- or 64-bit table value (``I`` / ``l``) at ``at``, or None."""
+    kind = raw[at : at + 1]
+    if kind == b"I" and at + 5 <= len(raw):
+        return int(_INT32.unpack_from(raw, at + 1)[0])
+    if kind == b"l" and at + 9 <= len(raw):
+        return int(_INT64.unpack_from(raw, at + 1)[0])
+    return None
 
 
 class GroupQueue(Protocol):
@@ -140,8 +166,19 @@ def group_of(entry: QueueEntry) -> tuple[str | None, bool]:
     """The entry's group id (None: ungrouped) and whether its JMSXGroupSeq is -1."""
     message = entry.message
     raw = message.headers_raw
-    if raw is None or _GROUP_ID_RAW not in raw:  # no decoding for ungrouped messages
+    if raw is None:
         return None, False
+    at = raw.find(_GROUP_ID_RAW)
+    if at < 0:  # no decoding for ungrouped messages
+        return None, False
+    fast = _peek_string(raw, at + len(_GROUP_ID_RAW))
+    if fast is not None:  # the usual encoding: read the two entries, decode nothing else
+        seq_at = raw.find(_GROUP_SEQ_RAW)
+        if seq_at < 0:
+            return fast, False
+        seq = _peek_int(raw, seq_at + len(_GROUP_SEQ_RAW))
+        if seq is not None:
+            return fast, seq == -1
     headers = message.headers
     if not headers:
         return None, False
@@ -221,7 +258,8 @@ class MessageGroups:
         owner = self.owner
         me = owner_key(consumer)
         now = queue.clock.now
-        start = bisect_right(ready, consumer.cursor, key=_seq)
+        cursor = consumer.cursor
+        start = 0 if not ready or ready[0].seq > cursor else bisect_right(ready, cursor, key=_seq)
         for index in range(start, len(ready)):
             entry = ready[index]
             group, closes = group_of(entry)
@@ -297,7 +335,3 @@ class MessageGroups:
     def _restart(consumers: Iterable[Any]) -> None:
         for consumer in consumers:
             consumer.cursor = -1
-
-
-def _seq(entry: QueueEntry) -> int:
-    return entry.seq

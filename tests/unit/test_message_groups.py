@@ -220,3 +220,25 @@ def test_groups_stay_with_their_owner_across_consumer_tags() -> None:
     sink.ack(queue, "j.0")
     queue.enqueue(_message("g2", "g"))
     assert _bodies(sink.got["j.1"]) == ["g1", "g2"] and sink.got["other"] == []
+
+
+@pytest.mark.parametrize(
+    "seq_raw",
+    [
+        b"I" + (-1).to_bytes(4, "big", signed=True),
+        b"l" + (-1).to_bytes(8, "big", signed=True),
+        b"b\xff",
+    ],
+)
+def test_group_headers_are_read_without_decoding_the_table(seq_raw: bytes) -> None:
+    """pika writes ints as I (or l), pamqp as the smallest type (b): all read the same."""
+    from amqpd.model.groups import group_of
+
+    table = b"\x0bJMSXGroupIDS\x00\x00\x00\x02g1" + b"\x0cJMSXGroupSeq" + seq_raw
+    message = _message("x")
+    message.headers_raw = table
+    message.reset_headers()
+    assert group_of(QueueEntry(message, 0)) == ("g1", True)
+    message.headers_raw = b"\x01aS\x00\x00\x00\x00"
+    message.reset_headers()
+    assert group_of(QueueEntry(message, 1)) == (None, False)
