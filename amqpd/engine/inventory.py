@@ -613,10 +613,11 @@ def _exchange_types() -> list[dict[str, Any]]:
         {"name": name, "description": "", "enabled": True}
         for name in ("direct", "fanout", "headers", "topic")
     ]
-    types += [
-        {"name": "x-consistent-hash", "description": "Consistent Hashing Exchange", "enabled": True},
-        {"name": "x-modulus-hash", "description": "Modulus Hashing Exchange", "enabled": True},
-    ]
+    for name, description in (
+        ("x-consistent-hash", "Consistent Hashing Exchange"),
+        ("x-modulus-hash", "Modulus Hashing Exchange"),
+    ):
+        types.append({"name": name, "description": description, "enabled": True})
     types.append(
         {
             "name": "x-federation-upstream",
