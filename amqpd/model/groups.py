@@ -239,8 +239,10 @@ class MessageGroups:
                 return  # the store cannot be read now (logged); retried on the next tick
             entry = queue._take_ready(index)
             if group is not None:
-                if group not in self.owner:
+                if group not in self.owner or group in self.draining:
+                    # a new group, or a draining one its owner (a new tag of it) takes back
                     self.owner[group] = me
+                    self.draining.discard(group)
                     self.groups_of.setdefault(me, set()).add(group)
                 if not consumer.no_ack:
                     self.inflight[entry] = group
@@ -248,6 +250,8 @@ class MessageGroups:
                 if closes:  # JMSXGroupSeq -1: the group ends with this message
                     del self.owner[group]
                     self.groups_of[me].discard(group)
+                    if not self.groups_of[me]:
+                        del self.groups_of[me]
                     self._restart(queue.consumers)
             consumer.channel.deliver(consumer, queue, entry)
 
@@ -323,11 +327,11 @@ class MessageGroups:
         del self.pending[group]
         if group in self.draining:
             self.draining.discard(group)
-            holder = self.owner[group]
+            holder = self.owner.get(group)
             if any(owner_key(consumer) == holder for consumer in queue.consumers):
                 self.groups_of.setdefault(holder, set()).add(group)
                 return False
-            del self.owner[group]
+            self.owner.pop(group, None)
             return True
         return False
 

@@ -23,6 +23,7 @@ class Sink:
         self.credit: dict[str, int] = defaultdict(int)
         self.got: dict[str, list[QueueEntry]] = defaultdict(list)
         self.unacked: dict[str, list[QueueEntry]] = defaultdict(list)
+        self.order: list[QueueEntry] = []  # every delivery, in delivery order
 
     def has_credit(self, consumer: Consumer) -> bool:
         return self.credit[consumer.tag] > 0
@@ -32,6 +33,7 @@ class Sink:
         queue.delivered(entry)
         self.got[consumer.tag].append(entry)
         self.unacked[consumer.tag].append(entry)
+        self.order.append(entry)
 
     def cancel_by_broker(self, consumer: Consumer) -> None:
         raise AssertionError("not expected")
@@ -242,3 +244,87 @@ def test_group_headers_are_read_without_decoding_the_table(seq_raw: bytes) -> No
     message.headers_raw = b"\x01aS\x00\x00\x00\x00"
     message.reset_headers()
     assert group_of(QueueEntry(message, 1)) == (None, False)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_histories_keep_groups_whole(seed: int) -> None:
+    """Random publishes, credit, acks, cancels, channel closes and owner re-subscriptions:
+    no group ever has unsettled deliveries on two owners, a group's messages are first
+    delivered in publish order, and in the end every message is acked exactly once."""
+    import random
+
+    rng = random.Random(seed)
+    queue, sink = _queue(), Sink()
+    live: list[Consumer] = []
+    owner_of: dict[str, str] = {}
+    counter = 0
+    next_n: dict[str, int] = defaultdict(int)
+    acked: list[str] = []
+    last_seen: dict[str, int] = {}
+
+    def add(owner: str) -> None:
+        nonlocal counter
+        counter += 1
+        tag = f"t{counter}"
+        args = {"x-message-group-owner": owner}
+        consumer = Consumer(sink, tag, encode_shortstr(tag), queue, False, False, 0, args)
+        owner_of[tag] = owner
+        sink.credit[tag] = rng.randint(0, 5)
+        live.append(consumer)
+        queue.add_consumer(consumer)
+
+    def ack(tag: str) -> None:
+        acked.extend(_bodies(sink.unacked[tag]))
+        sink.ack(queue, tag)
+
+    for _ in range(300):
+        step = rng.random()
+        if step < 0.35:
+            group = f"g{rng.randint(0, 5)}"
+            n = next_n[group]
+            next_n[group] += 1
+            queue.enqueue(_message(f"{group}:{n}", group, seq=n + 1))  # closes: tested above
+        elif step < 0.5 and len(live) < 4:
+            add(f"o{rng.randint(0, 3)}")
+        elif step < 0.65 and live:
+            consumer = rng.choice(live)
+            sink.credit[consumer.tag] += rng.randint(1, 4)
+            queue.dispatch()
+        elif step < 0.8:
+            tags = [tag for tag, entries in sink.unacked.items() if entries]
+            if tags:
+                ack(rng.choice(tags))
+        elif step < 0.9 and live:
+            consumer = live.pop(rng.randrange(len(live)))
+            if rng.random() < 0.5:
+                sink.close(queue, consumer)  # channel closed: unacked requeued
+            else:
+                queue.remove_consumer(consumer)  # basic.cancel: unacked stay until acked
+        for entries in sink.unacked.values():  # one owner per group in flight
+            for entry in entries:
+                group = _bodies([entry])[0].split(":")[0]
+                holders = {
+                    owner_of[t]
+                    for t, es in sink.unacked.items()
+                    for e in es
+                    if _bodies([e])[0].split(":")[0] == group
+                }
+                assert len(holders) == 1, (group, holders)
+        for entry in sink.order:  # first deliveries of a group in publish order
+            if entry.redelivered:
+                continue
+            group, n = _bodies([entry])[0].split(":")
+            assert last_seen.get(group, -1) < int(n), (group, n)
+            last_seen[group] = int(n)
+        sink.order.clear()
+    for tag in list(sink.unacked):
+        ack(tag)
+    for consumer in list(live):
+        sink.close(queue, consumer)
+    live.clear()
+    add("final")
+    sink.credit[f"t{counter}"] = 10_000
+    queue.dispatch()
+    ack(f"t{counter}")
+    published = {f"{g}:{n}" for g, count in next_n.items() for n in range(count)}
+    assert sorted(acked) == sorted(published)
