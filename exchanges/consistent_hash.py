@@ -22,6 +22,7 @@ plugin's 406 texts (measured on RabbitMQ 3.10.8); a non-string ``hash-header`` o
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections.abc import Hashable, Mapping
 from typing import Final
 
@@ -151,6 +152,10 @@ class ConsistentHashRouter(BindingRouter):
         self._active: dict[Hashable, Binding] = {}  # destination -> the binding on the ring
         self._targets: dict[Hashable, list[Destination]] = {}  # destination -> [destination]
         self._cache: dict[bytes, list[Destination]] = {}
+        # The ring flattened for routing: point positions, and per point its destination as a
+        # shared one-element list, plus the first one again (a key after the last point).
+        self._positions: list[int] = []
+        self._slots: list[list[Destination]] = []
 
     def validate_binding(self, routing_key: str, arguments: Arguments) -> None:
         """The binding key must be a positive integer (the plugin's checks and texts)."""
@@ -176,8 +181,10 @@ class ConsistentHashRouter(BindingRouter):
         found = cache.get(key)
         if found is not None:
             return found
-        owner = self._ring.owner(key_hash(key))
-        found = [] if owner is None else self._targets[owner]
+        slots = self._slots
+        if not slots:
+            return []
+        found = slots[bisect_left(self._positions, key_hash(key))]
         if len(cache) >= _CACHE_LIMIT:
             cache.clear()
         cache[key] = found
@@ -191,6 +198,14 @@ class ConsistentHashRouter(BindingRouter):
         self._targets[destination] = [destination]
         label = destination_label(destination)
         self._ring.add(destination, label, parse_weight(binding.routing_key))
+        self._changed()
+
+    def _changed(self) -> None:
+        ring = self._ring
+        targets = self._targets
+        slots = [targets[owner] for owner in ring.owners]
+        self._positions = ring.positions
+        self._slots = [*slots, slots[0]] if slots else []
         self._cache.clear()
 
     def _removed(self, binding: Binding) -> None:
@@ -198,9 +213,9 @@ class ConsistentHashRouter(BindingRouter):
         if self._active.get(destination) is not binding:
             return
         del self._active[destination]
-        del self._targets[destination]
         self._ring.remove(destination)
-        self._cache.clear()
+        self._changed()
+        del self._targets[destination]
         for other in self._table:  # another binding of it left: it takes over
             if other.destination == destination:
                 self._added(other)

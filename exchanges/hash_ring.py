@@ -98,6 +98,16 @@ class HashRing:
         """The number of members."""
         return len(self._members)
 
+    @property
+    def positions(self) -> list[int]:
+        """Every point's position, ascending (a shared list: do not mutate)."""
+        return self._positions
+
+    @property
+    def owners(self) -> list[Hashable]:
+        """The member owning each point of `positions` (a shared list: do not mutate)."""
+        return self._owners
+
     def owner(self, position: int) -> Hashable | None:
         """The member owning ``position`` (a `key_hash`), or None on an empty ring."""
         positions = self._positions
