@@ -248,8 +248,8 @@ class SessionLink:
                 link = self._link
                 if self.transacted:
                     self._acks.tx_work = True
+            check_send(message, destination, link.transport)  # JMSXGroupID needs amqpd
             try:
-                check_send(message, destination, link.transport)  # JMSXGroupID needs amqpd
                 outgoing = self._outgoing(message, destination, time_to_live)
                 if asynchronous:
                     return self._publish_async(link, outgoing, window)
