@@ -616,6 +616,11 @@ def _exchange_types() -> list[dict[str, Any]]:
         {"name": name, "description": "", "enabled": True}
         for name in ("direct", "fanout", "headers", "topic")
     ]
+    for name, description in (
+        ("x-consistent-hash", "Consistent Hashing Exchange"),
+        ("x-modulus-hash", "Modulus Hashing Exchange"),
+    ):
+        types.append({"name": name, "description": description, "enabled": True})
     types.append(
         {
             "name": "x-federation-upstream",

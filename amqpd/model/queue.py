@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from amqpd.model import selective
 from amqpd.model.dedup import Deduplicator, parse_dedup_arguments
+from amqpd.model.groups import MessageGroups, parse_groups_argument
 from amqpd.model.message import Clock, Message, QueueEntry
 from amqpd.model.priority import PriorityReady
 from amqpd.model.queue_args import QueueSettings, parse_queue_arguments
@@ -148,6 +149,7 @@ class Queue:
         "demand_set",
         "durable",
         "exclusive_owner",
+        "groups",
         "had_consumer",
         "journal",
         "last_used",
@@ -227,6 +229,8 @@ class Queue:
         self.operator_policy: PolicyRecord | None = None
         dedup = parse_dedup_arguments(arguments)  # x-message-deduplication (model/dedup.py)
         self.dedup = None if dedup is None else Deduplicator(dedup, self.store_key)
+        grouped = parse_groups_argument(arguments, settings)  # x-message-groups (model/groups.py)
+        self.groups = MessageGroups() if grouped else None
         # Federated queues only (amqpd/model/federated_queues.py): the set to join when
         # something that decides whether the queue wants messages may have changed.
         self.demand_set: set[Queue] | None = None
@@ -395,6 +399,8 @@ class Queue:
         if entry.stored and self.journal is not None and not self.deleted:
             entry.stored = False
             self.journal.delete_message(self.store_key, entry.seq)
+        if self.groups is not None:
+            self.groups.settled(self, entry)
 
     def discard(self, entry: QueueEntry, reason: str) -> None:
         """An entry leaves without being acked: rejected, expired, maxlen, delivery_limit.
@@ -558,6 +564,8 @@ class Queue:
         if self.deleted:
             return
         back = sorted(entries, key=_by_seq)
+        if self.groups is not None:
+            self.groups.returned(self, back)
         limit = self.settings.delivery_limit
         if limit is not None:
             over = [entry for entry in back if entry.delivery_count > limit]
@@ -569,6 +577,8 @@ class Queue:
             return
         if self._selective:
             selective.rewind(self, back[0].seq)
+        if self.groups is not None:
+            self.groups.rewind(self.consumers, back[0].seq)
         for entry in back:
             entry.redelivered = True
             self.ready_bytes += entry.message.body_size
@@ -623,6 +633,8 @@ class Queue:
         if self.demand_set is not None:
             self.demand_set.add(self)
         self._regroup()
+        if self.groups is not None:
+            self.groups.consumer_left(self, consumer)
         if self.settings.single_active_consumer and index == 0:
             self.dispatch()  # fail over to the next consumer in registration order
 
@@ -667,6 +679,9 @@ class Queue:
         it arrives, but like RabbitMQ it still goes to a consumer that can take it at once."""
         if self.demand_set is not None:  # a federated queue: its demand may change
             self.demand_set.add(self)
+        if self.groups is not None:
+            self.groups.dispatch(self, arriving)
+            return
         if self._selective:
             selective.dispatch(self, arriving)
             return

@@ -13,6 +13,7 @@ from amqpd.model.message import Clock, Message
 from amqpd.model.policies import PolicyRecord, alternate_exchange, queue_policy, select
 from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.queue_args import InvalidQueueArgument, amqp_type_name
+from amqpd.model.routing_input import router_headers
 from amqpd.model.statistics import Churn, DeadLetterCounts, MessageStats
 from amqpd.model.stream import StreamLogs, StreamQueue, new_stream_queue
 from amqpd.model.stream_args import check_stream_declare, is_stream
@@ -28,8 +29,8 @@ from amqpd.wire.errors import (
 )
 from amqpd.wire.properties import RawProperties
 from exchanges.base import InvalidBinding, Router
-from exchanges.federation_upstream import MAX_HOPS_ARG, FederationUpstreamRouter, argument_problem
-from exchanges.registry import EXCHANGE_TYPES, create_router
+from exchanges.federation_upstream import MAX_HOPS_ARG, FederationUpstreamRouter
+from exchanges.registry import EXCHANGE_TYPES, create_router, declaration_problem
 from persistence.records import BindingDef, ExchangeDef, QueueDef
 
 if TYPE_CHECKING:
@@ -193,8 +194,8 @@ class VirtualHost:
             raise access_refused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
         if type_name not in EXCHANGE_TYPES:
             raise AMQPError(COMMAND_INVALID, f"unknown exchange type '{type_name}'", 40, 10)
-        if type_name == FEDERATION_UPSTREAM and existing is None:
-            problem = argument_problem(arguments)
+        if existing is None:
+            problem = declaration_problem(type_name, arguments)
             if problem is not None:
                 raise precondition_failed(problem)
         if existing is not None:
@@ -575,7 +576,7 @@ class VirtualHost:
             return [queue] if queue is not None else []
         else:
             router = exchange.router
-            headers = message.headers if router.uses_headers else None
+            headers = router_headers(router, message) if router.uses_headers else None
             destinations = router.route(routing_key, headers)
             if exchange.alternate is None and all(isinstance(d, Queue) for d in destinations):
                 return list(destinations)  # type: ignore[arg-type]
@@ -616,7 +617,7 @@ class VirtualHost:
             found = (self.queues.get(key) for key in (routing_key, *extra_keys))
             return list(dict.fromkeys(queue for queue in found if queue is not None))
         router = exchange.router
-        headers = message.headers if router.uses_headers else None
+        headers = router_headers(router, message) if router.uses_headers else None
         if not extra_keys:
             return list(router.route(routing_key, headers))
         keys = (routing_key, *extra_keys)

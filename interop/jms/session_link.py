@@ -28,6 +28,7 @@ from interop.jms.constants import AckMode
 from interop.jms.consumer import MessageConsumer
 from interop.jms.destinations import Destination, TemporaryQueue, Topic, is_wildcard
 from interop.jms.errors import IllegalStateException, InvalidDestinationException, JMSException
+from interop.jms.groups import check_send
 from interop.jms.messages import Message
 from interop.jms.options import ConnectionOptions
 from interop.jms.ports import SessionConnection
@@ -247,6 +248,7 @@ class SessionLink:
                 link = self._link
                 if self.transacted:
                     self._acks.tx_work = True
+            check_send(message, destination, link.transport)  # JMSXGroupID needs amqpd
             try:
                 outgoing = self._outgoing(message, destination, time_to_live)
                 if asynchronous:

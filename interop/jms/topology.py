@@ -32,6 +32,7 @@ from interop.jms.errors import (
     InvalidDestinationException,
     JMSException,
 )
+from interop.jms.groups import CAPABILITY, QUEUE_ARGUMENT
 from interop.jms.policies import DeadLetterStrategy
 from interop.jms.transport import Transport
 
@@ -68,6 +69,10 @@ class Topology:
             self._transport = transport
             self._link = None
             self._declared.clear()
+
+    def _message_groups(self) -> bool:
+        """The broker keeps message groups on queues that ask for them (amqpd)."""
+        return self._transport.has_capability(CAPABILITY)
 
     def _admin(self) -> ChannelLink:
         if self._link is None or self._link.error is not None:
@@ -142,6 +147,8 @@ class Topology:
         arguments = self.dead_letter_arguments(name, False, name)
         if single_active_consumer:
             arguments["x-single-active-consumer"] = True
+        if self._message_groups():  # amqpd: JMSXGroupID works on every queue (groups.py)
+            arguments[QUEUE_ARGUMENT] = True
         if self._declared.get(name) == arguments:
             return name
         with self._lock:
