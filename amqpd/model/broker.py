@@ -285,9 +285,9 @@ class Broker:
         if self.alarms.store_failing and self.alarms.store_written():
             self._alarms_changed()
         self.batch_waits.committed(batch)
-        for queue in self.store_progress.release(batch):
-            if not queue.deleted:
-                queue.dispatch()
+        for waiting in self.store_progress.release(batch):
+            if not waiting.deleted:
+                waiting.dispatch()
         if self.paging_queues:
             for queue in list(self.paging_queues):
                 if not queue.page_out(batch):
@@ -317,9 +317,9 @@ class Broker:
         if self.alarms.store_failed(str(error)):
             self._alarms_changed()
         self.batch_waits.failed(batch, error)
-        for queue in self.store_progress.release(batch):
-            if not queue.deleted:
-                queue.dispatch()
+        for waiting in self.store_progress.release(batch):
+            if not waiting.deleted:
+                waiting.dispatch()
 
     # -- recovery ------------------------------------------------------------------------
     def recover(self, state: RecoveredState) -> tuple[int, int]:

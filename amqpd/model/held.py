@@ -27,13 +27,28 @@ docs/architecture.md for the measurements.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from amqpd.model.message import QueueEntry
 from amqpd.model.priority import PriorityReady
 
-if TYPE_CHECKING:
-    from amqpd.model.message import QueueEntry
-    from amqpd.model.queue import Queue
+
+class HoldingQueue(Protocol):
+    """What holding needs of a queue (`amqpd.model.queue.Queue`; a Protocol, so this
+    module does not import the queue that imports it)."""
+
+    ready: deque[QueueEntry] | PriorityReady
+    ready_bytes: int
+    _timed: int  # ready entries with a deadline (the queue's own count)
+
+    @property
+    def deleted(self) -> bool:
+        """The queue was deleted."""
+        ...
+
+    def dispatch(self) -> None:
+        """Deliver ready entries to consumers with credit."""
+        ...
 
 
 class StoreProgress:
@@ -43,9 +58,9 @@ class StoreProgress:
 
     def __init__(self) -> None:
         self.reported = 0  # the last batch committed or failed (ids start at 1)
-        self.waiting: set[Queue] = set()
+        self.waiting: set[HoldingQueue] = set()
 
-    def holds(self, queue: Queue, batch: int) -> bool:
+    def holds(self, queue: HoldingQueue, batch: int) -> bool:
         """Whether an entry held for ``batch`` must wait (then ``queue`` is dispatched
         again once the batch is reported)."""
         if batch <= self.reported:
@@ -53,7 +68,7 @@ class StoreProgress:
         self.waiting.add(queue)
         return True
 
-    def release(self, batch: int) -> list[Queue]:
+    def release(self, batch: int) -> list[HoldingQueue]:
         """``batch`` was reported: the queues that waited, to dispatch again."""
         self.reported = batch
         if not self.waiting:
@@ -63,7 +78,7 @@ class StoreProgress:
         return queues
 
 
-def drop_failed(queue: Queue, batch: int) -> int:
+def drop_failed(queue: HoldingQueue, batch: int) -> int:
     """Take the entries held for the failed ``batch`` out of ``queue`` (they were never
     delivered, their publishers are nacked); return how many."""
     ready = queue.ready
