@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Protocol
 
+from amqpd.model.dedup import Deduplicator
 from amqpd.model.message import QueueEntry
 from amqpd.model.priority import PriorityReady
 
@@ -40,6 +41,7 @@ class HoldingQueue(Protocol):
     ready: deque[QueueEntry] | PriorityReady
     ready_bytes: int
     _timed: int  # ready entries with a deadline (the queue's own count)
+    dedup: Deduplicator | None
 
     @property
     def deleted(self) -> bool:
@@ -92,7 +94,10 @@ def drop_failed(queue: HoldingQueue, batch: int) -> int:
             ready.append(entry)
     else:
         queue.ready = deque(kept)
+    dedup = queue.dedup
     for entry in doomed:
+        if dedup is not None:
+            dedup.forget(entry.message)  # the publisher may send it again
         entry.stored = False  # its insert never reached the store: nothing to delete
         entry.message.refs -= 1
         queue.ready_bytes -= entry.message.body_size

@@ -223,3 +223,20 @@ def test_messages_behind_a_failed_batch_are_delivered_once_theirs_commits() -> N
     commit(broker)
     assert delivered(sub) == [b"next"]
     assert kinds(pub) == ["Nack", "Ack"]
+
+
+def test_a_nacked_message_may_be_published_again_to_a_deduplicating_queue() -> None:
+    broker = stored_broker()
+    pub = confirming(broker)
+    declare(pub, 1, "d", durable=True, arguments={"x-message-deduplication": True})
+    pub.methods()
+    pub.send(1, *publish_frames("d", b"once", delivery_mode=2, message_id="m-1"))
+    fail(broker)
+    assert kinds(pub) == ["Nack"]
+    broker.disk_free(LIMIT)
+    probe(broker)
+    pub.methods()  # (unblocked, if it was blocked)
+    pub.send(1, *publish_frames("d", b"once", delivery_mode=2, message_id="m-1"))
+    commit(broker)
+    assert kinds(pub) == ["Ack"]
+    assert counts(pub, 1, "d") == (1, 0)  # not taken for a duplicate of the nacked one
