@@ -691,12 +691,14 @@ class Queue:
                 if not self._discard_head("expired"):
                     return
                 continue
+            if head.hold and self.held(head):
+                return  # promised, not yet written: dispatched again once it is (held.py)
             sole = self._sole
             if sole is not None:  # one consumer (the usual case): no levels or round-robin
                 consumer = sole if sole.channel.has_credit(sole) else None
             else:
                 consumer = self._next_consumer()
-            if consumer is None or (head.hold and self.held(head)):
+            if consumer is None:
                 return
             if head.message.body is None:
                 if not self.page_in():
