@@ -172,10 +172,22 @@ class Batch:
             empty row list. ``ops`` is empty only for a batch whose every write was
             cancelled but on which a caller is still waiting (see
             :meth:`persistence.journal.Journal.take_batch`).
+        size: Bytes of message bodies it inserts (the shell measures free disk space
+            after every few MiB written).
     """
 
     id: int
     ops: list[Op]
+    size: int = 0
+
+    def inserted_queues(self) -> set[QueueKey]:
+        """The queues this batch inserts messages into."""
+        return {
+            (str(row[0]), str(row[1]))
+            for kind, rows in self.ops
+            if kind is OpKind.INSERT_MESSAGE
+            for row in rows
+        }
 
 
 @dataclass(slots=True)

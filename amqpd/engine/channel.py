@@ -328,7 +328,9 @@ class Channel:
                 self.close_with_error(exc)
                 return
         mandatory = pending.args.mandatory
-        publish = BufferedPublish(pending.exchange, message, mandatory, pending.expiration_ms)
+        publish = BufferedPublish(
+            pending.exchange, message, mandatory, pending.expiration_ms, self.mode is not Mode.PLAIN
+        )
         if self.mode is Mode.TX:
             assert self._tx is not None
             self._tx.publishes.append(publish)

@@ -481,8 +481,6 @@ class Connection:
             vhost.name,
         )
         self.send(codec.encode_method(0, spec.Connection.OpenOk()))
-        if self.broker.blocked_reason is not None:
-            self.notify_blocked(self.broker.blocked_reason)
 
     def notify_blocked(self, reason: str | None) -> None:
         """Connection.Blocked / Unblocked, for clients with the connection.blocked capability."""

@@ -156,7 +156,7 @@ def route_and_enqueue(
     for queue in queues:
         if queue.dedup is not None and not queue.dedup.admit(message, queue.journal):
             continue  # a duplicate (x-message-deduplication): acked, not enqueued
-        queue.enqueue(message, publish.expiration_ms)
+        queue.enqueue(message, publish.expiration_ms, publish.promised)
         if len(queue.ready) > FLOW_BACKLOG and queue.consumers_active():
             flow_queues.add(queue)
     return queues

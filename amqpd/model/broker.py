@@ -13,6 +13,7 @@ engine's entry points, which set the one `Clock` queues and vhosts read.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -20,6 +21,7 @@ from amqpd.model.alarms import ResourceAlarms
 from amqpd.model.auth import AccessControl, AccessState, Authz, Permission, default_access
 from amqpd.model.batches import BatchWaits
 from amqpd.model.federated_queues import FederatedQueues
+from amqpd.model.held import StoreProgress, drop_failed
 from amqpd.model.message import Clock, Message, QueueEntry
 from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.statistics import NodeStatistics
@@ -27,7 +29,7 @@ from amqpd.model.stream import StreamLogs, StreamQueue
 from amqpd.model.vhost import Exchange, TopologyVersion, VirtualHost
 from amqpd.wire.codec import HeaderPeek, encode_shortstr, peek_header
 from amqpd.wire.errors import CONNECTION_FORCED
-from persistence.records import RecoveredState
+from persistence.records import QueueKey, RecoveredState
 
 if TYPE_CHECKING:
     from amqpd.model.ports import BodyLoader, JournalPort
@@ -41,10 +43,6 @@ class ClientHandle(ExclusiveOwner, Protocol):
     user: str
     vhost: VirtualHost
     authz: Authz
-
-    def notify_blocked(self, reason: str | None) -> None:
-        """Send connection.blocked (reason) or connection.unblocked (None) if wanted."""
-        ...
 
     def close(self, reply_code: int, reply_text: str) -> None:
         """Close the connection from the broker's side (Connection.Close)."""
@@ -94,6 +92,7 @@ class Broker:
         self.dirty_streams: set[StreamQueue] | None = set() if journal is not None else None
         self.statistics = NodeStatistics()  # node-wide message totals and rates
         self.topology = TopologyVersion()  # bumped by every topology change (model/vhost.py)
+        self.store_progress = StoreProgress()  # promised messages wait for it (model/held.py)
         for name in self.config.vhosts:
             self.add_vhost(name)
         self.access = AccessControl(default_access(self.config.vhosts), self.config.loopback_users)
@@ -101,7 +100,6 @@ class Broker:
         self.vhost_connections: dict[str, int] = {}
         self.connections: set[ClientHandle] = set()
         self.batch_waits = BatchWaits()  # what confirms and tx.commit-oks wait for
-        self.blocked_reason: str | None = None  # set while the store is failing
         self.reply_queues: dict[str, Queue] = {}  # direct reply-to addresses -> pseudo-queue
         self._no_vhost = VirtualHost("")  # never registered: there may be no vhost at all
 
@@ -130,6 +128,7 @@ class Broker:
             vhost.dead_letters = self.statistics.dead_letters
             vhost.journal = self.journal
             vhost.paging_queues = self.paging_queues
+            vhost.store_progress = self.store_progress
             vhost.federation = self.federated_queues
             vhost.body_loader = self.body_loader
             vhost.stream_logs, vhost.dirty_streams = self.stream_logs, self.dirty_streams
@@ -291,32 +290,46 @@ class Broker:
             vhost.stream_logs = logs
 
     def batch_committed(self, batch: int) -> None:
-        """The group committer wrote ``batch``: release confirms and commit-oks."""
-        if self.blocked_reason is not None:
-            self.set_blocked(None)
+        """The group committer wrote ``batch``: release confirms and commit-oks, then the
+        promised messages that waited for it (model/held.py)."""
+        if self.alarms.store_failing and self.alarms.store_written():
+            self._alarms_changed()
         self.batch_waits.committed(batch)
+        for waiting in self.store_progress.release(batch):
+            if not waiting.deleted:
+                waiting.dispatch()
         if self.paging_queues:
             for queue in list(self.paging_queues):
                 if not queue.page_out(batch):
                     self.paging_queues.discard(queue)
 
-    def batch_failed(self, batch: int, error: Exception) -> None:
-        """The group committer could not write ``batch``: nack what waited for it and tell
-        publishers (connection.blocked) until a later batch commits again."""
-        log.error(
-            "storage batch %d failed: %s; publishers are blocked until it recovers", batch, error
-        )
-        self.set_blocked(f"storage failure: {error}"[:255])
+    def batch_failed(self, batch: int, error: Exception, queues: Iterable[QueueKey] = ()) -> None:
+        """The group committer could not write ``batch`` (``queues``: those it inserted
+        messages into): take its promised messages out of those queues before anyone gets
+        them, nack their publishers (fail the tx.commits), and raise the disk alarm until
+        a batch commits again (model/alarms.py)."""
+        dropped = 0
+        for vhost_name, name in queues:
+            vhost = self.vhosts.get(vhost_name)
+            queue = vhost.queues.get(name) if vhost is not None else None
+            if queue is not None:
+                dropped += drop_failed(queue, batch)
+        if self.alarms.store_failing:
+            log.info("storage batch %d failed too (%d messages dropped): %s", batch, dropped, error)
+        else:
+            log.error(
+                "storage batch %d failed: %s; its %d unconfirmed messages are dropped and "
+                "publishers nacked",
+                batch,
+                error,
+                dropped,
+            )
+        if self.alarms.store_failed(str(error)):
+            self._alarms_changed()
         self.batch_waits.failed(batch, error)
-
-    def set_blocked(self, reason: str | None) -> None:
-        """Send connection.blocked (reason) or connection.unblocked (None) to every client
-        that announced the connection.blocked capability."""
-        if reason == self.blocked_reason:
-            return
-        self.blocked_reason = reason
-        for connection in self.connections:
-            connection.notify_blocked(reason)
+        for waiting in self.store_progress.release(batch):
+            if not waiting.deleted:
+                waiting.dispatch()
 
     # -- recovery ------------------------------------------------------------------------
     def recover(self, state: RecoveredState) -> tuple[int, int]:

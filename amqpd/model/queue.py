@@ -48,6 +48,7 @@ from amqpd.model.statistics import DeadLetterCounts, QueueStats
 from persistence.records import MessageRecord
 
 if TYPE_CHECKING:
+    from amqpd.model.held import StoreProgress
     from amqpd.model.ports import BodyLoader, JournalPort
     from persistence.access import PolicyRecord
 
@@ -169,6 +170,7 @@ class Queue:
         "settings",
         "stats",
         "store_key",
+        "store_progress",
         "vhost_name",
         "watch_set",
     )
@@ -221,6 +223,7 @@ class Queue:
         self.store_key = (vhost_name, name)
         self.pager: BodyLoader | None = None
         self.paging_set: set[Queue] | None = None
+        self.store_progress: StoreProgress | None = None  # promised entries wait (held.py)
         self._page_candidates: deque[tuple[int, QueueEntry]] = deque()
         self.read_failing = False  # the last body read from the store failed (logged once)
         self._timed = 0  # ready entries with a deadline (expires_at)
@@ -312,11 +315,14 @@ class Queue:
             and self.ready_bytes + message.body_size > self.max_length_bytes
         )
 
-    def enqueue(self, message: Message, expiration_ms: int | None = None) -> QueueEntry:
+    def enqueue(
+        self, message: Message, expiration_ms: int | None = None, promised: bool = False
+    ) -> QueueEntry:
         """Append a message and try to deliver it; drop-head enforces the length limits.
 
         ``expiration_ms`` is the message's own TTL (the ``expiration`` property); the lower
-        of it and the queue's x-message-ttl wins.
+        of it and the queue's x-message-ttl wins. ``promised``: the publisher waits for a
+        confirm or tx.commit-ok, so a stored entry is delivered only once written (held.py).
         """
         entry = QueueEntry(message, self.next_seq)
         self.next_seq += 1
@@ -344,6 +350,8 @@ class Queue:
                     expires_at=entry.expires_at,
                 ),
             )
+            if promised:
+                entry.hold = batch
             if self.pager is not None and len(self.ready) >= HOT_WINDOW:
                 self._page_candidates.append((batch, entry))
                 if self.paging_set is not None:
@@ -458,8 +466,8 @@ class Queue:
         if self.demand_set is not None:
             self.demand_set.add(self)
         self.expire()
-        if not self.ready:
-            return None
+        if not self.ready or self.held(self.ready[0]):
+            return None  # (a promised head not yet written: as if empty, for a moment)
         if self.ready[0].message.body is None and not self.page_in():
             return None  # the store cannot be read now (logged): as if empty
         return self._pop_ready() if self.ready else None
@@ -698,6 +706,8 @@ class Queue:
                 if not self._discard_head("expired"):
                     return
                 continue
+            if head.hold and self.held(head):
+                return  # promised, not yet written: dispatched again once it is (held.py)
             sole = self._sole
             if sole is not None:  # one consumer (the usual case): no levels or round-robin
                 consumer = sole if sole.channel.has_credit(sole) else None
@@ -710,6 +720,11 @@ class Queue:
                     return
                 continue
             consumer.channel.deliver(consumer, self, self._pop_ready())
+
+    def held(self, entry: QueueEntry) -> bool:
+        """Whether a promised entry still waits for its storage batch (held.py)."""
+        progress = self.store_progress
+        return entry.hold != 0 and progress is not None and progress.holds(self, entry.hold)
 
     # -- selective consumers (amqpd/model/selective.py) ----------------------------------
     def _expire_head(self, arriving: QueueEntry | None) -> bool:

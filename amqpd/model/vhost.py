@@ -34,6 +34,7 @@ from exchanges.registry import EXCHANGE_TYPES, create_router, declaration_proble
 from persistence.records import BindingDef, ExchangeDef, QueueDef
 
 if TYPE_CHECKING:
+    from amqpd.model.held import StoreProgress
     from amqpd.model.ports import BodyLoader, JournalPort
 
 STANDARD_EXCHANGES: Final = (
@@ -153,6 +154,7 @@ class VirtualHost:
         self.journal: JournalPort | None = None
         self.body_loader: BodyLoader | None = None
         self.paging_queues: set[Queue] | None = None
+        self.store_progress: StoreProgress | None = None  # promised entries wait (held.py)
         self.clock = Clock()  # shared with the broker, which replaces it
         self.watch_queues: set[Queue] = set()  # queues with timers (TTL, x-expires)
         self.policies: list[PolicyRecord] = []  # set by the broker (model/policies.py)
@@ -429,6 +431,7 @@ class VirtualHost:
         queue.journal = self.journal
         queue.pager = self.body_loader
         queue.paging_set = self.paging_queues
+        queue.store_progress = self.store_progress
 
     def check_exclusive_access(
         self, queue: Queue, connection: ExclusiveOwner | None, strict: bool = False

@@ -41,6 +41,7 @@ from amqpd.engine.connection import Connection
 from amqpd.engine.outbox import Outbox
 from amqpd.engine.rates import SAMPLE_INTERVAL, RateSampler
 from amqpd.model.admin_commands import AdminError, execute, problems_text
+from amqpd.model.alarms import DISK_CHECK_BYTES
 from amqpd.model.auth import (
     DEFAULT_HASHING,
     INTERNAL_USER,
@@ -73,6 +74,7 @@ from persistence.backend import BodyReaderPort, StoreBackend
 from persistence.errors import StoreError
 from persistence.group_commit import GroupCommitter
 from persistence.journal import Journal
+from persistence.records import Batch
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +168,7 @@ class Server:
         self._federated = broker.federated_queues  # (amqpd/model/federated_queues.py)
         self._ticker_wake: anyio.Event | None = None  # set to re-plan the ticker's sleep
         self._ticker_until = math.inf  # when the sleeping ticker wakes (inf: it is not asleep)
+        self._unmeasured = 0  # bytes the store wrote since free disk space was measured
         broker.statistics.node = node_sample.node_name()
         self.streams = StreamFiles(broker, self.config.data_dir)  # amqpd/shell/streams.py
         broker.set_stream_logs(self.streams)
@@ -397,13 +400,28 @@ class Server:
             peer.backlog = done is False
             peer.wake.set()
 
-    def _batch_committed(self, batch: int) -> None:
-        self.broker.batch_committed(batch)
+    def _batch_committed(self, batch: Batch) -> None:
+        self.broker.batch_committed(batch.id)
+        self._unmeasured += batch.size
+        if self._unmeasured >= DISK_CHECK_BYTES:  # the free-space check keeps pace with writes
+            self._check_disk()
         self.after_core()
 
-    def _batch_failed(self, batch: int, error: Exception) -> None:
-        self.broker.batch_failed(batch, error)
+    def _batch_failed(self, batch: Batch, error: StoreError) -> None:
+        self.broker.batch_failed(batch.id, error, batch.inserted_queues())
+        self._check_disk()  # a full disk: the alarm says so at once
         self.after_core()
+
+    def _check_disk(self) -> None:
+        """Measure the data directory's free space for the disk alarm (a statvfs call)."""
+        self._unmeasured = 0
+        data_dir = self.config.data_dir
+        if self.broker.alarms.disk_free_limit is None or data_dir is None:
+            return
+        try:
+            self.broker.disk_free(self.config.disk_probe(data_dir))
+        except OSError as exc:
+            log.warning("cannot measure free disk space: %s", exc)
 
     async def _lock_lost(self, reason: str) -> None:
         self.lost = LockLost(reason)
@@ -627,7 +645,9 @@ class Server:
 
     async def _resource_monitor(self) -> None:
         """Measure memory (every memory_check_interval) and the data directory's free space
-        (every second) for the resource alarms (amqpd/alarms.py)."""
+        (every second, and after every DISK_CHECK_BYTES written) for the resource alarms
+        (amqpd/model/alarms.py); while the store is failing, offer it an empty batch every
+        second (its commit ends the alarm once there is free space again)."""
         broker = self.broker
         alarms = broker.alarms
         config = self.config
@@ -640,12 +660,11 @@ class Server:
                 if "memory" in alarms.active and now >= next_trim:
                     next_trim = now + 1.0
                     resources.release_free_memory()  # so the RSS can fall below the mark
-            if alarms.disk_free_limit is not None and config.data_dir and now >= next_disk:
+            if now >= next_disk:
                 next_disk = now + 1.0
-                try:
-                    broker.disk_free(config.disk_probe(config.data_dir))
-                except OSError as exc:
-                    log.warning("cannot measure free disk space: %s", exc)
+                self._check_disk()
+                if alarms.store_failing and self._journal is not None:
+                    self._journal.barrier()  # the store's next write decides
                 self.after_core()
             await anyio.sleep(config.memory_check_interval)
 

@@ -63,12 +63,12 @@ class Harness:
         self.changed = anyio.Event()
         self.committer = GroupCommitter(store, self.journal, self.on_committed, self.on_failed)
 
-    def on_committed(self, batch_id: int) -> None:
-        self.committed.append(batch_id)
+    def on_committed(self, batch: Batch) -> None:
+        self.committed.append(batch.id)
         self.changed.set()
 
-    def on_failed(self, batch_id: int, exc: StoreError) -> None:
-        self.failed.append((batch_id, exc))
+    def on_failed(self, batch: Batch, exc: StoreError) -> None:
+        self.failed.append((batch.id, exc))
         self.changed.set()
 
     def all_committed(self) -> bool:
