@@ -220,8 +220,13 @@ class StreamQueue(Queue):
         return None if reader is None else reader.offset
 
     # -- in ------------------------------------------------------------------------------
-    def enqueue(self, message: Message, expiration_ms: int | None = None) -> QueueEntry:
-        """Append a message to the log (the confirm waits for its fsync with a store)."""
+    def enqueue(
+        self, message: Message, expiration_ms: int | None = None, promised: bool = False
+    ) -> QueueEntry:
+        """Append a message to the log (the confirm waits for its fsync with a store).
+
+        ``promised`` needs nothing more here: a stream delivers nothing before its fsync.
+        """
         filter_value = None
         headers_raw = message.headers_raw
         if headers_raw is not None and b"x-stream-filter-value" in headers_raw:

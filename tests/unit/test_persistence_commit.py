@@ -294,8 +294,8 @@ def test_before_apply_runs_before_each_batch_and_its_store_error_fails_it() -> N
         committer = GroupCommitter(
             store,
             journal,
-            committed.append,
-            lambda batch, _exc: failed.append(batch),
+            lambda batch: committed.append(batch.id),
+            lambda batch, _exc: failed.append(batch.id),
             before_apply=before_apply,
         )
         first = journal.barrier()
