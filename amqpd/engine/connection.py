@@ -42,6 +42,7 @@ from amqpd.engine import handshake
 from amqpd.engine.channel import Channel, ChannelState
 from amqpd.engine.content import FLOW_BACKLOG
 from amqpd.engine.outbox import Outbox
+from amqpd.model import user_limits
 from amqpd.model.auth import Authz, Permission, is_loopback_peer
 from amqpd.model.statistics import IOStats
 from amqpd.wire import codec
@@ -329,6 +330,17 @@ class Connection:
         else:
             raise AMQPError(FRAME_ERROR, f"unknown frame type {frame_type}")
 
+    def _check_user_channels(self) -> None:
+        """The user's max-channels limit over all its connections (model/user_limits.py)."""
+        count = sum(
+            len(connection.channels)
+            for connection in self.broker.connections
+            if isinstance(connection, Connection) and connection.user == self.user
+        )
+        refused = user_limits.channel_refused(self.broker, self.user, count)
+        if refused is not None:
+            raise AMQPError(NOT_ALLOWED, refused)
+
     def _open_channel(self, number: int, index: int) -> None:
         # rabbit_reader:create_channel: channel_max bounds how many channels are open at
         # once (closing ones included), not their numbers; checked before the method
@@ -339,6 +351,8 @@ class Connection:
                 f"number of channels opened ({count}) has reached the negotiated "
                 f"channel_max ({self.channel_max})",
             )
+        if user_limits.has_channel_limit(self.broker, self.user):
+            self._check_user_channels()
         if index != spec.Channel.Open.index:
             raise AMQPError(
                 CHANNEL_ERROR,
@@ -466,6 +480,10 @@ class Connection:
         refused = f"access to vhost '{vhost.name}' refused for user '{self.user}'"
         limit_error = self.broker.connection_limit_error(vhost.name, refused)
         if limit_error is not None:  # rabbit_reader: node, then vhost connection limit
+            raise AMQPError(NOT_ALLOWED, limit_error, 10, 40)
+        users = (connection.user for connection in self.broker.connections)
+        limit_error = user_limits.connection_refused(self.broker, self.user, users)
+        if limit_error is not None:  # then the user's (model/user_limits.py)
             raise AMQPError(NOT_ALLOWED, limit_error, 10, 40)
         authz = self.broker.access.authz(self.user, vhost.name)
         if authz is None:

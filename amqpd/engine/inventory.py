@@ -31,7 +31,7 @@ from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import Any, Final
 
-from amqpd import __version__
+from amqpd import RABBITMQ_VERSION, __version__
 from amqpd.engine.channel import Channel, ChannelState, Mode
 from amqpd.engine.connection import Connection, State
 from amqpd.model.broker import Broker
@@ -40,7 +40,7 @@ from amqpd.model.queue import Consumer, Queue
 from amqpd.model.statistics import MessageStats, NodeSample
 from amqpd.model.vhost import Exchange, VirtualHost
 
-MANAGEMENT_VERSION: Final = "3.12.0"  # the RabbitMQ API generation these shapes follow
+MANAGEMENT_VERSION: Final = RABBITMQ_VERSION  # the one RabbitMQ version (amqpd/__init__.py)
 PRODUCT_NAME: Final = "amqpd"
 UTILISATION_WINDOW: Final = 12  # samples (one minute at the default 5 s interval)
 

@@ -211,6 +211,7 @@ def _users_delete(broker: Broker, args: _Args) -> Outcome:
     name = args.text("name")
     _user(state, name)
     del state.users[name]
+    state.user_limits.pop(name, None)
     _drop_permissions(state, user=name)
     return _changed(broker, state, f"Deleted user '{name}'.")
 
