@@ -223,6 +223,11 @@ class Connection:
         return self._out_size
 
     @property
+    def input_buffered(self) -> int:
+        """Bytes received and not yet parsed (engine/memory.py)."""
+        return self._reader.buffered
+
+    @property
     def output_pending(self) -> bool:
         """True while output waits to be taken."""
         return bool(self._out)

@@ -33,6 +33,7 @@ from typing import Any, Final
 
 from amqpd import RABBITMQ_VERSION, __version__
 from amqpd.engine.channel import Channel, ChannelState, Mode
+from amqpd.engine.churn import churn_rates
 from amqpd.engine.connection import Connection, State
 from amqpd.model.broker import Broker
 from amqpd.model.policies import merge
@@ -649,7 +650,7 @@ def overview(broker: Broker, node: NodeSample) -> dict[str, Any]:
         "disable_stats": False,
         "enable_queue_totals": True,
         "message_stats": _message_stats(totals, _CHANNEL_STATS),
-        "churn_rates": {},
+        "churn_rates": churn_rates(broker.statistics),
         "queue_totals": _queue_totals(broker),
         "object_totals": {
             "connections": len(conns),

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from amqpd.model import global_parameters, user_limits
 from amqpd.model.auth import (
     DEFAULT_HASHING,
     AccessState,
@@ -477,7 +478,45 @@ def _set_cluster_name(broker: Broker, args: _Args) -> Outcome:
     return _changed(broker, state, f"Setting cluster name to {name} ...")
 
 
+def _set_user_limit(broker: Broker, args: _Args) -> Outcome:
+    """``set-limit USER NAME VALUE`` (PUT /api/user-limits/{user}/{name})."""
+    user, name = args.text("user"), args.text("name")
+    try:
+        user_limits.set_limit(broker, user, name, args.document("value"))
+    except user_limits.NoSuchUser as exc:
+        raise AdminError(f"no such user: '{exc}'") from exc
+    except user_limits.UserLimitError as exc:
+        raise AdminError(str(exc)) from exc
+    return Outcome(f'Setting user limit "{name}" of user "{user}" ...', changed=True)
+
+
+def _clear_user_limit(broker: Broker, args: _Args) -> Outcome:
+    user, name = args.text("user"), args.text("name")
+    try:
+        user_limits.clear_limit(broker, user, name)
+    except user_limits.NoSuchUser as exc:
+        raise AdminError(f"no such user: '{exc}'") from exc
+    return Outcome(f'Clearing user limit "{name}" of user "{user}" ...', changed=True)
+
+
+def _set_global(broker: Broker, args: _Args) -> Outcome:
+    name = args.text("name")
+    created = global_parameters.set_global(broker, name, args.document("value"))
+    return Outcome(f'Setting global runtime parameter "{name}" ...', changed=True, created=created)
+
+
+def _clear_global(broker: Broker, args: _Args) -> Outcome:
+    name = args.text("name")
+    if not global_parameters.clear_global(broker, name):
+        raise AdminError("Parameter does not exist")
+    return Outcome(f'Clearing global runtime parameter "{name}" ...', changed=True)
+
+
 _COMMANDS: dict[tuple[str, str], Callable[[Broker, _Args], Outcome]] = {
+    ("users", "set-limit"): _set_user_limit,
+    ("users", "clear-limit"): _clear_user_limit,
+    ("parameters", "set-global"): _set_global,
+    ("parameters", "clear-global"): _clear_global,
     ("parameters", "set-cluster-name"): _set_cluster_name,
     ("parameters", "set-parameter"): _set_parameter,
     ("parameters", "clear-parameter"): _clear_parameter,

@@ -208,6 +208,8 @@ class NodeStatistics:
     depth_rates: dict[str, float] = field(default_factory=dict)
     last_depth: tuple[int, int] | None = None
     sampled_at: float | None = None
+    churn_last: dict[str, int] = field(default_factory=dict)  # engine/churn.py
+    churn_rates: dict[str, float] = field(default_factory=dict)
 
 
 def depth_rates(

@@ -26,11 +26,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LIMIT_KEYS",
+    "NoSuchUser",
     "UserLimitError",
     "channel_refused",
     "check_limits",
     "clear_limit",
     "connection_refused",
+    "has_channel_limit",
     "limits_json",
     "set_limit",
 ]

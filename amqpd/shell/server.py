@@ -51,6 +51,7 @@ from amqpd.model.auth import (
 )
 from amqpd.model.broker import Broker, BrokerConfig
 from amqpd.model.definitions import DefinitionsError, import_definitions
+from amqpd.model.global_parameters import ensure_cluster_id
 from amqpd.model.queue import HOT_WINDOW
 from amqpd.model.statistics import NodeSample
 from amqpd.shell import management, metrics, node_sample, resources
@@ -414,6 +415,8 @@ class Server:
             self._body_reader = store.body_reader()
             self.broker.set_body_loader(self._body_reader)
             access_state = await store.load_access()
+            if ensure_cluster_id(access_state):  # RabbitMQ makes it at the first boot
+                await store.save_access(access_state)
             if store.created and self.config.default_user is not None:
                 access_state = await self._first_user(store, access_state)
             self.broker.load_access(access_state)
@@ -788,7 +791,9 @@ async def run(broker_config: BrokerConfig, server_config: ServerConfig) -> None:
 def _make_broker(broker_config: BrokerConfig | None, server_config: ServerConfig) -> Broker:
     stored = server_config.data_dir is not None or server_config.store is not None
     journal = Journal() if stored else None
-    return Broker(broker_config, journal, time.time())
+    broker = Broker(broker_config, journal, time.time())
+    ensure_cluster_id(broker.access.state)  # a stored one replaces it (_open_store)
+    return broker
 
 
 @contextmanager

@@ -12,7 +12,6 @@ client's frames; it costs nothing when nothing changed.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -27,6 +26,7 @@ from amqpd.model.broker import Broker
 from amqpd.model.vhost import VirtualHost
 from amqpd.shell.host import BrokerHost
 from amqpd.shell.management import auth, listing
+from amqpd.shell.management.body import parse_json
 from amqpd.shell.management.errors import (
     ApiError,
     bad_request,
@@ -74,10 +74,7 @@ class Call:
         raw = await self.request.body()
         if not raw.strip():
             return {}
-        try:
-            document = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise bad_request(reason) from exc
+        document = parse_json(raw, reason)
         if not isinstance(document, dict):
             raise bad_request(reason)
         return document
