@@ -67,6 +67,7 @@ from amqpd.shell.links.federation_status import (
 )
 from amqpd.shell.links.queue_federation import QueueFederation
 from amqpd.shell.links.supervisor import LinkSupervisor, shovel_table
+from amqpd.shell.store_io import CountingBodyReader, CountingStore
 from amqpd.shell.store_role import LockLost, StoreRole
 from amqpd.shell.tls import TLSOptions, certificate_identity, server_context, tls_failure_reason
 from persistence.backend import BodyReaderPort, StoreBackend
@@ -412,7 +413,8 @@ class Server:
         store = await self._role.open()  # PostgreSQL: once this node is the active one
         started = time.perf_counter()
         try:
-            self._body_reader = store.body_reader()
+            io = self.broker.statistics.store_io  # counted: amqpd/shell/store_io.py
+            self._body_reader = CountingBodyReader(store.body_reader(), io)
             self.broker.set_body_loader(self._body_reader)
             access_state = await store.load_access()
             if ensure_cluster_id(access_state):  # RabbitMQ makes it at the first boot
@@ -434,7 +436,11 @@ class Server:
             time.perf_counter() - started,
         )
         self._committer = GroupCommitter(
-            store, journal, self._batch_committed, self._batch_failed, idle=store.reclaim
+            CountingStore(store, self.broker.statistics.store_io),
+            journal,
+            self._batch_committed,
+            self._batch_failed,
+            idle=store.reclaim,
         )
         self._store = store
         return store
