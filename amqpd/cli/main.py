@@ -27,6 +27,7 @@ from amqpd.cli.settings import (
 )
 from amqpd.model.broker import BrokerConfig
 from amqpd.model.definitions import DefinitionsError
+from amqpd.shell.listen_errors import ListenError
 from amqpd.shell.server import ServerConfig, run
 from amqpd.shell.store_role import LockLost
 from persistence.errors import StoreError
@@ -147,6 +148,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if store_error is not None:
             log.error("cannot open the store: %s", store_error)
             return 2
+        listen_error = _find(exc, ListenError)
+        if listen_error is not None:
+            log.error("%s", listen_error)
+            return 1
         os_error = _find(exc, OSError)
         if os_error is None:
             raise

@@ -442,7 +442,7 @@ class Connection:
             churn.auth_succeeded += 1
         else:
             churn.auth_failed += 1
-            log.info("%s login refused from %s: %s", mechanism, self.peer, refusal)
+            log.warning("%s login refused from %s: %s", mechanism, self.peer, refusal)
             error = AMQPError(
                 ACCESS_REFUSED,
                 f"Login was refused using authentication mechanism {mechanism}. "

@@ -67,6 +67,7 @@ from amqpd.shell.links.federation_status import (
 )
 from amqpd.shell.links.queue_federation import QueueFederation
 from amqpd.shell.links.supervisor import LinkSupervisor, shovel_table
+from amqpd.shell.listen_errors import naming
 from amqpd.shell.store_io import CountingBodyReader, CountingStore
 from amqpd.shell.store_role import LockLost, StoreRole
 from amqpd.shell.tls import TLSOptions, certificate_identity, server_context, tls_failure_reason
@@ -212,15 +213,18 @@ class Server:
         http_sockets: dict[str, socket.socket] = {}
         try:
             await self._import_definitions(store)
-            listener = await anyio.create_tcp_listener(
-                local_host=self.config.host, local_port=self.config.port, reuse_port=False
-            )
+            host = self.config.host
+            with naming("AMQP", "--port", host, self.config.port):
+                listener = await anyio.create_tcp_listener(
+                    local_host=host, local_port=self.config.port, reuse_port=False
+                )
             self.port = listener.extra(SocketAttribute.local_port)
             tls_listener = None
             if self._tls_context is not None and self.config.tls_port is not None:
-                tls_listener = await anyio.create_tcp_listener(
-                    local_host=self.config.host, local_port=self.config.tls_port, reuse_port=False
-                )
+                with naming("AMQPS", "--tls-port", host, self.config.tls_port):
+                    tls_listener = await anyio.create_tcp_listener(
+                        local_host=host, local_port=self.config.tls_port, reuse_port=False
+                    )
                 self.tls_port = tls_listener.extra(SocketAttribute.local_port)
             http_sockets = self._bind_http()
             self._add_listener("amqp", self.port)
@@ -306,10 +310,14 @@ class Server:
         config = self.config
         sockets: dict[str, socket.socket] = {}
         try:
-            if config.management_port is not None:
-                sockets["http"] = bind(config.host, config.management_port)
-            if config.prometheus_port is not None:
-                sockets["http/prometheus"] = bind(config.host, config.prometheus_port)
+            port = config.management_port
+            if port is not None:
+                with naming("the management API", "--management-port", config.host, port):
+                    sockets["http"] = bind(config.host, port)
+            port = config.prometheus_port
+            if port is not None:
+                with naming("Prometheus", "--prometheus-port", config.host, port):
+                    sockets["http/prometheus"] = bind(config.host, port)
         except BaseException:
             for sock in sockets.values():
                 sock.close()

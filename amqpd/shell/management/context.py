@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import unquote
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -166,6 +166,14 @@ def route(host: BrokerHost, path: str, **handlers: Handler) -> Route:
             return exc.response()
         except AMQPError as exc:
             return from_amqp(exc).response()
+        except ClientDisconnect:  # it went away mid-body: nothing to answer, nothing broken
+            log.info(
+                "management API: client %s disconnected during %s %s",
+                _peer(request),
+                method,
+                request.url.path,
+            )
+            return Response(status_code=400)
         except Exception as exc:  # a bug must not take the listener down, nor leak a trace
             log.exception("management API: %s %s failed", method, request.url.path)
             return ApiError(500, "internal_server_error", str(exc) or type(exc).__name__).response()
