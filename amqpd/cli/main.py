@@ -122,6 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         default_user=(args.default_user, args.default_pass) if args.default_user else None,
         management_port=None if args.no_management else args.management_port,
         prometheus_port=None if args.no_prometheus else args.prometheus_port,
+        management_host=args.management_host,
+        prometheus_host=args.prometheus_host,
         **applied.server,
     )
     backend_options = {}

@@ -105,6 +105,8 @@ class ServerConfig:
     reopen_logs: Callable[[], bool] | None = None  # on SIGHUP; True if a log file reopened
     management_port: int | None = None  # management API + dashboard (RabbitMQ: 15672); None: off
     prometheus_port: int | None = None  # Prometheus /metrics (RabbitMQ: 15692); None: off
+    management_host: str | None = None  # management.tcp.ip; None: ``host``
+    prometheus_host: str | None = None  # prometheus.tcp.ip; None: ``host``
 
 
 class _Peer:
@@ -310,14 +312,14 @@ class Server:
         config = self.config
         sockets: dict[str, socket.socket] = {}
         try:
-            port = config.management_port
+            port, host = config.management_port, config.management_host or config.host
             if port is not None:
-                with naming("the management API", "--management-port", config.host, port):
-                    sockets["http"] = bind(config.host, port)
-            port = config.prometheus_port
+                with naming("the management API", "--management-port", host, port):
+                    sockets["http"] = bind(host, port)
+            port, host = config.prometheus_port, config.prometheus_host or config.host
             if port is not None:
-                with naming("Prometheus", "--prometheus-port", config.host, port):
-                    sockets["http/prometheus"] = bind(config.host, port)
+                with naming("Prometheus", "--prometheus-port", host, port):
+                    sockets["http/prometheus"] = bind(host, port)
         except BaseException:
             for sock in sockets.values():
                 sock.close()
@@ -329,22 +331,23 @@ class Server:
     ) -> None:
         """Start the management API and the Prometheus endpoint on their bound sockets."""
         for protocol, sock in sockets.items():
+            host, port = sock.getsockname()[:2]
             if protocol == "http":
                 self.management_port = await group.start(
                     serve_http, management.create_app(self), sock
                 )
-                self._add_listener(protocol, self.management_port)
+                self._add_listener(protocol, self.management_port, host)
             else:
                 self.prometheus_port = await group.start(serve_http, metrics.create_app(self), sock)
-                self._add_listener(protocol, self.prometheus_port)
-            log.info("listening for %s on %s:%d", protocol, self.config.host, sock.getsockname()[1])
+                self._add_listener(protocol, self.prometheus_port, host)
+            log.info("listening for %s on %s:%d", protocol, host, port)
 
-    def _add_listener(self, protocol: str, port: int) -> None:
+    def _add_listener(self, protocol: str, port: int, host: str | None = None) -> None:
         self.listeners.append(
             {
                 "node": self.broker.statistics.node,
                 "protocol": protocol,
-                "ip_address": self.config.host,
+                "ip_address": host or self.config.host,
                 "port": port,
                 "socket_opts": {},
             }
