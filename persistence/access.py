@@ -2,7 +2,8 @@
 operator policies and global parameters (schema 3); vhost-scoped runtime parameters
 (schema 6); user limits (RabbitMQ's ``limits`` of a user: max-connections, max-channels),
 kept in the parameters table under the reserved component `USER_LIMITS_COMPONENT` with an
-empty vhost, so no schema change was needed (in memory they are `AccessState.user_limits`,
+empty vhost, and a vhost's max-queues limit under `MAX_QUEUES_COMPONENT`, so no schema
+change was needed (in memory they are `AccessState.user_limits`,
 never a runtime parameter).
 
 Pure: the statements and row conversions live here; :class:`persistence.store.Store` runs
@@ -20,6 +21,7 @@ from typing import Any, Final
 __all__ = [
     "FULL_ACCESS",
     "LOAD_SQL",
+    "MAX_QUEUES_COMPONENT",
     "USER_LIMITS_COMPONENT",
     "AccessState",
     "Permission",
@@ -32,6 +34,7 @@ __all__ = [
 
 FULL_ACCESS: Final = ".*"
 USER_LIMITS_COMPONENT: Final = "amqpd-user-limits"  # parameters rows: ('', user) -> limits
+MAX_QUEUES_COMPONENT: Final = "amqpd-max-queues"  # parameters rows: (vhost, '') -> limit
 
 
 @dataclass(slots=True)
@@ -61,6 +64,7 @@ class VhostInfo:
     description: str = ""
     tags: tuple[str, ...] = ()
     max_connections: int | None = None  # None or negative: unlimited; 0: no connections
+    max_queues: int | None = None  # the same for queues (kept in the parameters table)
 
 
 @dataclass(slots=True, frozen=True)
@@ -128,6 +132,9 @@ def rows_to_state(rows: dict[str, list[Any]]) -> AccessState:
     for component, vhost, name, value in rows["parameters"]:
         if component == USER_LIMITS_COMPONENT:
             state.user_limits[name] = json.loads(value)
+        elif component == MAX_QUEUES_COMPONENT:
+            if vhost in state.vhosts:
+                state.vhosts[vhost].max_queues = json.loads(value)
         else:
             state.parameters[(component, vhost, name)] = json.loads(value)
     return state
@@ -156,6 +163,11 @@ def state_to_statements(state: AccessState) -> list[tuple[str, list[tuple[Any, .
                 (USER_LIMITS_COMPONENT, "", user, json.dumps(limits))
                 for user, limits in state.user_limits.items()
                 if limits
+            ]
+            + [
+                (MAX_QUEUES_COMPONENT, v.name, "", json.dumps(v.max_queues))
+                for v in state.vhosts.values()
+                if v.max_queues is not None
             ],
         ),
         (

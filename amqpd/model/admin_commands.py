@@ -305,10 +305,12 @@ def _vhosts_put(broker: Broker, args: _Args) -> Outcome:
 def _vhosts_limit(broker: Broker, args: _Args) -> Outcome:
     state = _copy(broker)
     name = args.text("name")
-    limit = args.limit("max_connections")
-    _vhost(state, name).max_connections = limit
+    key = "max_queues" if args.text("command") == "set-max-queues" else "max_connections"
+    limit = args.limit(key)
+    setattr(_vhost(state, name), key, limit)
     shown = -1 if limit is None else limit
-    return _changed(broker, state, f"Set max-connections of vhost '{name}' to {shown}.")
+    what = key.replace("_", "-")
+    return _changed(broker, state, f"Set {what} of vhost '{name}' to {shown}.")
 
 
 def _vhosts_delete(broker: Broker, args: _Args) -> Outcome:
@@ -539,6 +541,7 @@ _COMMANDS: dict[tuple[str, str], Callable[[Broker, _Args], Outcome]] = {
     ("vhosts", "add"): _vhosts_add,
     ("vhosts", "put"): _vhosts_put,
     ("vhosts", "set-max-connections"): _vhosts_limit,
+    ("vhosts", "set-max-queues"): _vhosts_limit,
     ("vhosts", "delete"): _vhosts_delete,
     ("vhosts", "list"): _vhosts_list,
     ("definitions", "export"): _export,

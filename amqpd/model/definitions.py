@@ -20,8 +20,8 @@ and amqpd both ways:
   RabbitMQ does, model/definitions_rabbit.py; amqpd's older ``operator_policies`` section
   is still read);
 * global_parameters: name / value pairs, kept and exported again;
-* parameters: ``vhost-limits`` (max-connections; other limits are reported as not
-  applied), ``shovel`` (model/shovels.py, validated; a shovel starts once imported),
+* parameters: ``vhost-limits`` (max-connections, max-queues; other limits are reported
+  as not applied), ``shovel`` (model/shovels.py, validated; a shovel starts once imported),
   ``federation-upstream`` and ``federation-upstream-set`` (model/federation.py, validated).
 
 Importing adds or updates, it never deletes (like RabbitMQ). What cannot be applied - an
@@ -55,7 +55,9 @@ from amqpd.model.definitions_rabbit import (
     VHOST_LIMITS,
     as_policy_item,
     operator_policy_parameter,
+    parse_vhost_limits,
     unsupported_vhost_limits,
+    vhost_limits,
 )
 from amqpd.model.parameters import (
     ParameterError,
@@ -185,11 +187,10 @@ def parse_access(data: Mapping[str, Any], into: AccessState) -> AccessState:
         info = state.vhosts.get(vhost)
         if info is None:
             raise DefinitionsError(f"parameters: no vhost '{vhost}'")
-        value = item.get("value") or {}
-        limit = value.get("max-connections") if isinstance(value, Mapping) else None
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
-            raise DefinitionsError(f"vhost-limits of '{vhost}': max-connections must be a number")
-        info.max_connections = limit
+        try:
+            info.max_connections, info.max_queues = parse_vhost_limits(item.get("value"))
+        except ValueError as exc:
+            raise DefinitionsError(f"vhost-limits of '{vhost}': {exc}") from exc
     for item in _items(data, "global_parameters"):
         state.global_parameters[_text(item, "name", "global_parameters")] = item.get("value")
     return state
@@ -484,10 +485,10 @@ def export_definitions(
                 "vhost": info.name,
                 "component": "vhost-limits",
                 "name": "limits",
-                "value": {"max-connections": info.max_connections},
+                "value": vhost_limits(info),
             }
             for info in access.vhosts.values()
-            if info.max_connections is not None
+            if vhost_limits(info)
         ]
         + [
             parameter_json(component, vhost, name, value)

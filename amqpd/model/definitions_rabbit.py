@@ -9,9 +9,9 @@ so that a file moves between them both ways without losing anything:
   (`operator_policy_parameter`): RabbitMQ's import ignores an ``operator_policies``
   section without a word;
 * user limits: the ``limits`` object of a user (model/user_limits.py);
-* vhost limits: the ``vhost-limits`` parameter; amqpd enforces ``max-connections``, and
-  reports every other key (RabbitMQ's ``max-queues``) as not applied rather than dropping it
-  silently.
+* vhost limits: the ``vhost-limits`` parameter; amqpd enforces ``max-connections`` and
+  ``max-queues`` (`vhost_limits`), and reports any other key as not applied rather than
+  dropping it silently.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from persistence.access import PolicyRecord
+from persistence.access import PolicyRecord, VhostInfo
 
 __all__ = [
     "OPERATOR_POLICY",
@@ -27,12 +27,14 @@ __all__ = [
     "as_policy_item",
     "operator_policy_parameter",
     "pairs_to_object",
+    "parse_vhost_limits",
     "unsupported_vhost_limits",
+    "vhost_limits",
 ]
 
 OPERATOR_POLICY: Final = "operator_policy"
 VHOST_LIMITS: Final = "vhost-limits"
-SUPPORTED_VHOST_LIMITS: Final = ("max-connections",)
+SUPPORTED_VHOST_LIMITS: Final = ("max-connections", "max-queues")
 
 
 def pairs_to_object(value: Any) -> Any:
@@ -77,6 +79,27 @@ def operator_policy_parameter(policy: PolicyRecord) -> dict[str, Any]:
         "component": OPERATOR_POLICY,
         "name": policy.name,
     }
+
+
+def parse_vhost_limits(value: Any) -> tuple[int | None, int | None]:
+    """(max-connections, max-queues) of a ``vhost-limits`` value (None: not set).
+
+    Raises:
+        ValueError: a limit that is not a number.
+    """
+    limits: list[int | None] = []
+    for key in SUPPORTED_VHOST_LIMITS:
+        limit = value.get(key) if isinstance(value, Mapping) else None
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise ValueError(f"{key} must be a number")
+        limits.append(limit)
+    return limits[0], limits[1]
+
+
+def vhost_limits(info: VhostInfo) -> dict[str, int]:
+    """A vhost's limits as the ``vhost-limits`` value (and ``/api/vhost-limits``) shows them."""
+    limits = {"max-connections": info.max_connections, "max-queues": info.max_queues}
+    return {key: value for key, value in limits.items() if value is not None}
 
 
 def unsupported_vhost_limits(parameter: Mapping[str, Any]) -> list[str]:

@@ -102,7 +102,7 @@ def _set_up(rabbit: RabbitNode) -> None:
     ctl(rabbit, "set_permissions", "-p", "v1", "alice", ".*", ".*", ".*")
     ctl(rabbit, "set_permissions", "-p", "v1", "guest", ".*", ".*", ".*")
     ctl(rabbit, "set_user_limits", "alice", '{"max-connections": 10, "max-channels": 20}')
-    ctl(rabbit, "set_vhost_limits", "-p", "v1", '{"max-connections": 5}')
+    ctl(rabbit, "set_vhost_limits", "-p", "v1", '{"max-connections": 5, "max-queues": 100}')
     ctl(
         rabbit,
         "set_operator_policy",

@@ -150,13 +150,21 @@ def test_exporting_again_loses_nothing_in_rabbitmqs_layout() -> None:
     assert again.access.state.operator_policies == broker.access.state.operator_policies
 
 
-def test_limits_amqpd_does_not_enforce_are_reported_not_dropped() -> None:
+def test_vhost_max_queues_is_kept_and_unknown_limits_are_reported() -> None:
     document = copy.deepcopy(RABBIT_EXPORT)
     document["parameters"][1]["value"]["max-queues"] = 7
+    broker, counts, problems = _import(document)
+    assert problems == [] and counts["parameters"] == 1
+    assert broker.access.state.vhosts["v1"].max_queues == 7
+    assert broker.vhosts["v1"].max_queues == 7
+    exported = export_definitions(broker.access.state, *topology(broker))
+    [limits] = [p for p in exported["parameters"] if p["component"] == "vhost-limits"]
+    assert limits["value"] == {"max-connections": 5, "max-queues": 7}
+    document["parameters"][1]["value"]["max-streams"] = 7  # no such limit in amqpd
     _broker, counts, problems = _import(document)
     assert problems == [
-        "vhost limit 'max-queues' of vhost 'v1': not supported by amqpd (it enforces "
-        "max-connections)"
+        "vhost limit 'max-streams' of vhost 'v1': not supported by amqpd (it enforces "
+        "max-connections, max-queues)"
     ]
     assert counts["parameters"] == 0
 
