@@ -312,3 +312,33 @@ def test_deeply_nested_json_is_a_clear_400_everywhere() -> None:
     answer = api.put("/api/queues/%2F/q", json={"arguments": nested})
     assert answer.status_code == 400
     assert api.put("/api/queues/%2F/q", json={"arguments": {"x-a": {"b": [1]}}}).status_code == 201
+
+
+def test_parameters_list_vhost_limits_and_operator_policies_as_rabbitmq() -> None:
+    broker, _counts, _problems = _import(RABBIT_EXPORT)
+    api = Api(broker)
+    listed = api.get("/api/parameters").json()
+    assert {(p["component"], p["vhost"], p["name"]) for p in listed} == {
+        ("operator_policy", "v1", "op1"),
+        ("vhost-limits", "v1", "limits"),
+    }
+    assert api.get("/api/parameters/operator_policy/v1/op1").json() == {
+        "value": {
+            "pattern": "^q",
+            "definition": {"max-length": 100},
+            "priority": 0,
+            "apply-to": "queues",
+        },
+        "vhost": "v1",
+        "component": "operator_policy",
+        "name": "op1",
+    }
+    assert api.get("/api/parameters/vhost-limits").json() == [
+        {
+            "value": {"max-connections": 5},
+            "vhost": "v1",
+            "component": "vhost-limits",
+            "name": "limits",
+        }
+    ]
+    assert api.get("/api/parameters/vhost-limits/v1/nope").status_code == 404
