@@ -35,6 +35,7 @@ from amqpd import RABBITMQ_VERSION, __version__
 from amqpd.engine.channel import Channel, ChannelState, Mode
 from amqpd.engine.churn import churn_rates
 from amqpd.engine.connection import Connection, State
+from amqpd.engine.residency import residency
 from amqpd.model.broker import Broker
 from amqpd.model.policies import merge
 from amqpd.model.queue import Consumer, Queue
@@ -204,6 +205,7 @@ def _queue(broker: Broker, queue: Queue, unacked: tuple[int, int]) -> dict[str, 
     exclusive_consumer = queue.exclusive_consumer
     rates = broker.statistics
     depth = stats.depth_rates
+    held = residency(queue)  # stored / paged-out ready messages (one pass)
     item: dict[str, Any] = {
         "name": queue.name,
         "vhost": queue.vhost_name,
@@ -239,10 +241,12 @@ def _queue(broker: Broker, queue: Queue, unacked: tuple[int, int]) -> dict[str, 
         "message_bytes": queue.ready_bytes + unacked_bytes,
         "message_bytes_ready": queue.ready_bytes,
         "message_bytes_unacknowledged": unacked_bytes,
-        "message_bytes_ram": queue.ready_bytes + unacked_bytes,
-        "message_bytes_persistent": 0,
-        "messages_ram": ready + unacked_count,
-        "messages_persistent": 0,
+        "message_bytes_ram": queue.ready_bytes + unacked_bytes - held.paged_out_bytes,
+        "message_bytes_persistent": held.persistent_bytes,
+        "message_bytes_paged_out": held.paged_out_bytes,
+        "messages_ram": ready + unacked_count - held.paged_out,
+        "messages_persistent": held.persistent,
+        "messages_paged_out": held.paged_out,
         "memory": 1024 + 96 * ready + queue.ready_bytes,
         "head_message_timestamp": None,
         "recoverable_slaves": None,

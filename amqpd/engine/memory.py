@@ -25,12 +25,11 @@ Cost: one pass over each queue's ready entries (`residency`), done only when ask
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Final
 
 from amqpd.engine.inventory import open_connections
+from amqpd.engine.residency import residency
 from amqpd.model.broker import Broker
-from amqpd.model.queue import Queue
 
 ENTRY_BYTES: Final = 320  # a QueueEntry + a Message (slotted objects) + the deque slot
 QUEUE_BYTES: Final = 4096  # a queue's objects: settings, statistics, consumer ring
@@ -65,31 +64,6 @@ RABBIT_KEYS: Final = (
     "allocated_unused",
     "reserved_unallocated",
 )
-
-
-@dataclass(slots=True)
-class Residency:
-    """A queue's ready messages by where they are: persistent ones (stored: persistent in
-    a durable queue) and those whose body is paged out to the store."""
-
-    persistent: int = 0
-    persistent_bytes: int = 0
-    paged_out: int = 0
-    paged_out_bytes: int = 0
-
-
-def residency(queue: Queue) -> Residency:
-    """Count a queue's ready messages by residency (one pass over them)."""
-    counts = Residency()
-    for entry in queue.ready:
-        message = entry.message
-        if entry.stored:
-            counts.persistent += 1
-            counts.persistent_bytes += message.body_size
-        if message.body is None:
-            counts.paged_out += 1
-            counts.paged_out_bytes += message.body_size
-    return counts
 
 
 def breakdown(broker: Broker, rss: int, store_cache: int) -> dict[str, Any]:

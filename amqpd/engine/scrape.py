@@ -26,7 +26,7 @@ from amqpd.engine.inventory import (
     open_connections,
     unacked_by_queue,
 )
-from amqpd.engine.memory import residency
+from amqpd.engine.residency import residency
 from amqpd.model.broker import Broker
 from amqpd.model.statistics import NodeSample
 

@@ -14,13 +14,14 @@ from pamqp import commands
 
 import amqpd
 from amqpd.engine import rates
-from amqpd.model.broker import Broker
+from amqpd.model.broker import Broker, BrokerConfig
 from amqpd.model.definitions import export_definitions, import_definitions, topology
 from amqpd.model.global_parameters import ensure_cluster_id
 from amqpd.wire.errors import NOT_ALLOWED
+from persistence.journal import Journal
 from tests.unit.engine_driver import Client
 from tests.unit.management_support import Api
-from tests.unit.protocol_support import connect, connection_error
+from tests.unit.protocol_support import connect, connection_error, declare, publish_frames
 
 # ``rabbitmqctl export_definitions -`` of a RabbitMQ 3.10.8 node after set_user_limits,
 # set_vhost_limits, set_operator_policy and a policy with classic mirroring keys (the
@@ -342,3 +343,18 @@ def test_parameters_list_vhost_limits_and_operator_policies_as_rabbitmq() -> Non
         }
     ]
     assert api.get("/api/parameters/vhost-limits/v1/nope").status_code == 404
+
+
+def test_queue_listing_counts_persistent_and_paged_out_messages() -> None:
+    api = Api(Broker(BrokerConfig(), Journal()))
+    client = connect(api.broker)
+    declare(client, 1, "durable", durable=True)
+    for _ in range(3):
+        client.send(1, *publish_frames("durable", b"12345", delivery_mode=2))
+    client.send(1, *publish_frames("durable", b"transient"))
+    client.received()
+    next(iter(api.broker.vhosts["/"].queues["durable"].ready)).message.body = None  # paged out
+    item = api.get("/api/queues/%2F/durable").json()
+    assert (item["messages_persistent"], item["message_bytes_persistent"]) == (3, 15)
+    assert (item["messages_paged_out"], item["message_bytes_paged_out"]) == (1, 5)
+    assert (item["messages_ram"], item["message_bytes_ram"]) == (3, 19)
