@@ -102,6 +102,17 @@ RABBIT_EXPORT: dict[str, Any] = {
 }  # fmt: skip
 
 
+# the keys of RabbitMQ 3.10.8's GET /api/nodes/{node}/memory ``memory`` object, in its order
+RABBIT_MEMORY_KEYS = (
+    "connection_readers", "connection_writers", "connection_channels", "connection_other",
+    "queue_procs", "queue_slave_procs", "quorum_queue_procs", "quorum_queue_dlx_procs",
+    "stream_queue_procs", "stream_queue_replica_reader_procs",
+    "stream_queue_coordinator_procs", "plugins", "other_proc", "metrics", "mgmt_db", "mnesia",
+    "quorum_ets", "other_ets", "binary", "msg_index", "code", "atom", "other_system",
+    "allocated_unused", "reserved_unallocated", "strategy", "total",
+)  # fmt: skip
+
+
 def _import(document: dict[str, Any]) -> tuple[Broker, dict[str, int], list[str]]:
     broker = Broker()
     problems: list[str] = []
@@ -257,6 +268,7 @@ def test_node_memory_has_rabbitmqs_shape() -> None:
     answer = api.get("/api/nodes/amqpd@test/memory")
     assert answer.status_code == 200
     memory = answer.json()["memory"]
+    assert set(memory) == set(RABBIT_MEMORY_KEYS)  # exactly RabbitMQ 3.10.8's keys
     assert memory["strategy"] == "rss"
     assert set(memory["total"]) == {"erlang", "rss", "allocated"}
     for key in ("connection_other", "queue_procs", "binary", "msg_index", "other_system"):
