@@ -34,13 +34,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from amqpd.model import bounded_json
 from amqpd.model.admin_commands import AdminError, Outcome, execute, problems_text
 from amqpd.model.auth import hash_password
 from amqpd.model.broker import Broker, BrokerConfig
@@ -226,7 +226,7 @@ def _request(args: argparse.Namespace, stdin: TextIO | None) -> dict[str, Any]:
     elif args.group == "definitions" and args.command == "import":
         try:
             text = (stdin or sys.stdin).read() if str(args.file) == "-" else args.file.read_text()
-            request["definitions"] = json.loads(text)
+            request["definitions"] = bounded_json.loads(text)
         except (OSError, ValueError) as exc:
             raise AdminError(f"cannot read {args.file}: {exc}") from exc
     return request

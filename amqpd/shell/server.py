@@ -40,6 +40,7 @@ from amqpd.engine import ctl_commands
 from amqpd.engine.connection import Connection
 from amqpd.engine.outbox import Outbox
 from amqpd.engine.rates import SAMPLE_INTERVAL, RateSampler
+from amqpd.model import bounded_json
 from amqpd.model.admin_commands import AdminError, execute, problems_text
 from amqpd.model.auth import (
     DEFAULT_HASHING,
@@ -541,7 +542,7 @@ class Server:
         if path is None:
             return
         try:
-            data: Any = json.loads(await anyio.Path(path).read_text())
+            data: Any = bounded_json.loads(await anyio.Path(path).read_text())
         except (OSError, ValueError) as exc:
             raise DefinitionsError(f"cannot read definitions file {path}: {exc}") from exc
         problems: list[str] = []

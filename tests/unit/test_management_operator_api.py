@@ -10,10 +10,12 @@ import copy
 import json
 from typing import Any
 
+import pytest
 from pamqp import commands
 
 import amqpd
 from amqpd.engine import rates
+from amqpd.model import bounded_json
 from amqpd.model.broker import Broker, BrokerConfig
 from amqpd.model.definitions import export_definitions, import_definitions, topology
 from amqpd.model.global_parameters import ensure_cluster_id
@@ -370,3 +372,13 @@ def test_queue_listing_counts_persistent_and_paged_out_messages() -> None:
     assert (item["messages_persistent"], item["message_bytes_persistent"]) == (3, 15)
     assert (item["messages_paged_out"], item["message_bytes_paged_out"]) == (1, 5)
     assert (item["messages_ram"], item["message_bytes_ram"]) == (3, 19)
+
+
+def test_bounded_json_refuses_deep_documents_with_one_text() -> None:
+    assert bounded_json.loads('{"a": [1, {"b": 2}]}') == {"a": [1, {"b": 2}]}
+    for text in ("[" * 5000 + "]" * 5000, "[" * 101 + "]" * 101):
+        with pytest.raises(ValueError, match=r"^JSON nested deeper than 100 levels$"):
+            bounded_json.loads(text)
+    assert bounded_json.loads("[" * 100 + "]" * 100) is not None
+    with pytest.raises(ValueError):
+        bounded_json.loads("{not json")

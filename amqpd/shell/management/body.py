@@ -3,46 +3,31 @@ booleans may be JSON booleans or the strings "true" / "false" (rabbitmqadmin sen
 strings), integers may be strings, ``arguments`` is an object (an empty list is accepted),
 and a missing required key is 400 ``[{key_missing,NAME}]``.
 
-Every JSON body is parsed by `parse_json`, which bounds its nesting at `MAX_DEPTH` levels:
+Every JSON body is parsed by `parse_json`, which bounds its nesting (model/bounded_json.py):
 a deeper document (RabbitMQ accepts any depth) is a 400 with a clear text rather than a
 RecursionError in the parser or in whatever walks the value later."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, Final
 
+from amqpd.model import bounded_json
+from amqpd.model.bounded_json import TOO_DEEP
 from amqpd.shell.management.errors import bad_request
 
 SHORTSTR_MAX: Final = 255
-MAX_DEPTH: Final = 100  # nesting levels of a JSON body (definitions files need under 10)
-TOO_DEEP: Final = f"JSON nested deeper than {MAX_DEPTH} levels"
-
-
-def _depth_ok(value: Any) -> bool:
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item
-        if depth > MAX_DEPTH:
-            return False
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
-    return True
 
 
 def parse_json(raw: bytes, reason: str) -> Any:
-    """The JSON value of a request body; 400 ``reason`` if it is not JSON, 400 `TOO_DEEP`
-    if it nests deeper than `MAX_DEPTH`."""
+    """The JSON value of a request body; 400 ``reason`` if it is not JSON, 400 ``JSON
+    nested deeper than 100 levels`` past `bounded_json.MAX_DEPTH`."""
     try:
-        document = json.loads(raw)
-    except RecursionError as exc:  # the C parser's own bound (about 1,000 levels)
-        raise bad_request(TOO_DEEP) from exc
-    except (ValueError, UnicodeDecodeError) as exc:
+        return bounded_json.loads(raw)
+    except UnicodeDecodeError as exc:
         raise bad_request(reason) from exc
-    if isinstance(document, dict | list) and not _depth_ok(document):
-        raise bad_request(TOO_DEEP)
-    return document
+    except ValueError as exc:
+        raise bad_request(TOO_DEEP if str(exc) == TOO_DEEP else reason) from exc
 
 
 def require(body: Mapping[str, Any], *keys: str) -> None:
