@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import anyio
 
@@ -55,9 +56,23 @@ subcommands (each has its own --help):
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with "did you mean" for a misspelt option (``--managment-port``)."""
+
+    def error(self, message: str) -> NoReturn:
+        words = message.rpartition(":")[2].split() if "unrecognized arguments" in message else []
+        known = [flag for action in self._actions for flag in action.option_strings]
+        for word in words:
+            close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.75)
+            if word.startswith("--") and close:
+                message += f"; did you mean {close[0]}?"
+                break
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``amqpd`` argument parser; every option also reads an AMQPD_* variable."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="amqpd",
         usage="amqpd [options]  |  amqpd {ctl,users,vhosts,definitions,perf} ...",
         description="An AMQP 0-9-1 message broker that RabbitMQ clients use unchanged.\n"

@@ -208,3 +208,11 @@ def test_loopback_users_none(tmp_path: Path) -> None:
     assert _settings(["--config", str(conf)]).loopback_users == ("guest", "ops")
     conf.write_text("loopback_users.guest = perhaps\n")
     assert "loopback_users.guest = perhaps" in _refused(["--config", str(conf)])
+
+
+def test_a_misspelt_flag_gets_did_you_mean(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        build_parser().parse_args(["--managment-port", "0"])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --managment-port 0; did you mean --management-port?" in err
