@@ -324,8 +324,23 @@ def test_definitions_export_and_import() -> None:
     }
     assert api.post("/api/definitions/%2F", json=scoped).status_code == 204
     assert "scoped" in api.broker.default_vhost.queues
+    policy = {"pattern": "^x", "definition": {"max-length": 3}, "apply-to": "queues"}
+    with_policies = {
+        "policies": [{"name": "p1", **policy}],
+        "parameters": [
+            {"component": "operator_policy", "name": "op1", "value": policy},
+            {"component": "vhost-limits", "name": "limits", "value": {"max-queues": 50}},
+        ],
+    }
+    assert api.post("/api/definitions/%2F", json=with_policies).status_code == 204
     per_vhost = api.get("/api/definitions/%2F").json()
     assert "users" not in per_vhost and all("vhost" not in q for q in per_vhost["queues"])
+    assert [p["name"] for p in per_vhost["policies"]] == ["p1"]
+    assert {(p["component"], p["name"]) for p in per_vhost["parameters"]} == {
+        ("operator_policy", "op1"),
+        ("vhost-limits", "limits"),
+    }
+    assert all("vhost" not in p for p in per_vhost["parameters"] + per_vhost["policies"])
     assert api.post("/api/definitions", content=b"{bad").json() == {
         "error": "bad_request",
         "reason": "failed_to_parse_json",
