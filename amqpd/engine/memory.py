@@ -5,10 +5,11 @@
 Python has no per-object accounting like the Erlang VM's, so the breakdown is an estimate
 from what the core holds, each figure under the RabbitMQ key whose meaning is closest:
 
-- ``binary``: message bodies and content headers held in memory (ready and unacked; a
-  paged-out body is not held);
+- ``binary``: message bodies held in memory (ready and unacked; a paged-out body is not
+  held);
 - ``queue_procs``: the queues' own structures: one `QueueEntry` and one `Message` object per
-  message (``ENTRY_BYTES``) plus ``QUEUE_BYTES`` per queue;
+  ready message, its content header included (``ENTRY_BYTES``), plus ``QUEUE_BYTES`` per
+  queue;
 - ``connection_readers``: bytes received and not yet parsed, ``connection_writers``: output
   waiting to be written, ``connection_channels``: channels and their unacked records,
   ``connection_other``: ``CONNECTION_BYTES`` per connection;
