@@ -40,7 +40,7 @@ SERVER_CAPABILITIES: Final = {  # rabbit_reader:server_capabilities, in its orde
 # increases for ETA tasks unapplied. amqpd implements RabbitMQ's semantics, so it says so;
 # ``information`` and ``platform`` name amqpd. Operators can override any of these
 # (`BrokerConfig.server_properties`, RabbitMQ's ``server_properties``).
-RABBITMQ_VERSION: Final = "3.10.8"
+RABBITMQ_VERSION: Final = amqpd.RABBITMQ_VERSION
 MECHANISMS: Final = ("PLAIN", "AMQPLAIN", "EXTERNAL")
 FRAME_MIN_SIZE: Final = 4096  # the frame size limit until Tune-Ok, and the least allowed
 

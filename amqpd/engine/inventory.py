@@ -31,9 +31,11 @@ from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import Any, Final
 
-from amqpd import __version__
+from amqpd import RABBITMQ_VERSION, __version__
 from amqpd.engine.channel import Channel, ChannelState, Mode
+from amqpd.engine.churn import churn_rates
 from amqpd.engine.connection import Connection, State
+from amqpd.engine.residency import residency
 from amqpd.engine.stream_inventory import stream_consumer_fields, stream_fields
 from amqpd.model.broker import Broker
 from amqpd.model.policies import merge
@@ -41,7 +43,7 @@ from amqpd.model.queue import Consumer, Queue
 from amqpd.model.statistics import MessageStats, NodeSample
 from amqpd.model.vhost import Exchange, VirtualHost
 
-MANAGEMENT_VERSION: Final = "3.12.0"  # the RabbitMQ API generation these shapes follow
+MANAGEMENT_VERSION: Final = RABBITMQ_VERSION  # the one RabbitMQ version (amqpd/__init__.py)
 PRODUCT_NAME: Final = "amqpd"
 UTILISATION_WINDOW: Final = 12  # samples (one minute at the default 5 s interval)
 
@@ -204,6 +206,7 @@ def _queue(broker: Broker, queue: Queue, unacked: tuple[int, int]) -> dict[str, 
     exclusive_consumer = queue.exclusive_consumer
     rates = broker.statistics
     depth = stats.depth_rates
+    held = residency(queue)  # stored / paged-out ready messages (one pass)
     item: dict[str, Any] = {
         "name": queue.name,
         "vhost": queue.vhost_name,
@@ -239,10 +242,12 @@ def _queue(broker: Broker, queue: Queue, unacked: tuple[int, int]) -> dict[str, 
         "message_bytes": queue.ready_bytes + unacked_bytes,
         "message_bytes_ready": queue.ready_bytes,
         "message_bytes_unacknowledged": unacked_bytes,
-        "message_bytes_ram": queue.ready_bytes + unacked_bytes,
-        "message_bytes_persistent": 0,
-        "messages_ram": ready + unacked_count,
-        "messages_persistent": 0,
+        "message_bytes_ram": queue.ready_bytes + unacked_bytes - held.paged_out_bytes,
+        "message_bytes_persistent": held.persistent_bytes,
+        "message_bytes_paged_out": held.paged_out_bytes,
+        "messages_ram": ready + unacked_count - held.paged_out,
+        "messages_persistent": held.persistent,
+        "messages_paged_out": held.paged_out,
         "memory": 1024 + 96 * ready + queue.ready_bytes,
         "head_message_timestamp": None,
         "recoverable_slaves": None,
@@ -657,7 +662,7 @@ def overview(broker: Broker, node: NodeSample) -> dict[str, Any]:
         "disable_stats": False,
         "enable_queue_totals": True,
         "message_stats": _message_stats(totals, _CHANNEL_STATS),
-        "churn_rates": {},
+        "churn_rates": churn_rates(broker.statistics),
         "queue_totals": _queue_totals(broker),
         "object_totals": {
             "connections": len(conns),

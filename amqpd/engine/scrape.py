@@ -26,6 +26,7 @@ from amqpd.engine.inventory import (
     open_connections,
     unacked_by_queue,
 )
+from amqpd.engine.residency import residency
 from amqpd.model.broker import Broker
 from amqpd.model.statistics import NodeSample
 
@@ -105,6 +106,7 @@ def _queues(
             held, held_bytes = unacked.get(queue, (0, 0))
             ready, ready_bytes = queue.message_count, queue.ready_bytes  # streams too
             utilisation = queue.stats.utilisation
+            held_where = residency(queue)  # one pass over the ready messages
             yield (
                 {"vhost": host.name, "queue": queue.name},
                 {
@@ -120,6 +122,10 @@ def _queues(
                     "message_bytes_ram": ready_bytes + held_bytes,
                     "messages_ready_ram": ready,
                     "messages_unacknowledged_ram": held,
+                    "messages_persistent": held_where.persistent,
+                    "message_bytes_persistent": held_where.persistent_bytes,
+                    "messages_paged_out": held_where.paged_out,
+                    "message_bytes_paged_out": held_where.paged_out_bytes,
                 },
             )
 

@@ -172,6 +172,8 @@ class Broker:
         queue and exchange of the vhost is re-evaluated at once (model/policies.py)."""
         state = self.access.state
         for name, vhost in self.vhosts.items():
+            info = state.vhosts.get(name)
+            vhost.max_queues = None if info is None else info.max_queues  # a vhost limit
             policies = [p for p in state.policies.values() if p.vhost == name]
             operator = [p for p in state.operator_policies.values() if p.vhost == name]
             if policies != vhost.policies or operator != vhost.operator_policies:

@@ -158,6 +158,7 @@ class VirtualHost:
         self.clock = Clock()  # shared with the broker, which replaces it
         self.watch_queues: set[Queue] = set()  # queues with timers (TTL, x-expires)
         self.policies: list[PolicyRecord] = []  # set by the broker (model/policies.py)
+        self.max_queues: int | None = None  # the vhost limit, set by the broker
         self.operator_policies: list[PolicyRecord] = []
         self.federation: FederatedQueues | None = None  # the broker's (federated_queues.py)
         self.churn = Churn()  # the broker's node-wide counters replace these two
@@ -314,6 +315,12 @@ class VirtualHost:
             name = generated_name("amq.gen-")
         elif name.startswith("amq."):
             raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+        limit = self.max_queues
+        if limit is not None and limit >= 0 and len(self.queues) >= limit:
+            raise precondition_failed(  # RabbitMQ 3.10.8's text
+                f"cannot declare queue '{name}': queue limit in vhost '{self.name}' ({limit}) "
+                "is reached"
+            )
         try:
             queue = self.new_queue(
                 name, durable, owner if exclusive else None, auto_delete, arguments

@@ -40,6 +40,7 @@ from amqpd.engine import ctl_commands
 from amqpd.engine.connection import Connection
 from amqpd.engine.outbox import Outbox
 from amqpd.engine.rates import SAMPLE_INTERVAL, RateSampler
+from amqpd.model import bounded_json
 from amqpd.model.admin_commands import AdminError, execute, problems_text
 from amqpd.model.alarms import DISK_CHECK_BYTES
 from amqpd.model.auth import (
@@ -52,6 +53,7 @@ from amqpd.model.auth import (
 )
 from amqpd.model.broker import Broker, BrokerConfig
 from amqpd.model.definitions import DefinitionsError, import_definitions
+from amqpd.model.global_parameters import ensure_cluster_id
 from amqpd.model.queue import HOT_WINDOW
 from amqpd.model.statistics import NodeSample
 from amqpd.shell import management, metrics, node_sample, resources
@@ -67,6 +69,8 @@ from amqpd.shell.links.federation_status import (
 )
 from amqpd.shell.links.queue_federation import QueueFederation
 from amqpd.shell.links.supervisor import LinkSupervisor, shovel_table
+from amqpd.shell.listen_errors import naming
+from amqpd.shell.store_io import CountingBodyReader, CountingStore
 from amqpd.shell.store_role import LockLost, StoreRole
 from amqpd.shell.streams import StreamFiles
 from amqpd.shell.tls import TLSOptions, certificate_identity, server_context, tls_failure_reason
@@ -105,6 +109,8 @@ class ServerConfig:
     reopen_logs: Callable[[], bool] | None = None  # on SIGHUP; True if a log file reopened
     management_port: int | None = None  # management API + dashboard (RabbitMQ: 15672); None: off
     prometheus_port: int | None = None  # Prometheus /metrics (RabbitMQ: 15692); None: off
+    management_host: str | None = None  # management.tcp.ip; None: ``host``
+    prometheus_host: str | None = None  # prometheus.tcp.ip; None: ``host``
 
 
 class _Peer:
@@ -217,15 +223,18 @@ class Server:
         http_sockets: dict[str, socket.socket] = {}
         try:
             await self._import_definitions(store)
-            listener = await anyio.create_tcp_listener(
-                local_host=self.config.host, local_port=self.config.port, reuse_port=False
-            )
+            host = self.config.host
+            with naming("AMQP", "--port", host, self.config.port):
+                listener = await anyio.create_tcp_listener(
+                    local_host=host, local_port=self.config.port, reuse_port=False
+                )
             self.port = listener.extra(SocketAttribute.local_port)
             tls_listener = None
             if self._tls_context is not None and self.config.tls_port is not None:
-                tls_listener = await anyio.create_tcp_listener(
-                    local_host=self.config.host, local_port=self.config.tls_port, reuse_port=False
-                )
+                with naming("AMQPS", "--tls-port", host, self.config.tls_port):
+                    tls_listener = await anyio.create_tcp_listener(
+                        local_host=host, local_port=self.config.tls_port, reuse_port=False
+                    )
                 self.tls_port = tls_listener.extra(SocketAttribute.local_port)
             http_sockets = self._bind_http()
             self._add_listener("amqp", self.port)
@@ -312,10 +321,14 @@ class Server:
         config = self.config
         sockets: dict[str, socket.socket] = {}
         try:
-            if config.management_port is not None:
-                sockets["http"] = bind(config.host, config.management_port)
-            if config.prometheus_port is not None:
-                sockets["http/prometheus"] = bind(config.host, config.prometheus_port)
+            port, host = config.management_port, config.management_host or config.host
+            if port is not None:
+                with naming("the management API", "--management-port", host, port):
+                    sockets["http"] = bind(host, port)
+            port, host = config.prometheus_port, config.prometheus_host or config.host
+            if port is not None:
+                with naming("Prometheus", "--prometheus-port", host, port):
+                    sockets["http/prometheus"] = bind(host, port)
         except BaseException:
             for sock in sockets.values():
                 sock.close()
@@ -327,22 +340,23 @@ class Server:
     ) -> None:
         """Start the management API and the Prometheus endpoint on their bound sockets."""
         for protocol, sock in sockets.items():
+            host, port = sock.getsockname()[:2]
             if protocol == "http":
                 self.management_port = await group.start(
                     serve_http, management.create_app(self), sock
                 )
-                self._add_listener(protocol, self.management_port)
+                self._add_listener(protocol, self.management_port, host)
             else:
                 self.prometheus_port = await group.start(serve_http, metrics.create_app(self), sock)
-                self._add_listener(protocol, self.prometheus_port)
-            log.info("listening for %s on %s:%d", protocol, self.config.host, sock.getsockname()[1])
+                self._add_listener(protocol, self.prometheus_port, host)
+            log.info("listening for %s on %s:%d", protocol, host, port)
 
-    def _add_listener(self, protocol: str, port: int) -> None:
+    def _add_listener(self, protocol: str, port: int, host: str | None = None) -> None:
         self.listeners.append(
             {
                 "node": self.broker.statistics.node,
                 "protocol": protocol,
-                "ip_address": self.config.host,
+                "ip_address": host or self.config.host,
                 "port": port,
                 "socket_opts": {},
             }
@@ -434,9 +448,12 @@ class Server:
         store = await self._role.open()  # PostgreSQL: once this node is the active one
         started = time.perf_counter()
         try:
-            self._body_reader = store.body_reader()
+            io = self.broker.statistics.store_io  # counted: amqpd/shell/store_io.py
+            self._body_reader = CountingBodyReader(store.body_reader(), io)
             self.broker.set_body_loader(self._body_reader)
             access_state = await store.load_access()
+            if ensure_cluster_id(access_state):  # RabbitMQ makes it at the first boot
+                await store.save_access(access_state)
             if store.created and self.config.default_user is not None:
                 access_state = await self._first_user(store, access_state)
             self.broker.load_access(access_state)
@@ -454,7 +471,7 @@ class Server:
             time.perf_counter() - started,
         )
         self._committer = GroupCommitter(
-            store,
+            CountingStore(store, self.broker.statistics.store_io),
             journal,
             self._batch_committed,
             self._batch_failed,
@@ -549,7 +566,7 @@ class Server:
         if path is None:
             return
         try:
-            data: Any = json.loads(await anyio.Path(path).read_text())
+            data: Any = bounded_json.loads(await anyio.Path(path).read_text())
         except (OSError, ValueError) as exc:
             raise DefinitionsError(f"cannot read definitions file {path}: {exc}") from exc
         problems: list[str] = []
@@ -817,7 +834,9 @@ async def run(broker_config: BrokerConfig, server_config: ServerConfig) -> None:
 def _make_broker(broker_config: BrokerConfig | None, server_config: ServerConfig) -> Broker:
     stored = server_config.data_dir is not None or server_config.store is not None
     journal = Journal() if stored else None
-    return Broker(broker_config, journal, time.time())
+    broker = Broker(broker_config, journal, time.time())
+    ensure_cluster_id(broker.access.state)  # a stored one replaces it (_open_store)
+    return broker
 
 
 @contextmanager

@@ -700,13 +700,14 @@ def test_access_tables_round_trip(backend: Backend) -> None:
             "guest": User("guest", "hash-g", tags=("administrator",)),
             "svc": User("svc", "", "rabbit_password_hashing_sha512", ("monitoring", "policymaker")),
         },
-        vhosts={"/": VhostInfo("/"), "v": VhostInfo("v", "a vhost", ("t1",), 10)},
+        vhosts={"/": VhostInfo("/"), "v": VhostInfo("v", "a vhost", ("t1",), 10, 7)},
         permissions={("svc", "v"): Permission("^$", "x.*", ".*")},
         policies={("v", "ttl"): PolicyRecord("v", "ttl", "^q", "queues", 5, {"message-ttl": 60})},
         operator_policies={
             ("/", "cap"): PolicyRecord("/", "cap", ".*", "all", 0, {"max-length": 9})
         },
         global_parameters={"cluster_name": "amqpd", "limits": {"a": [1, 2]}},
+        user_limits={"svc": {"max-connections": 3, "max-channels": -1}},
     )
 
     async def main() -> None:
