@@ -32,7 +32,7 @@ from pika.adapters.select_connection import IOLoop
 from interop.spark.errors import redact_url, scrub
 from interop.spark.retry import is_retryable_open_error
 
-__all__ = ["Cursor", "Delivery", "StreamClient", "StreamError"]
+__all__ = ["Cursor", "Delivery", "PikaConsumer", "StreamClient", "StreamError"]
 
 OFFSET_HEADER = "x-stream-offset"
 CLOSE_GRACE = 2.0
@@ -361,6 +361,47 @@ class StreamClient:
 
     def _text(self, error: BaseException) -> str:
         return scrub(repr(error), self.url)
+
+
+class PikaConsumer:
+    """``SocketConsumer``'s interface over pika (for ``amqps://`` URLs)."""
+
+    def __init__(self, url: str, connect_timeout: float, name: str) -> None:
+        self.client = StreamClient(url, connect_timeout, name)
+        self.cursor: Cursor | None = None
+
+    def open(self, stream: str, offset: int | str, prefetch: int) -> PikaConsumer:
+        self.client.open()
+        self.cursor = self.client.consume(stream, offset, prefetch)
+        return self
+
+    def ack(self, tag: int) -> None:
+        assert self.cursor is not None
+        self.cursor.ack(tag)
+
+    def poll(self, timeout: float) -> list[tuple[Any, ...]]:
+        cursor = self.cursor
+        assert cursor is not None
+        self.client.run_until(lambda: bool(cursor.buffer), timeout)
+        out = []
+        while cursor.buffer:
+            d = cursor.buffer.popleft()
+            props = d.properties
+            out.append(
+                (
+                    d.offset,
+                    d.tag,
+                    d.routing_key,
+                    props.timestamp,
+                    props.message_id,
+                    props.headers or {},
+                    d.body,
+                )
+            )
+        return out
+
+    def close(self) -> None:
+        self.client.close()
 
 
 def _never() -> bool:

@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from interop.spark.source_options import SourceOptions
-from interop.spark.stream_client import OFFSET_HEADER, Delivery, StreamClient, StreamError
+from interop.spark.stream_client import OFFSET_HEADER, PikaConsumer, StreamClient, StreamError
 from interop.spark.stream_ranges import OffsetRange
+from interop.spark.stream_socket import SocketConsumer
 
 __all__ = ["ARROW_SCHEMA", "DDL_SCHEMA", "DataLossError", "read_range"]
 
@@ -66,73 +66,80 @@ def read_range(options: SourceOptions, part: OffsetRange, name: str) -> Iterator
             arrived for ``readTimeoutMs`` while offsets of the range were still missing.
         DataLossError: Offsets of the range were removed and ``failOnDataLoss`` is true.
     """
+    timeout = options.connect_timeout_ms / 1000
+    consumer: SocketConsumer | PikaConsumer
+    if options.url.lower().startswith("amqps://"):
+        consumer = PikaConsumer(options.url, timeout, name)
+    else:
+        consumer = SocketConsumer(options.url, timeout, name)
+    try:
+        consumer.open(part.stream, part.start, options.prefetch)
+        yield from _walk(consumer, options, part, name)
+    finally:
+        consumer.close()
+
+
+def _walk(
+    consumer: SocketConsumer | PikaConsumer, options: SourceOptions, part: OffsetRange, name: str
+) -> Iterator[pa.RecordBatch]:
+    columns = _Columns(part.stream)
+    ack_every = max(1, options.prefetch // 2)
+    timeout = options.read_timeout_ms / 1000
+    start, end = part.start, part.end
+    last = start - 1
+    first = True
+    done = False
+    unacked = 0
+    while not done:
+        deliveries = consumer.poll(timeout)
+        if not deliveries:
+            raise StreamError(
+                f"no message from stream {part.stream!r} for {timeout * 1000:.0f} ms "
+                f"(readTimeoutMs) while reading offsets {start}..{end - 1} "
+                f"(last offset read {last}): was the stream deleted or truncated?"
+            )
+        if first:
+            first = False
+            _check_start(options, part, deliveries[0][0], name)
+        for delivery in deliveries:
+            offset = delivery[0]
+            if start <= offset < end:
+                columns.add(delivery)
+                last = offset
+            unacked += 1
+            if offset >= end - 1:
+                done = True
+                break
+        if not done and unacked >= ack_every:
+            consumer.ack(delivery[1])
+            unacked = 0
+        while len(columns) >= BATCH_ROWS:
+            yield columns.flush(BATCH_ROWS)
+    if len(columns):
+        yield columns.flush(len(columns))
+
+
+def _check_start(options: SourceOptions, part: OffsetRange, offset: int, name: str) -> None:
+    """The first delivery is past ``start``: a gap in the offsets, or data loss?"""
+    if offset <= part.start:
+        return
     client = StreamClient(options.url, options.connect_timeout_ms / 1000, name).open()
     try:
-        yield from _Walk(client, options, part).batches()
+        first = client.probe(part.stream, "first", 1, options.read_timeout_ms / 1000)
     finally:
         client.close()
-
-
-class _Walk:
-    def __init__(self, client: StreamClient, options: SourceOptions, part: OffsetRange) -> None:
-        self.client = client
-        self.options = options
-        self.part = part
-        self.columns = _Columns(part.stream)
-        self.first = True
-        self.done = False
-        self.unacked = 0
-
-    def batches(self) -> Iterator[pa.RecordBatch]:
-        part, options = self.part, self.options
-        cursor = self.client.consume(part.stream, part.start, options.prefetch)
-        ack_every = max(1, options.prefetch // 2)
-        timeout = options.read_timeout_ms / 1000
-        last = part.start - 1
-        while not self.done:
-            if not self.client.run_until(lambda: bool(cursor.buffer), timeout):
-                raise StreamError(
-                    f"no message from stream {part.stream!r} for {timeout * 1000:.0f} ms "
-                    f"(readTimeoutMs) while reading offsets {part.start}..{part.end - 1} "
-                    f"(last offset read {last}): was the stream deleted or truncated?"
-                )
-            buffer = cursor.buffer
-            while buffer and not self.done:
-                delivery = buffer.popleft()
-                if self.first:
-                    self.first = False
-                    self._check_start(delivery.offset)
-                if delivery.offset >= part.start and delivery.offset < part.end:
-                    self.columns.add(delivery)
-                    last = delivery.offset
-                if delivery.offset >= part.end - 1:
-                    self.done = True
-                self.unacked += 1
-                if self.unacked >= ack_every:
-                    cursor.ack(delivery.tag)
-                    self.unacked = 0
-                if len(self.columns) >= BATCH_ROWS:
-                    yield self.columns.flush()
-        if len(self.columns):
-            yield self.columns.flush()
-
-    def _check_start(self, offset: int) -> None:
-        part = self.part
-        if offset <= part.start:
-            return
-        first = self.client.probe(part.stream, "first", 1, self.options.read_timeout_ms / 1000)
-        if first is None or first <= part.start:
-            return  # a gap in the offsets, nothing removed
-        lost = f"{part.start}..{min(first, part.end) - 1}"
-        text = (
-            f"stream {part.stream!r}: offsets {lost} were removed (retention: the stream now "
-            f"starts at {first}) before this query read them"
+    if first is None or first <= part.start:
+        return  # a gap in the offsets, nothing removed
+    lost = f"{part.start}..{min(first, part.end) - 1}"
+    text = (
+        f"stream {part.stream!r}: offsets {lost} were removed (retention: the stream now "
+        f"starts at {first}) before this query read them"
+    )
+    if options.fail_on_data_loss:
+        raise DataLossError(
+            text + "; set failOnDataLoss=false to skip them and go on", refused=True
         )
-        if self.options.fail_on_data_loss:
-            raise DataLossError(
-                text + "; set failOnDataLoss=false to skip them and go on", refused=True
-            )
-        log.warning("amqp-stream source: %s; skipped (failOnDataLoss=false)", text)
+    log.warning("amqp-stream source: %s; skipped (failOnDataLoss=false)", text)
 
 
 class _Columns:
@@ -140,11 +147,8 @@ class _Columns:
 
     def __init__(self, stream: str) -> None:
         self.stream = stream
-        self._clear()
-
-    def _clear(self) -> None:
         self.offsets: list[int] = []
-        self.timestamps: list[datetime | None] = []
+        self.timestamps: list[int | None] = []
         self.keys: list[str] = []
         self.ids: list[str | None] = []
         self.headers: list[list[tuple[str, str | None]]] = []
@@ -153,34 +157,39 @@ class _Columns:
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def add(self, delivery: Delivery) -> None:
-        props = delivery.properties
-        self.offsets.append(delivery.offset)
-        stamp = props.timestamp
-        self.timestamps.append(None if stamp is None else datetime.fromtimestamp(stamp, UTC))
-        self.keys.append(delivery.routing_key)
-        message_id = props.message_id
+    def add(self, delivery: tuple[Any, ...]) -> None:
+        offset, _tag, routing_key, stamp, message_id, headers, body = delivery
+        self.offsets.append(offset)
+        self.timestamps.append(None if stamp is None else stamp * 1_000_000)
+        self.keys.append(routing_key)
         self.ids.append(None if message_id is None else str(message_id))
-        self.headers.append(
-            [(k, _text(v)) for k, v in (props.headers or {}).items() if k != OFFSET_HEADER]
-        )
-        self.values.append(delivery.body)
+        self.headers.append([(k, _text(v)) for k, v in headers.items() if k != OFFSET_HEADER])
+        self.values.append(body)
 
-    def flush(self) -> pa.RecordBatch:
-        size = len(self.offsets)
+    def flush(self, rows: int) -> pa.RecordBatch:
+        """A record batch of the first ``rows`` rows (removed from the lists)."""
+        size = rows
         batch = pa.RecordBatch.from_arrays(
             [
                 pa.array([self.stream] * size, pa.string()),
-                pa.array(self.offsets, pa.int64()),
-                pa.array(self.timestamps, pa.timestamp("us", tz="UTC")),
-                pa.array(self.keys, pa.string()),
-                pa.array(self.ids, pa.string()),
-                pa.array(self.headers, pa.map_(pa.string(), pa.string())),
-                pa.array(self.values, pa.binary()),
+                pa.array(self.offsets[:rows], pa.int64()),
+                pa.array(self.timestamps[:rows], pa.timestamp("us", tz="UTC")),
+                pa.array(self.keys[:rows], pa.string()),
+                pa.array(self.ids[:rows], pa.string()),
+                pa.array(self.headers[:rows], pa.map_(pa.string(), pa.string())),
+                pa.array(self.values[:rows], pa.binary()),
             ],
             schema=ARROW_SCHEMA,
         )
-        self._clear()
+        for column in (
+            self.offsets,
+            self.timestamps,
+            self.keys,
+            self.ids,
+            self.headers,
+            self.values,
+        ):
+            del column[:rows]
         return batch
 
 
