@@ -58,7 +58,17 @@ def cap_ends(
     total = sum(backlog.values())
     if total <= max_rows:
         return result
-    share = {stream: max_rows * size // total for stream, size in backlog.items()}
+    share = dict.fromkeys(backlog, 0)
+    active = [stream for stream, size in backlog.items() if size > 0]
+    budget = max_rows
+    if budget >= len(active):
+        for stream in active:
+            share[stream] = 1
+        budget -= len(active)
+    rest = {stream: backlog[stream] - share[stream] for stream in backlog}
+    total = sum(rest.values())
+    for stream, size in rest.items():
+        share[stream] += budget * size // total if total else 0
     left = max_rows - sum(share.values())
     for stream in sorted(backlog, key=lambda name: (-backlog[name], name)):
         if left <= 0:
