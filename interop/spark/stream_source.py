@@ -115,15 +115,13 @@ class _Positions:
                         self.options.url, self.options.connect_timeout_ms / 1000, name
                     ).open()
                 except StreamError as exc:
-                    raise _config(exc) if exc.refused else exc from None
+                    raise _config(exc) from None
                 self._client = client
             try:
                 return question(client)
             except StreamError as exc:
-                if exc.refused:
+                if exc.refused or attempt == 1:
                     raise _config(exc) from None
-                if attempt == 1:
-                    raise
         raise AssertionError("unreachable")
 
     def check(self) -> None:
@@ -177,8 +175,12 @@ class _Positions:
             self._client = None
 
 
-def _config(exc: StreamError) -> ConfigError:
-    return ConfigError(PREFIX + str(exc))
+def _config(exc: StreamError) -> Exception:
+    """A driver-side failure, in one line: ``ConfigError`` when the broker refused (retrying
+    cannot help), ``StreamError`` otherwise (unreachable, lost)."""
+    if exc.refused:
+        return ConfigError(PREFIX + str(exc))
+    return StreamError(PREFIX + str(exc), exc.reply_code)
 
 
 class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
