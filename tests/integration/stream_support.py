@@ -165,9 +165,11 @@ def restore_env(saved: dict[str, str | None]) -> None:
             os.environ[key] = value
 
 
-def wait_for_path(path: Path, what: str, timeout: float = 180.0) -> None:
-    """Wait until ``path`` exists (a file a subprocess writes; no event to wait on)."""
+def wait_for_path(path: Path, what: str, proc: Any, timeout: float = 300.0) -> None:
+    """Wait until ``path`` exists (a file the subprocess ``proc`` writes; no event to wait
+    on); fail at once if ``proc`` exits first."""
     deadline = time.monotonic() + timeout
     while not path.exists():
+        assert proc.poll() is None, f"the process exited ({proc.returncode}) before {what}"
         assert time.monotonic() < deadline, f"timed out waiting for {what} ({path})"
         time.sleep(0.1)
