@@ -50,6 +50,14 @@ class StreamBroker:
         ``x-message-deduplication``); RabbitMQ 3.10 streams do not."""
         return self.kind == "amqpd"
 
+    @property
+    def dedup_arguments(self) -> dict[str, Any]:
+        """Stream arguments that make the broker drop a message whose id it already has
+        (for the crash step; RabbitMQ 3.10 streams have no such argument)."""
+        if self.kind == "amqpd":
+            return {"x-message-deduplication": True, "x-deduplication-window": 100_000}
+        return {}
+
     def crash_and_restart(self) -> None:
         """SIGKILL the broker, then start it again on the same port and data."""
         if self.rabbit is not None:

@@ -100,7 +100,7 @@ def test_kill_the_query_mid_batch_and_restart_every_id_once(
     broker: StreamBroker, tmp_path: Path
 ) -> None:
     stream = "eo-pipeline"
-    broker.declare(stream)
+    broker.declare(stream, **broker.dedup_arguments)
     log = tmp_path / "children.log"
 
     # 1. the sink writes ROWS rows into the stream (optionally surviving a broker crash)
