@@ -85,7 +85,8 @@ class AmqpStreamDataSource(DataSource):
 
     def reader(self, schema: StructType) -> AmqpStreamBatchReader:
         """``spark.read``: offsets ``startingOffsets`` (default earliest) up to
-        ``endingOffsets`` (default latest: the end when the read is planned)."""
+        ``endingOffsets`` (default latest: the end when the read is planned; a given end
+        past it is cut there)."""
         return AmqpStreamBatchReader(parse_source_options(self.options, batch=True))
 
 
@@ -266,11 +267,11 @@ class AmqpStreamBatchReader(DataSourceReader):
             ending = dict(self.options.ending)
             end: dict[str, int] = {}
             for stream in self.options.streams:
-                if ending.get(stream, LATEST) == LATEST:
-                    last = positions.end(stream)
-                    end[stream] = start[stream] if last is None else last
-                else:
-                    end[stream] = ending[stream]
+                last = positions.end(stream)
+                available = start[stream] if last is None else last
+                wanted = ending.get(stream, LATEST)
+                # an end past the stream's end would wait for messages that may never come
+                end[stream] = available if wanted == LATEST else min(wanted, available)
         finally:
             positions.close()
         return split_ranges(start, end, self.options.min_partitions)
