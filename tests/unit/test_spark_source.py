@@ -164,3 +164,64 @@ def test_socket_consumer_reports_a_channel_close_and_a_queue_that_is_no_stream()
     plain.buf += frame.marshal(body.ContentBody(b"x"), 1)
     with pytest.raises(StreamError, match="not a stream"):
         plain._parse([])
+
+
+class FakePositions:
+    """Stands in for the driver's broker probes: fixed first and end offsets per stream."""
+
+    def __init__(self, first: dict[str, int], end: dict[str, int | None]) -> None:
+        self.first, self.ends = first, end
+
+    def check(self) -> None:
+        pass
+
+    def earliest(self, stream: str) -> int:
+        return self.first[stream]
+
+    def end(self, stream: str) -> int | None:
+        return self.ends[stream]
+
+    def resolve(self, spec: dict[str, int]) -> dict[str, int]:
+        return {s: self.first[s] if v == EARLIEST else v for s, v in spec.items()}
+
+    def close(self) -> None:
+        pass
+
+
+def _reader(monkeypatch: pytest.MonkeyPatch, positions: FakePositions, **options: str) -> Any:
+    from interop.spark import stream_source
+
+    monkeypatch.setattr(stream_source, "_Positions", lambda _options: positions)
+    parsed = parse_source_options({"url": URL, "streams": "a,b", **options}, batch=False)
+    return stream_source.AmqpStreamReader(parsed)
+
+
+def test_stream_reader_limits_available_now_and_streams_added_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    positions = FakePositions({"a": 10, "b": 0}, {"a": 1010, "b": 100})
+    reader = _reader(monkeypatch, positions, maxMessagesPerTrigger="550")
+    assert reader.getDefaultReadLimit() == ReadMaxRows(550)
+    start = {"a": 10, "b": 0}
+    assert reader.latestOffset(start, ReadMaxRows(550)) == {"a": 510, "b": 50}
+    assert reader.latestOffset(start, ReadAllAvailable()) == {"a": 1010, "b": 100}
+    # AvailableNow: the ends when it started, even if the streams grow
+    reader.prepareForTriggerAvailableNow()
+    positions.ends = {"a": 5000, "b": 5000}
+    assert reader.latestOffset(start, ReadAllAvailable()) == {"a": 1010, "b": 100}
+    assert reader.latestOffset({"a": 1010, "b": 100}, ReadAllAvailable()) == {
+        "a": 1010,
+        "b": 100,
+    }
+    # a checkpoint written when only "a" was read: "b" starts at its earliest offset
+    assert reader.partitions({"a": 1000}, {"a": 1010, "b": 3}) == [
+        OffsetRange("a", 1000, 1010),
+        OffsetRange("b", 0, 3),
+    ]
+    # an empty stream (no end) stays where it is
+    plain = _reader(monkeypatch, FakePositions({"a": 0, "b": 0}, {"a": None, "b": 7}))
+    assert plain.getDefaultReadLimit() == ReadAllAvailable()
+    assert plain.latestOffset({"a": 0, "b": 0}, ReadAllAvailable()) == {"a": 0, "b": 7}
+    assert pickle.loads(pickle.dumps(plain)).options == plain.options
