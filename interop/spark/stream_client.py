@@ -157,10 +157,6 @@ class StreamClient:
             raise self.error
         return done()
 
-    def wait(self, seconds: float) -> None:
-        """Run the loop for ``seconds`` (deliveries keep arriving meanwhile)."""
-        self.run_until(_never, seconds)
-
     # -- opening and closing ----------------------------------------------------------------
 
     def open(self) -> StreamClient:
