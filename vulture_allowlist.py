@@ -60,6 +60,12 @@ format_table  # interop/perf/profiles.py
 # -- interop.spark: called by PySpark or read by pika ----------------------------------------
 __getattr__  # module __getattr__ (PEP 562): lazy interop.spark.AmqpDataSource (needs pyspark)
 _.streamWriter  # pyspark DataSource.streamWriter, called by Spark (interop/spark/datasource.py)
+_.streamReader  # pyspark DataSource.streamReader, called by Spark (interop/spark/stream_source.py)
+_.initialOffset  # pyspark DataSourceStreamReader.initialOffset, called by Spark (stream_source.py)
+_.getDefaultReadLimit  # pyspark DataSourceStreamReader (4.2+), called by Spark (stream_source.py)
+_.prepareForTriggerAvailableNow  # pyspark SupportsTriggerAvailableNow, called by Spark
+_.latestOffset  # pyspark DataSourceStreamReader.latestOffset, called by Spark (stream_source.py)
+_.partitions  # pyspark DataSourceReader/DataSourceStreamReader.partitions, called by Spark
 _.abort  # pyspark DataSourceWriter/DataSourceStreamWriter.abort, called by Spark (writer.py)
 _.socket_timeout  # pika.ConnectionParameters, read by pika (preflight.py, link.py)
 _.stack_timeout  # pika.ConnectionParameters, read by pika (preflight.py, link.py)
