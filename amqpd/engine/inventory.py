@@ -35,7 +35,6 @@ from amqpd import RABBITMQ_VERSION, __version__
 from amqpd.engine.channel import Channel, ChannelState, Mode
 from amqpd.engine.churn import churn_rates
 from amqpd.engine.connection import Connection, State
-from amqpd.engine.residency import residency
 from amqpd.engine.stream_inventory import stream_consumer_fields, stream_fields
 from amqpd.model.broker import Broker
 from amqpd.model.policies import merge
@@ -206,7 +205,7 @@ def _queue(broker: Broker, queue: Queue, unacked: tuple[int, int]) -> dict[str, 
     exclusive_consumer = queue.exclusive_consumer
     rates = broker.statistics
     depth = stats.depth_rates
-    held = residency(queue)  # stored / paged-out ready messages (one pass)
+    held = queue.residency  # stored / paged-out ready messages (counters)
     item: dict[str, Any] = {
         "name": queue.name,
         "vhost": queue.vhost_name,

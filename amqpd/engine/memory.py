@@ -21,7 +21,7 @@ from what the core holds, each figure under the RabbitMQ key whose meaning is cl
 ``total``: ``rss`` is the process's resident set (what the memory alarm compares with the
 watermark), ``erlang`` the sum of the estimated items, ``allocated`` the RSS again.
 
-Cost: one pass over each queue's ready entries (`residency`), done only when asked.
+Cost: O(1) per queue (the queues keep their residency counters, model/residency.py).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from __future__ import annotations
 from typing import Any, Final
 
 from amqpd.engine.inventory import open_connections
-from amqpd.engine.residency import residency
 from amqpd.model.broker import Broker
 
 ENTRY_BYTES: Final = 320  # a QueueEntry + a Message (slotted objects) + the deque slot
@@ -76,8 +75,7 @@ def breakdown(broker: Broker, rss: int, store_cache: int) -> dict[str, Any]:
         for queue in vhost.queues.values():
             queues += 1
             messages += len(queue.ready)
-            held = residency(queue)
-            items["binary"] += queue.ready_bytes - held.paged_out_bytes
+            items["binary"] += queue.ready_bytes - queue.residency.paged_out_bytes
     for connection in open_connections(broker):
         items["connection_other"] += CONNECTION_BYTES
         items["connection_readers"] += connection.input_buffered

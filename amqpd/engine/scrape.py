@@ -26,7 +26,6 @@ from amqpd.engine.inventory import (
     open_connections,
     unacked_by_queue,
 )
-from amqpd.engine.residency import residency
 from amqpd.model.broker import Broker
 from amqpd.model.statistics import NodeSample
 
@@ -106,7 +105,7 @@ def _queues(
             held, held_bytes = unacked.get(queue, (0, 0))
             ready, ready_bytes = queue.message_count, queue.ready_bytes  # streams too
             utilisation = queue.stats.utilisation
-            held_where = residency(queue)  # one pass over the ready messages
+            held_where = queue.residency  # counters kept by the queue
             yield (
                 {"vhost": host.name, "queue": queue.name},
                 {

@@ -32,6 +32,7 @@ from typing import Protocol
 from amqpd.model.dedup import Deduplicator
 from amqpd.model.message import QueueEntry
 from amqpd.model.priority import PriorityReady
+from amqpd.model.residency import Residency
 
 
 class HoldingQueue(Protocol):
@@ -40,6 +41,7 @@ class HoldingQueue(Protocol):
 
     ready: deque[QueueEntry] | PriorityReady
     ready_bytes: int
+    residency: Residency  # stored / paged-out ready entries (the queue's own counts)
     _timed: int  # ready entries with a deadline (the queue's own count)
     dedup: Deduplicator | None
 
@@ -98,6 +100,8 @@ def drop_failed(queue: HoldingQueue, batch: int) -> int:
     for entry in doomed:
         if dedup is not None:
             dedup.forget(entry.message)  # the publisher may send it again
+        if entry.stored:
+            queue.residency.remove(entry)
         entry.stored = False  # its insert never reached the store: nothing to delete
         entry.message.refs -= 1
         queue.ready_bytes -= entry.message.body_size

@@ -20,6 +20,7 @@ behind the first ``HOT_WINDOW`` entries becomes a page-out candidate, tagged wit
 batch of its insert. Once that batch has committed (`page_out`), its body is dropped from
 memory (only if no other queue shares the message). Whenever dispatch or basic.get reaches
 an entry without a body, `page_in` reads the next page of bodies back in seq order.
+``residency`` counts the stored and the paged-out ready entries (model/residency.py).
 
 The store is reached only through ports (amqpd/model/ports.py: `JournalPort`,
 `BodyLoader`). A body read that fails (disk error, any backend's exception) must not take
@@ -43,6 +44,7 @@ from amqpd.model.groups import MessageGroups, parse_groups_argument
 from amqpd.model.message import Clock, Message, QueueEntry
 from amqpd.model.priority import PriorityReady
 from amqpd.model.queue_args import QueueSettings, parse_queue_arguments
+from amqpd.model.residency import Residency
 from amqpd.model.selector import Predicate
 from amqpd.model.statistics import DeadLetterCounts, QueueStats
 from persistence.records import MessageRecord
@@ -167,6 +169,7 @@ class Queue:
         "ready",
         "ready_bytes",
         "rejects_overflow",
+        "residency",
         "settings",
         "stats",
         "store_key",
@@ -206,6 +209,7 @@ class Queue:
         self.had_consumer = False
         self.deleted = False
         self.ready_bytes = 0
+        self.residency = Residency()  # stored / paged-out ready entries (model/residency.py)
         self.max_length = settings.max_length
         self.max_length_bytes = settings.max_length_bytes
         self.rejects_overflow = settings.overflow != "drop-head" and (
@@ -339,6 +343,7 @@ class Queue:
                 clock.wake_at = expires_at
         if message.persistent and self.journal is not None and message.body is not None:
             entry.stored = True
+            self.residency.add(entry)  # (appended to ready below)
             batch = self.journal.insert_message(
                 self.store_key,
                 entry.seq,
@@ -372,6 +377,8 @@ class Queue:
         entry.message.refs = 1
         self.ready.append(entry)
         self.ready_bytes += entry.message.body_size
+        if entry.stored:
+            self.residency.add(entry)
         if entry.expires_at is not None:
             self._timed += 1
             self.watch()
@@ -392,6 +399,8 @@ class Queue:
     def _pop_ready(self) -> QueueEntry:
         entry = self.ready.popleft()
         self.ready_bytes -= entry.message.body_size
+        if entry.stored:
+            self.residency.remove(entry)
         if entry.expires_at is not None:
             self._timed -= 1
         return entry
@@ -448,6 +457,7 @@ class Queue:
         if bodies is None:
             return False
         message.body = bodies[0][1] if bodies and bodies[0][0] == entry.seq else b""
+        self.residency.loaded(message)  # (only ready entries lack a body: page_out)
         return True
 
     def expire(self) -> None:
@@ -514,8 +524,15 @@ class Queue:
         while candidates and candidates[0][0] <= committed_batch:
             _batch, entry = candidates.popleft()
             message = entry.message
-            if entry.stored and message.refs == 1 and not self.deleted:
+            if (
+                entry.stored
+                and not entry.delivery_count  # never delivered: still ready (residency.py)
+                and message.refs == 1
+                and message.body is not None
+                and not self.deleted
+            ):
                 message.body = None
+                self.residency.dropped(message)
         return bool(candidates)
 
     def page_in(self) -> bool:
@@ -536,6 +553,7 @@ class Queue:
                     body = bodies.get(entry.seq)
                     if body is not None:
                         entry.message.body = body
+                        self.residency.loaded(entry.message)
             if head.message.body is None:
                 log.error("lost body of message %d in %r; dropping it", head.seq, self)
                 self._pop_ready()
@@ -590,6 +608,8 @@ class Queue:
         for entry in back:
             entry.redelivered = True
             self.ready_bytes += entry.message.body_size
+            if entry.stored:
+                self.residency.add(entry)
             if entry.expires_at is not None:
                 self._timed += 1
         ready = self.ready
@@ -618,6 +638,7 @@ class Queue:
                 self.settled(entry)
         self.ready.clear()
         self.ready_bytes = 0
+        self.residency.clear()
         self._timed = 0
         return count
 
@@ -750,6 +771,8 @@ class Queue:
         entry = ready[index]
         del ready[index]
         self.ready_bytes -= entry.message.body_size
+        if entry.stored:
+            self.residency.remove(entry)
         if entry.expires_at is not None:
             self._timed -= 1
         return entry

@@ -367,7 +367,10 @@ def test_queue_listing_counts_persistent_and_paged_out_messages() -> None:
         client.send(1, *publish_frames("durable", b"12345", delivery_mode=2))
     client.send(1, *publish_frames("durable", b"transient"))
     client.received()
-    next(iter(api.broker.vhosts["/"].queues["durable"].ready)).message.body = None  # paged out
+    queue = api.broker.vhosts["/"].queues["durable"]
+    paged = next(iter(queue.ready)).message
+    paged.body = None  # paged out, as Queue.page_out does it
+    queue.residency.dropped(paged)
     item = api.get("/api/queues/%2F/durable").json()
     assert (item["messages_persistent"], item["message_bytes_persistent"]) == (3, 15)
     assert (item["messages_paged_out"], item["message_bytes_paged_out"]) == (1, 5)

@@ -384,8 +384,10 @@ def test_persistent_paged_out_and_store_families() -> None:
         client.send(1, *publish_frames("durable", b"12345", delivery_mode=2))
     client.send(1, *publish_frames("durable", b"transient"))
     client.received()
-    entries = list(broker.vhosts["/"].queues["durable"].ready)
-    entries[0].message.body = None  # as Queue.page_out leaves a body in the store only
+    queue = broker.vhosts["/"].queues["durable"]
+    paged = next(iter(queue.ready)).message
+    paged.body = None  # as Queue.page_out leaves a body in the store only
+    queue.residency.dropped(paged)
     io = broker.statistics.store_io
     io.write_ops, io.write_bytes, io.messages_written, io.read_ops = 2, 300, 3, 1
     found = _scrape(_Host(broker))
