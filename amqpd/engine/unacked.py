@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Iterator
+from typing import Final
 
 from amqpd.model.message import QueueEntry
 from amqpd.model.queue import Consumer, Queue
 from amqpd.wire.errors import precondition_failed
+
+UNLIMITED: Final = 1 << 30  # credit without a qos limit
 
 
 class Settlement(enum.Enum):
@@ -94,6 +97,31 @@ class UnackedStore:
                 by_consumer = self._by_consumer
                 by_consumer[consumer] = by_consumer.get(consumer, 0) + 1
         return tag
+
+    def issue_run(self, queue: Queue, entries: list[QueueEntry], consumer: Consumer) -> int:
+        """`issue` for several consumer deliveries that need an ack (a stream's run): the
+        first of their contiguous tags."""
+        first = tag = self._next_tag
+        records = self._records
+        for entry in entries:
+            records[tag] = Unacked(tag, queue, entry, consumer)
+            tag += 1
+        self._next_tag = tag
+        count = tag - first
+        self._channel_used += count
+        by_consumer = self._by_consumer
+        by_consumer[consumer] = by_consumer.get(consumer, 0) + count
+        return first
+
+    def credit(self, consumer: Consumer) -> int:
+        """How many more deliveries the qos limits let ``consumer`` (acking) receive now
+        (``UNLIMITED`` without any limit)."""
+        prefetch = consumer.prefetch
+        room = prefetch - self._by_consumer.get(consumer, 0) if prefetch else UNLIMITED
+        limit = self.channel_prefetch
+        if limit:
+            room = min(room, limit - self._channel_used)
+        return room
 
     def has_credit(self, consumer: Consumer) -> bool:
         """Whether the qos limits let ``consumer`` (acking) receive one more message."""

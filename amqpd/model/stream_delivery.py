@@ -1,0 +1,299 @@
+"""Delivering a stream's messages (amqpd/model/stream.py) straight from its chunk bytes.
+
+Theory of operation
+-------------------
+A consumer's `StreamReader` holds its position in the log (the log's reader) and the
+undecoded payload of the chunk it read last, with where each entry starts in it
+(`entry_positions`: lengths only, no per-message objects). `StreamReader.take` hands out
+a `StreamRun`: up to the consumer's credit of consecutive entries of that chunk which the
+consumer's filter takes (``x-stream-filter``: the chunk's bloom filter was checked by the
+log reader, each entry's ``x-stream-filter-value`` is checked here exactly).
+
+The channel gives a run its delivery tags (contiguous) and asks it for its frames
+(`StreamRun.frames`): for each entry one byte string holding basic.deliver (consumer tag,
+tag, redelivered false, then the stored exchange and routing key shortstrs copied as they
+are), the publisher's content header with ``x-stream-offset`` (a long) spliced in last in
+its headers table (`with_offset`, as RabbitMQ puts it) and the body frame(s). The unacked
+records hold a `StreamDelivery` (offset and reader; the acking consumer's tracked offset
+is stored from it) whose message is a shared placeholder: a stream keeps no body in
+memory once sent.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final, Protocol
+
+from amqpd.model.message import Message, QueueEntry
+from amqpd.wire.properties import HEADERS, RawProperties
+from persistence.stream.format import (
+    ENTRY_LENGTHS,
+    bloom_bits,
+    entry_positions,
+    filter_value_at,
+)
+
+OFFSET_HEADER: Final = "x-stream-offset"
+_OFFSET_ENTRY: Final = b"\x0fx-stream-offsetl"
+_ENTRY_SIZE: Final = len(_OFFSET_ENTRY) + 8
+_FLAGS: Final = struct.Struct(">H")
+_TABLE_SIZE: Final = struct.Struct(">I")
+_OFFSET_VALUE: Final = struct.Struct(">q")
+_NEW_TABLE: Final = _TABLE_SIZE.pack(_ENTRY_SIZE) + _OFFSET_ENTRY
+_FRAME_HEADER: Final = struct.Struct(">BHI")
+_TAG_NOT_REDELIVERED: Final = struct.Struct(">QB")
+_DELIVER_METHOD: Final = b"\x00\x3c\x00\x3c"
+_FRAME_END: Final = b"\xce"
+_FRAME_OVERHEAD: Final = 8
+_NO_MESSAGE: Final = Message("", "", b"\x00", b"\x00", b"", None, True)
+
+
+class LogReaderPort(Protocol):
+    """A position in a stream's log (persistence.stream.log.LogReader)."""
+
+    offset: int
+
+    def next_raw(
+        self, masks: list[int] | None = None, match_unfiltered: bool = False
+    ) -> tuple[bytes, int, int]:
+        """The chunk at ``offset``, undecoded: (its payload, its first offset, the reader's
+        offset before); see persistence/stream/log.py."""
+        ...
+
+
+class StreamReader:
+    """A consumer's place in the stream: the log reader and the rest of its last chunk."""
+
+    __slots__ = (
+        "filters",
+        "first",
+        "index",
+        "masks",
+        "match_unfiltered",
+        "payload",
+        "position",
+        "positions",
+        "tracking",
+    )
+
+    def __init__(
+        self,
+        position: LogReaderPort,
+        filters: tuple[bytes, ...] | None,
+        match_unfiltered: bool,
+        tracking: str | None,
+    ) -> None:
+        self.position = position
+        self.payload = b""  # the chunk read last
+        self.positions: list[int] = [0]  # where its entries start, then its end
+        self.first = 0  # the offset of its first entry
+        self.index = 0  # the next entry to look at
+        self.filters = filters
+        self.masks = None if filters is None else [bloom_bits(value) for value in filters]
+        self.match_unfiltered = match_unfiltered
+        self.tracking = tracking  # the consumer tag under which acked offsets are stored
+
+    @property
+    def offset(self) -> int:
+        """The next offset this reader looks at."""
+        if self.index < len(self.positions) - 1:
+            return self.first + self.index
+        return self.position.offset
+
+    def take(self, end: int, limit: int) -> StreamRun | None:
+        """Up to ``limit`` (> 0) entries below offset ``end`` that the filter takes, from
+        one chunk; None if there is none now."""
+        filters = self.filters
+        while True:
+            positions = self.positions
+            count = len(positions) - 1
+            index = self.index
+            if index >= count:
+                if not self._read(end):
+                    return None
+                continue
+            first = self.first
+            stop = min(count, end - first)
+            if index >= stop:
+                return None  # the next entry is not durable yet
+            payload = self.payload
+            if filters is None:
+                stop = min(stop, index + limit)
+                self.index = stop
+                return StreamRun(payload, positions[index : stop + 1], first + index, self)
+            starts: list[int] = []
+            offsets: list[int] = []
+            while index < stop and len(starts) < limit:
+                pos = positions[index]
+                value = filter_value_at(payload, pos, positions[index + 1])
+                if (value is None and self.match_unfiltered) or value in filters:
+                    starts.append(pos)
+                    offsets.append(first + index)
+                index += 1
+            self.index = index
+            if starts:
+                return StreamRun.scattered(payload, starts, offsets, positions, self)
+
+    def _read(self, end: int) -> bool:
+        """Read the next chunk; False if the log has nothing more below ``end`` now."""
+        position = self.position
+        before = position.offset
+        if before >= end:
+            return False
+        payload, first, start = position.next_raw(self.masks, self.match_unfiltered)
+        if not payload:
+            self.payload, self.positions, self.first, self.index = b"", [0], 0, 0
+            return position.offset != before  # a skipped chunk (filter): look further
+        self.payload = payload
+        self.positions = entry_positions(payload)
+        self.first = first
+        self.index = start - first
+        return True
+
+
+class StreamDelivery(QueueEntry):
+    """A delivered stream message awaiting its ack (``seq`` is its offset)."""
+
+    __slots__ = ("reader",)
+
+    def __init__(self, offset: int, reader: StreamReader) -> None:
+        super().__init__(_NO_MESSAGE, offset)
+        self.reader = reader
+
+
+class StreamRun:
+    """Entries of one chunk about to be delivered to one consumer (see the module's
+    theory of operation). ``bounds[i]:bounds[i + 1]`` is entry i where the entries are
+    consecutive; ``offsets`` is empty then (entry i has offset ``first + i``)."""
+
+    __slots__ = ("bounds", "first", "offsets", "payload", "reader", "starts")
+
+    def __init__(self, payload: bytes, bounds: list[int], first: int, reader: StreamReader) -> None:
+        self.payload = payload
+        self.bounds = bounds
+        self.starts = bounds[:-1]
+        self.first = first
+        self.offsets: list[int] = []
+        self.reader = reader
+
+    @classmethod
+    def scattered(
+        cls,
+        payload: bytes,
+        starts: list[int],
+        offsets: list[int],
+        positions: list[int],
+        reader: StreamReader,
+    ) -> StreamRun:
+        """A run of filtered entries (not consecutive)."""
+        run = cls(payload, [*starts, positions[-1]], offsets[0], reader)
+        run.offsets = offsets
+        return run
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def offset_list(self) -> list[int]:
+        """The offsets of the run's entries."""
+        if self.offsets:
+            return self.offsets
+        return list(range(self.first, self.first + len(self.starts)))
+
+    def entries(self) -> list[QueueEntry]:
+        """One unacked record's entry per delivery."""
+        reader = self.reader
+        return [StreamDelivery(offset, reader) for offset in self.offset_list()]
+
+    def frames(
+        self, channel: int, consumer_tag: bytes, first_tag: int, frame_max: int
+    ) -> list[bytes]:
+        """Each delivery's frames as one byte string (tags from ``first_tag`` on)."""
+        payload = self.payload
+        parts: list[bytes] = []
+        prefix = _DELIVER_METHOD + consumer_tag
+        method_fixed = len(prefix) + 9
+        body_max = frame_max - _FRAME_OVERHEAD
+        pack_frame = _FRAME_HEADER.pack
+        pack_tag = _TAG_NOT_REDELIVERED.pack
+        unpack_len = ENTRY_LENGTHS.unpack_from
+        tag = first_tag
+        for offset, pos in zip(self.offset_list(), self.starts, strict=True):
+            names_end = pos + 1 + payload[pos]
+            names_end += 1 + payload[names_end]
+            (header_len,) = unpack_len(payload, names_end)
+            header_end = names_end + 4 + header_len
+            header = with_offset(payload[names_end + 4 : header_end], offset)
+            (body_len,) = unpack_len(payload, header_end)
+            body_start = header_end + 4
+            pieces = [
+                pack_frame(1, channel, method_fixed + names_end - pos),
+                prefix,
+                pack_tag(tag, 0),
+                payload[pos:names_end],
+                _FRAME_END,
+                pack_frame(2, channel, len(header)),
+                header,
+                _FRAME_END,
+            ]
+            if 0 < body_len <= body_max:
+                pieces += (
+                    pack_frame(3, channel, body_len),
+                    payload[body_start : body_start + body_len],
+                    _FRAME_END,
+                )
+            else:
+                start = body_start
+                body_end = body_start + body_len
+                while start < body_end:
+                    size = min(body_max, body_end - start)
+                    pieces += (
+                        pack_frame(3, channel, size),
+                        payload[start : start + size],
+                        _FRAME_END,
+                    )
+                    start += size
+            parts.append(b"".join(pieces))
+            tag += 1
+        return parts
+
+
+def with_offset(header: bytes, offset: int) -> bytes:
+    """``header`` with ``x-stream-offset`` (a long) last in its headers table, as RabbitMQ
+    puts it: spliced in after the two shortstrs that may precede the table (the
+    publisher's bytes stay as they are)."""
+    flags = (header[12] << 8) | header[13]
+    if not flags & 1:  # one property-flags word (always, for basic)
+        pos = 14
+        if flags & 0x8000:  # content_type
+            pos += 1 + header[pos]
+        if flags & 0x4000:  # content_encoding
+            pos += 1 + header[pos]
+        if not flags & 0x2000:  # no headers table: add one
+            return b"".join(
+                (
+                    header[:12],
+                    _FLAGS.pack(flags | 0x2000),
+                    header[14:pos],
+                    _NEW_TABLE,
+                    _OFFSET_VALUE.pack(offset),
+                    header[pos:],
+                )
+            )
+        (size,) = _TABLE_SIZE.unpack_from(header, pos)
+        end = pos + 4 + size
+        if header.find(_OFFSET_ENTRY, pos + 4, end) < 0:
+            return b"".join(
+                (
+                    header[:pos],
+                    _TABLE_SIZE.pack(size + _ENTRY_SIZE),
+                    header[pos + 4 : end],
+                    _OFFSET_ENTRY,
+                    _OFFSET_VALUE.pack(offset),
+                    header[end:],
+                )
+            )
+    props = RawProperties(header)  # the publisher sent an x-stream-offset: replace it
+    kept = [item for key, item in props.table_entries() if key != OFFSET_HEADER]
+    body = b"".join(kept) + _OFFSET_ENTRY + _OFFSET_VALUE.pack(offset)
+    props.fields[HEADERS] = _TABLE_SIZE.pack(len(body)) + body
+    return props.encode()
