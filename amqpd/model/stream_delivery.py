@@ -200,14 +200,22 @@ class StreamRun:
         return list(range(self.first, self.first + len(self.starts)))
 
     def entries(self) -> list[QueueEntry]:
-        """One unacked record's entry per delivery."""
+        """One unacked record's entry per delivery: its own (with its offset) for a
+        consumer whose acks store its offset, else one shared by the run (nothing is done
+        with it on ack)."""
         reader = self.reader
+        if reader.tracking is None:
+            return [StreamDelivery(self.first, reader)] * len(self.starts)
         return [StreamDelivery(offset, reader) for offset in self.offset_list()]
 
     def frames(
         self, channel: int, consumer_tag: bytes, first_tag: int, frame_max: int
     ) -> list[bytes]:
-        """Each delivery's frames as one byte string (tags from ``first_tag`` on)."""
+        """Each delivery's frames as one byte string (tags from ``first_tag`` on). What
+        does not change between consecutive entries with the same exchange, routing key,
+        content header and body size (most of a run, usually) is built once: the method
+        frame's head, the stored names up to the patched header's offset value, and from
+        there to the body."""
         payload = self.payload
         parts: list[bytes] = []
         prefix = _DELIVER_METHOD + consumer_tag
@@ -215,46 +223,112 @@ class StreamRun:
         body_max = frame_max - _FRAME_OVERHEAD
         pack_frame = _FRAME_HEADER.pack
         pack_tag = _TAG_NOT_REDELIVERED.pack
+        pack_offset = _OFFSET_VALUE.pack
         unpack_len = ENTRY_LENGTHS.unpack_from
         tag = first_tag
+        last_names = last_header = b""
+        last_body_len = -1
+        method_head = middle = tail = b""
         for offset, pos in zip(self.offset_list(), self.starts, strict=True):
             names_end = pos + 1 + payload[pos]
             names_end += 1 + payload[names_end]
             (header_len,) = unpack_len(payload, names_end)
             header_end = names_end + 4 + header_len
-            header = with_offset(payload[names_end + 4 : header_end], offset)
             (body_len,) = unpack_len(payload, header_end)
             body_start = header_end + 4
-            pieces = [
-                pack_frame(1, channel, method_fixed + names_end - pos),
-                prefix,
-                pack_tag(tag, 0),
-                payload[pos:names_end],
-                _FRAME_END,
-                pack_frame(2, channel, len(header)),
-                header,
-                _FRAME_END,
-            ]
-            if 0 < body_len <= body_max:
-                pieces += (
-                    pack_frame(3, channel, body_len),
-                    payload[body_start : body_start + body_len],
-                    _FRAME_END,
+            names = payload[pos:names_end]
+            header = payload[names_end + 4 : header_end]
+            if names != last_names or header != last_header or body_len != last_body_len:
+                if body_len > body_max:  # several body frames: built apart
+                    parts.append(
+                        _one_delivery(
+                            channel,
+                            prefix,
+                            tag,
+                            names,
+                            header,
+                            offset,
+                            payload,
+                            body_start,
+                            body_len,
+                            body_max,
+                        )
+                    )
+                    last_body_len = -1
+                    tag += 1
+                    continue
+                last_names, last_header, last_body_len = names, header, body_len
+                before, after = offset_split(header)
+                method_head = pack_frame(1, channel, method_fixed + len(names)) + prefix
+                patched = len(before) + 8 + len(after)
+                middle = names + _FRAME_END + pack_frame(2, channel, patched) + before
+                tail = after + _FRAME_END
+                if body_len:
+                    tail += pack_frame(3, channel, body_len)
+            if body_len:
+                parts.append(
+                    b"".join(
+                        (
+                            method_head,
+                            pack_tag(tag, 0),
+                            middle,
+                            pack_offset(offset),
+                            tail,
+                            payload[body_start : body_start + body_len],
+                            _FRAME_END,
+                        )
+                    )
                 )
             else:
-                start = body_start
-                body_end = body_start + body_len
-                while start < body_end:
-                    size = min(body_max, body_end - start)
-                    pieces += (
-                        pack_frame(3, channel, size),
-                        payload[start : start + size],
-                        _FRAME_END,
-                    )
-                    start += size
-            parts.append(b"".join(pieces))
+                parts.append(
+                    b"".join((method_head, pack_tag(tag, 0), middle, pack_offset(offset), tail))
+                )
             tag += 1
         return parts
+
+
+def _one_delivery(
+    channel: int,
+    prefix: bytes,
+    tag: int,
+    names: bytes,
+    header: bytes,
+    offset: int,
+    payload: bytes,
+    body_start: int,
+    body_len: int,
+    body_max: int,
+) -> bytes:
+    """One delivery whose body takes several frames."""
+    pack_frame = _FRAME_HEADER.pack
+    patched = with_offset(header, offset)
+    pieces = [
+        pack_frame(1, channel, len(prefix) + 9 + len(names)),
+        prefix,
+        _TAG_NOT_REDELIVERED.pack(tag, 0),
+        names,
+        _FRAME_END,
+        pack_frame(2, channel, len(patched)),
+        patched,
+        _FRAME_END,
+    ]
+    start = body_start
+    body_end = body_start + body_len
+    while start < body_end:
+        size = min(body_max, body_end - start)
+        pieces += (pack_frame(3, channel, size), payload[start : start + size], _FRAME_END)
+        start += size
+    return b"".join(pieces)
+
+
+def offset_split(header: bytes) -> tuple[bytes, bytes]:
+    """``header`` patched by `with_offset`, cut where the offset's 8 bytes go."""
+    zeros = with_offset(header, 0)
+    ones = with_offset(header, -1)  # the offset's bytes are all that differ
+    at = 0
+    while zeros[at] == ones[at]:
+        at += 1
+    return zeros[:at], zeros[at + 8 :]
 
 
 def with_offset(header: bytes, offset: int) -> bytes:
