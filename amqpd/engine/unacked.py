@@ -168,18 +168,24 @@ class UnackedStore:
     def settle(self, records: list[Unacked], kind: Settlement, now: float) -> None:
         """Apply a settlement to taken deliveries: their credit is free again and their
         queues ack, requeue or discard them (``now``: when the consumers made progress)."""
-        by_consumer = self._by_consumer
+        # One pass per kind of work, each in runs of records of the same consumer or
+        # queue (a multiple ack settles hundreds of one consumer's deliveries at once).
+        current: Consumer | None = None
+        count = 0
         for record in records:
             consumer = record.consumer
-            if consumer is not None:
-                self._channel_used -= 1
-                left = by_consumer[consumer] - 1
-                if left:
-                    by_consumer[consumer] = left
-                else:
-                    del by_consumer[consumer]
+            if consumer is not current:
+                if current is not None:
+                    self._free(current, count)
+                current, count = consumer, 0
+            count += 1
+        if current is not None:
+            self._free(current, count)
+        queue: Queue | None = None
         for record in records:
-            record.queue.consumer_progress_at = now
+            if record.queue is not queue:
+                queue = record.queue
+                queue.consumer_progress_at = now
         if kind is Settlement.REQUEUE:
             _requeue(records)
         elif kind is Settlement.DISCARD:
@@ -187,8 +193,19 @@ class UnackedStore:
                 record.queue.discard(record.entry, "rejected")
         else:
             for record in records:
-                record.queue.stats.ack += 1
-                record.queue.settled(record.entry)
+                queue = record.queue
+                queue.stats.ack += 1
+                queue.settled(record.entry)
+
+    def _free(self, consumer: Consumer, count: int) -> None:
+        """``count`` deliveries of ``consumer`` no longer use credit."""
+        self._channel_used -= count
+        by_consumer = self._by_consumer
+        left = by_consumer[consumer] - count
+        if left:
+            by_consumer[consumer] = left
+        else:
+            del by_consumer[consumer]
 
     def requeue_all(self) -> None:
         """Channel close: every unacked delivery goes back to its queue, all credit is free

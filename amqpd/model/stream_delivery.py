@@ -28,9 +28,10 @@ from amqpd.model.message import Message, QueueEntry
 from amqpd.wire.properties import HEADERS, RawProperties
 from persistence.stream.format import (
     ENTRY_LENGTHS,
+    FILTER_LENGTH,
     bloom_bits,
-    entry_positions,
     filter_value_at,
+    skip_entries,
 )
 
 OFFSET_HEADER: Final = "x-stream-offset"
@@ -65,14 +66,16 @@ class StreamReader:
     """A consumer's place in the stream: the log reader and the rest of its last chunk."""
 
     __slots__ = (
+        "count",
+        "cursor",
         "filters",
         "first",
         "index",
         "masks",
         "match_unfiltered",
         "payload",
+        "pending",
         "position",
-        "positions",
         "tracking",
     )
 
@@ -85,9 +88,11 @@ class StreamReader:
     ) -> None:
         self.position = position
         self.payload = b""  # the chunk read last
-        self.positions: list[int] = [0]  # where its entries start, then its end
         self.first = 0  # the offset of its first entry
+        self.count = 0  # its entries
         self.index = 0  # the next entry to look at
+        self.cursor = 0  # where that entry starts in ``payload``
+        self.pending: StreamRun | None = None  # handed out; ``cursor`` is where it ends
         self.filters = filters
         self.masks = None if filters is None else [bloom_bits(value) for value in filters]
         self.match_unfiltered = match_unfiltered
@@ -96,7 +101,7 @@ class StreamReader:
     @property
     def offset(self) -> int:
         """The next offset this reader looks at."""
-        if self.index < len(self.positions) - 1:
+        if self.index < self.count:
             return self.first + self.index
         return self.position.offset
 
@@ -105,34 +110,44 @@ class StreamReader:
         one chunk; None if there is none now."""
         filters = self.filters
         while True:
-            positions = self.positions
-            count = len(positions) - 1
+            pending = self.pending
+            if pending is not None:  # its frames found where it ends
+                self.cursor = pending.end_position()
+                self.pending = None
             index = self.index
-            if index >= count:
+            if index >= self.count:
                 if not self._read(end):
                     return None
                 continue
             first = self.first
-            stop = min(count, end - first)
+            stop = min(self.count, end - first)
             if index >= stop:
                 return None  # the next entry is not durable yet
             payload = self.payload
             if filters is None:
-                stop = min(stop, index + limit)
-                self.index = stop
-                return StreamRun(payload, positions[index : stop + 1], first + index, self)
+                taken = min(stop - index, limit)
+                run = StreamRun(payload, self.cursor, taken, first + index, self)
+                self.index = index + taken
+                self.pending = run
+                return run
             starts: list[int] = []
             offsets: list[int] = []
+            pos = self.cursor
             while index < stop and len(starts) < limit:
-                pos = positions[index]
-                value = filter_value_at(payload, pos, positions[index + 1])
+                after = skip_entries(payload, pos, 1)
+                value = filter_value_at(payload, pos, after)
                 if (value is None and self.match_unfiltered) or value in filters:
                     starts.append(pos)
                     offsets.append(first + index)
+                pos = after
                 index += 1
             self.index = index
+            self.cursor = pos
             if starts:
-                return StreamRun.scattered(payload, starts, offsets, positions, self)
+                run = StreamRun(payload, starts[0], len(starts), offsets[0], self)
+                run.starts = starts
+                run.offsets = offsets
+                return run
 
     def _read(self, end: int) -> bool:
         """Read the next chunk; False if the log has nothing more below ``end`` now."""
@@ -142,12 +157,13 @@ class StreamReader:
             return False
         payload, first, start = position.next_raw(self.masks, self.match_unfiltered)
         if not payload:
-            self.payload, self.positions, self.first, self.index = b"", [0], 0, 0
+            self.payload, self.first, self.count, self.index, self.cursor = b"", 0, 0, 0, 0
             return position.offset != before  # a skipped chunk (filter): look further
         self.payload = payload
-        self.positions = entry_positions(payload)
         self.first = first
+        self.count = position.offset - first  # the log reader moved past the chunk
         self.index = start - first
+        self.cursor = skip_entries(payload, 0, start - first)
         return True
 
 
@@ -163,41 +179,39 @@ class StreamDelivery(QueueEntry):
 
 class StreamRun:
     """Entries of one chunk about to be delivered to one consumer (see the module's
-    theory of operation). ``bounds[i]:bounds[i + 1]`` is entry i where the entries are
-    consecutive; ``offsets`` is empty then (entry i has offset ``first + i``)."""
+    theory of operation): ``count`` consecutive entries from byte ``start`` of
+    ``payload`` (offsets from ``first``), or those at ``starts`` with ``offsets``
+    (a filtered run)."""
 
-    __slots__ = ("bounds", "first", "offsets", "payload", "reader", "starts")
+    __slots__ = ("count", "end", "first", "offsets", "payload", "reader", "start", "starts")
 
-    def __init__(self, payload: bytes, bounds: list[int], first: int, reader: StreamReader) -> None:
+    def __init__(
+        self, payload: bytes, start: int, count: int, first: int, reader: StreamReader
+    ) -> None:
         self.payload = payload
-        self.bounds = bounds
-        self.starts = bounds[:-1]
+        self.start = start
+        self.count = count
         self.first = first
-        self.offsets: list[int] = []
         self.reader = reader
-
-    @classmethod
-    def scattered(
-        cls,
-        payload: bytes,
-        starts: list[int],
-        offsets: list[int],
-        positions: list[int],
-        reader: StreamReader,
-    ) -> StreamRun:
-        """A run of filtered entries (not consecutive)."""
-        run = cls(payload, [*starts, positions[-1]], offsets[0], reader)
-        run.offsets = offsets
-        return run
+        self.starts: list[int] | None = None
+        self.offsets: list[int] | None = None
+        self.end = -1  # where the run ends in ``payload`` (consecutive runs, once known)
 
     def __len__(self) -> int:
-        return len(self.starts)
+        return self.count
 
     def offset_list(self) -> list[int]:
         """The offsets of the run's entries."""
-        if self.offsets:
-            return self.offsets
-        return list(range(self.first, self.first + len(self.starts)))
+        offsets = self.offsets
+        if offsets is not None:
+            return offsets
+        return list(range(self.first, self.first + self.count))
+
+    def end_position(self) -> int:
+        """Where the entry after a consecutive run starts in ``payload``."""
+        if self.end < 0:
+            self.end = skip_entries(self.payload, self.start, self.count)
+        return self.end
 
     def entries(self) -> list[QueueEntry]:
         """One unacked record's entry per delivery: its own (with its offset) for a
@@ -205,7 +219,7 @@ class StreamRun:
         with it on ack)."""
         reader = self.reader
         if reader.tracking is None:
-            return [StreamDelivery(self.first, reader)] * len(self.starts)
+            return [StreamDelivery(self.first, reader)] * self.count
         return [StreamDelivery(offset, reader) for offset in self.offset_list()]
 
     def frames(
@@ -229,14 +243,22 @@ class StreamRun:
         last_names = last_header = b""
         last_body_len = -1
         method_head = middle = tail = b""
-        for offset, pos in zip(self.offset_list(), self.starts, strict=True):
+        starts = self.starts
+        pos = self.start
+        unpack_filter = FILTER_LENGTH.unpack_from
+        for number, offset in enumerate(self.offset_list()):
+            if starts is not None:
+                pos = starts[number]
             names_end = pos + 1 + payload[pos]
             names_end += 1 + payload[names_end]
             (header_len,) = unpack_len(payload, names_end)
             header_end = names_end + 4 + header_len
             (body_len,) = unpack_len(payload, header_end)
             body_start = header_end + 4
+            body_end = body_start + body_len
             names = payload[pos:names_end]
+            (filter_len,) = unpack_filter(payload, body_end)
+            pos = body_end + 2 + filter_len  # the next entry
             header = payload[names_end + 4 : header_end]
             if names != last_names or header != last_header or body_len != last_body_len:
                 if body_len > body_max:  # several body frames: built apart
@@ -274,7 +296,7 @@ class StreamRun:
                             middle,
                             pack_offset(offset),
                             tail,
-                            payload[body_start : body_start + body_len],
+                            payload[body_start:body_end],
                             _FRAME_END,
                         )
                     )
@@ -284,6 +306,8 @@ class StreamRun:
                     b"".join((method_head, pack_tag(tag, 0), middle, pack_offset(offset), tail))
                 )
             tag += 1
+        if starts is None:
+            self.end = pos
         return parts
 
 

@@ -85,24 +85,21 @@ def decode_entries(payload: bytes, first_offset: int) -> list[StoredEntry]:
     return entries
 
 
-def entry_positions(payload: bytes) -> list[int]:
-    """Where each entry of a chunk's payload starts, then the payload's length (so entry i
-    spans ``positions[i]:positions[i + 1]``): lengths only, nothing copied."""
-    positions = [0]
-    pos = 0
-    end = len(payload)
+def skip_entries(payload: bytes, pos: int, count: int) -> int:
+    """Where the entry ``count`` entries after the one at ``pos`` starts (lengths only,
+    nothing copied)."""
     unpack_len = ENTRY_LENGTHS.unpack_from
-    while pos < end:
+    unpack_filter = FILTER_LENGTH.unpack_from
+    for _ in range(count):
         pos += 1 + payload[pos]
         pos += 1 + payload[pos]
         (header_len,) = unpack_len(payload, pos)
         pos += 4 + header_len
         (body_len,) = unpack_len(payload, pos)
         pos += 4 + body_len
-        (filter_len,) = FILTER_LENGTH.unpack_from(payload, pos)
+        (filter_len,) = unpack_filter(payload, pos)
         pos += 2 + filter_len
-        positions.append(pos)
-    return positions
+    return pos
 
 
 def filter_value_at(payload: bytes, pos: int, entry_end: int) -> bytes | None:
