@@ -22,7 +22,7 @@ memory once sent.
 from __future__ import annotations
 
 import struct
-from typing import Final, Protocol
+from typing import Final, Protocol, final
 
 from amqpd.model.message import Message, QueueEntry
 from amqpd.wire.properties import HEADERS, RawProperties
@@ -62,6 +62,7 @@ class LogReaderPort(Protocol):
         ...
 
 
+@final
 class StreamReader:
     """A consumer's place in the stream: the log reader and the rest of its last chunk."""
 
@@ -167,6 +168,7 @@ class StreamReader:
         return True
 
 
+@final
 class StreamDelivery(QueueEntry):
     """A delivered stream message awaiting its ack (``seq`` is its offset)."""
 
@@ -177,6 +179,7 @@ class StreamDelivery(QueueEntry):
         self.reader = reader
 
 
+@final
 class StreamRun:
     """Entries of one chunk about to be delivered to one consumer (see the module's
     theory of operation): ``count`` consecutive entries from byte ``start`` of
