@@ -88,3 +88,6 @@ _.upstream_queue  # Upstream.upstream_queue (queue links)
 
 # -- amqpd.shell.streams: where a memory-only broker's streams are (tests and operators)
 _.storage_root  # StreamFiles.storage_root (tests/integration/test_streams.py)
+
+# -- persistence.stream.log: the decoded view of a chunk (the broker reads them undecoded)
+_.next_chunk  # LogReader.next_chunk (tests/unit/test_stream_log.py)

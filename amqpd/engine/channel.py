@@ -40,12 +40,13 @@ from amqpd.engine.reply_to import DirectReplyTo
 from amqpd.engine.stream_consuming import refuse_stream_settlement
 from amqpd.engine.topology import Topology
 from amqpd.engine.transaction import BufferedPublish, Transaction
-from amqpd.engine.unacked import Settlement, Unacked, UnackedStore
+from amqpd.engine.unacked import UNLIMITED, Settlement, Unacked, UnackedStore
 from amqpd.model.auth import Authz
 from amqpd.model.broker import Broker
 from amqpd.model.message import Message, QueueEntry
 from amqpd.model.queue import Consumer, ExclusiveOwner, Queue
 from amqpd.model.statistics import MessageStats
+from amqpd.model.stream_delivery import StreamRun
 from amqpd.model.vhost import (
     VirtualHost,
     has_sender_selected_headers,
@@ -418,6 +419,21 @@ class Channel:
         if self.state is not _OPEN:  # module constant: Enum lookups
             return False  # cost ~250 ns on 3.11 and this runs on every enqueue
         return consumer.no_ack or self.unacked.has_credit(consumer)
+
+    def credit(self, consumer: Consumer) -> int:
+        """How many messages ``consumer`` may receive now (a stream's `StreamSink`)."""
+        if self.conn.output_full or self.state is not _OPEN:
+            return 0
+        return UNLIMITED if consumer.no_ack else self.unacked.credit(consumer)
+
+    def deliver_run(self, consumer: Consumer, queue: Queue, run: StreamRun) -> None:
+        """Send a run of a stream's messages to an acking consumer of this channel."""
+        count = len(run)
+        first_tag = self.unacked.issue_run(queue, run.entries(), consumer)
+        queue.stats.deliver += count
+        self.stats.deliver += count
+        conn = self.conn
+        conn.send_parts(run.frames(self.number, consumer.tag_raw, first_tag, conn.frame_max))
 
     def deliver(self, consumer: Consumer, queue: Queue, entry: QueueEntry) -> None:
         """Send one message to a consumer of this channel."""

@@ -15,12 +15,14 @@ every dirty stream and reports `log_synced(upto)`. Consumers only see durable me
 (below ``synced_next``), so an offset a consumer has seen is never reused after a crash.
 Without a store (memory-only broker) every appended message is visible at once.
 
-Consumers: each consumer has a `_Reader`: a position in the log (the log's reader) and
-the rest of the chunk it read last (at most one chunk). `dispatch` serves every consumer
-independently while its channel gives credit (manual acks and a per-consumer prefetch
-are required, so the prefetch is a hard cap; acks give credit back). Each delivery is a
-new `Message` built from the log entry, its header carrying ``x-stream-offset`` (long),
-original exchange and routing key, redelivered false. A consumer's filter
+Consumers: each consumer has a `StreamReader`: a position in the log (the log's reader)
+and the undecoded rest of the chunk it read last (at most one chunk). `dispatch` serves
+every consumer independently while its channel gives credit (manual acks and a
+per-consumer prefetch are required, so the prefetch is a hard cap; acks give credit
+back), handing it a run of up to its credit of one chunk's entries at once; the channel
+builds the frames straight from the chunk's bytes (amqpd/model/stream_delivery.py): the
+header carries ``x-stream-offset`` (long), the original exchange and routing key,
+redelivered false. A consumer's filter
 (``x-stream-filter``) skips whole chunks by their bloom filter, then checks each message's
 ``x-stream-filter-value`` exactly (RabbitMQ leaves that second step to the client).
 A consumer with ``x-stream-automatic-offset-tracking`` stores its last acked offset
@@ -30,9 +32,8 @@ under its consumer tag; it resumes after it when it comes back without ``x-strea
 from __future__ import annotations
 
 import logging
-import struct
 from collections.abc import Iterable
-from typing import Any, Final, Protocol
+from typing import Any, Protocol, cast
 
 from amqpd.model.message import Clock, Message, QueueEntry
 from amqpd.model.queue import Consumer, Queue
@@ -44,31 +45,9 @@ from amqpd.model.stream_args import (
     parse_consumer_args,
     stream_settings,
 )
-from amqpd.wire.properties import HEADERS, RawProperties
-from persistence.stream.format import StoredEntry, bloom_bits
+from amqpd.model.stream_delivery import LogReaderPort, StreamDelivery, StreamReader, StreamRun
 
 log = logging.getLogger(__name__)
-
-OFFSET_HEADER: Final = "x-stream-offset"
-_OFFSET_ENTRY: Final = b"\x0fx-stream-offsetl"
-_ENTRY_SIZE: Final = len(_OFFSET_ENTRY) + 8
-_FLAGS: Final = struct.Struct(">H")
-_TABLE_SIZE: Final = struct.Struct(">I")
-_OFFSET_VALUE: Final = struct.Struct(">q")
-_NEW_TABLE: Final = _TABLE_SIZE.pack(_ENTRY_SIZE) + _OFFSET_ENTRY
-_NAMES_MAX: Final = 4096  # decoded exchange and routing key names kept
-
-
-class LogReaderPort(Protocol):
-    """A position in a stream's log."""
-
-    offset: int
-
-    def next_chunk(
-        self, masks: list[int] | None = None, match_unfiltered: bool = False
-    ) -> list[StoredEntry]:
-        """Entries from ``offset`` to the end of its chunk (see persistence/stream/log.py)."""
-        ...
 
 
 class StreamLogPort(Protocol):
@@ -107,6 +86,19 @@ class StreamLogPort(Protocol):
     def delete(self) -> None: ...
 
 
+class StreamSink(Protocol):
+    """What a stream needs of its consumers' channel (engine/channel.py) beyond the
+    `ConsumerSink`: credit as a count, and runs of deliveries."""
+
+    def credit(self, consumer: Consumer) -> int:
+        """How many more messages ``consumer`` may be handed now."""
+        ...
+
+    def deliver_run(self, consumer: Consumer, queue: Queue, run: StreamRun) -> None:
+        """Hand ``run`` to ``consumer`` (delivery tags, unacked records, frames)."""
+        ...
+
+
 class StreamLogs(Protocol):
     """Opens stream logs (the shell's persistence.stream.log.StreamStorage)."""
 
@@ -115,73 +107,10 @@ class StreamLogs(Protocol):
         ...
 
 
-class _Reader:
-    """A consumer's place in the stream: the log reader and the rest of its last chunk."""
-
-    __slots__ = ("chunk", "filters", "index", "masks", "match_unfiltered", "position", "tracking")
-
-    def __init__(
-        self,
-        position: LogReaderPort,
-        filters: tuple[bytes, ...] | None,
-        match_unfiltered: bool,
-        tracking: str | None,
-    ) -> None:
-        self.position = position
-        self.chunk: list[StoredEntry] = []
-        self.index = 0
-        self.filters = filters
-        self.masks = None if filters is None else [bloom_bits(value) for value in filters]
-        self.match_unfiltered = match_unfiltered
-        self.tracking = tracking  # the consumer tag under which acked offsets are stored
-
-    def next(self, end: int) -> StoredEntry | None:
-        """The next entry below offset ``end`` that the consumer's filter takes."""
-        while True:
-            chunk = self.chunk
-            if self.index < len(chunk):
-                entry = chunk[self.index]
-                if entry.offset >= end:
-                    return None
-                self.index += 1
-                filters = self.filters
-                if filters is None:
-                    return entry
-                value = entry.filter_value
-                if (value is None and self.match_unfiltered) or value in filters:
-                    return entry
-                continue
-            position = self.position
-            before = position.offset
-            if before >= end:
-                return None
-            self.chunk = position.next_chunk(self.masks, self.match_unfiltered)
-            self.index = 0
-            if not self.chunk and position.offset == before:
-                return None  # nothing readable there yet
-
-    @property
-    def offset(self) -> int:
-        """The next offset this reader looks at."""
-        if self.index < len(self.chunk):
-            return self.chunk[self.index].offset
-        return self.position.offset
-
-
-class StreamDelivery(QueueEntry):
-    """A delivered stream message (``seq`` is its offset)."""
-
-    __slots__ = ("reader",)
-
-    def __init__(self, message: Message, offset: int, reader: _Reader) -> None:
-        super().__init__(message, offset)
-        self.reader = reader
-
-
 class StreamQueue(Queue):
     """An append-only log queue (see the module's theory of operation)."""
 
-    __slots__ = ("_names", "_readers", "dirty", "log", "stream_settings")
+    __slots__ = ("_readers", "dirty", "log", "stream_settings")
 
     def __init__(
         self,
@@ -197,8 +126,7 @@ class StreamQueue(Queue):
             vhost_name, name, self.stream_settings.max_segment_bytes
         )
         self.dirty: set[StreamQueue] | None = None  # the broker's, once a store is attached
-        self._readers: dict[Consumer, _Reader] = {}
-        self._names: dict[bytes, str] = {}
+        self._readers: dict[Consumer, StreamReader] = {}
 
     def __repr__(self) -> str:
         return f"<StreamQueue {self.name!r} in vhost {self.vhost_name!r}>"
@@ -276,7 +204,7 @@ class StreamQueue(Queue):
         args = parse_consumer_args(consumer.arguments, self.clock.now, where)
         tracking = consumer.tag if args.tracking else None
         start = self._start_offset(args.offset, tracking)
-        reader = _Reader(self.log.reader(start), args.filters, args.match_unfiltered, tracking)
+        reader = StreamReader(self.log.reader(start), args.filters, args.match_unfiltered, tracking)
         self._readers[consumer] = reader
         super().add_consumer(consumer)
 
@@ -302,82 +230,24 @@ class StreamQueue(Queue):
         self._readers.pop(consumer, None)
 
     def dispatch(self, arriving: QueueEntry | None = None) -> None:
-        """Deliver durable messages to each consumer while its channel gives credit."""
+        """Deliver durable messages to each consumer while its channel gives credit, a run
+        of one chunk's entries at a time (amqpd/model/stream_delivery.py)."""
         end = self.committed_next
         for consumer in list(self.consumers):
             reader = self._readers.get(consumer)
             if reader is None:
                 continue
-            channel = consumer.channel
-            while channel.has_credit(consumer):
-                entry = reader.next(end)
-                if entry is None:
+            # A stream's consumers are always a channel's (engine/channel.py), which
+            # takes whole runs.
+            channel = cast(StreamSink, consumer.channel)
+            while True:
+                credit = channel.credit(consumer)
+                if credit <= 0:
                     break
-                delivery = StreamDelivery(self._message(entry), entry.offset, reader)
-                channel.deliver(consumer, self, delivery)
-
-    def _message(self, entry: StoredEntry) -> Message:
-        names = self._names
-        exchange = names.get(entry.exchange_raw)
-        if exchange is None:
-            exchange = names[entry.exchange_raw] = entry.exchange_raw[1:].decode()
-        routing_key = names.get(entry.routing_key_raw)
-        if routing_key is None:
-            if len(names) > _NAMES_MAX:
-                names.clear()
-            routing_key = names[entry.routing_key_raw] = entry.routing_key_raw[1:].decode()
-        header = self._with_offset(entry.header, entry.offset)
-        return Message(
-            exchange,
-            routing_key,
-            entry.exchange_raw,
-            entry.routing_key_raw,
-            header,
-            entry.body,
-            True,
-        )
-
-    @staticmethod
-    def _with_offset(header: bytes, offset: int) -> bytes:
-        """``header`` with ``x-stream-offset`` (a long) last in its headers table, as
-        RabbitMQ puts it: spliced in after the two shortstrs that may precede the table
-        (the publisher's bytes stay as they are)."""
-        flags = (header[12] << 8) | header[13]
-        if not flags & 1:  # one property-flags word (always, for basic)
-            pos = 14
-            if flags & 0x8000:  # content_type
-                pos += 1 + header[pos]
-            if flags & 0x4000:  # content_encoding
-                pos += 1 + header[pos]
-            if not flags & 0x2000:  # no headers table: add one
-                return b"".join(
-                    (
-                        header[:12],
-                        _FLAGS.pack(flags | 0x2000),
-                        header[14:pos],
-                        _NEW_TABLE,
-                        _OFFSET_VALUE.pack(offset),
-                        header[pos:],
-                    )
-                )
-            (size,) = _TABLE_SIZE.unpack_from(header, pos)
-            end = pos + 4 + size
-            if header.find(_OFFSET_ENTRY, pos + 4, end) < 0:
-                return b"".join(
-                    (
-                        header[:pos],
-                        _TABLE_SIZE.pack(size + _ENTRY_SIZE),
-                        header[pos + 4 : end],
-                        _OFFSET_ENTRY,
-                        _OFFSET_VALUE.pack(offset),
-                        header[end:],
-                    )
-                )
-        props = RawProperties(header)  # the publisher sent an x-stream-offset: replace it
-        kept = [item for key, item in props.table_entries() if key != OFFSET_HEADER]
-        body = b"".join(kept) + _OFFSET_ENTRY + _OFFSET_VALUE.pack(offset)
-        props.fields[HEADERS] = _TABLE_SIZE.pack(len(body)) + body
-        return props.encode()
+                run = reader.take(end, credit)
+                if run is None:
+                    break
+                channel.deliver_run(consumer, self, run)
 
     def settled(self, entry: QueueEntry) -> None:
         """An ack: nothing leaves the log; a tracking consumer's offset is stored."""

@@ -85,6 +85,35 @@ def decode_entries(payload: bytes, first_offset: int) -> list[StoredEntry]:
     return entries
 
 
+def skip_entries(payload: bytes, pos: int, count: int) -> int:
+    """Where the entry ``count`` entries after the one at ``pos`` starts (lengths only,
+    nothing copied)."""
+    unpack_len = ENTRY_LENGTHS.unpack_from
+    unpack_filter = FILTER_LENGTH.unpack_from
+    for _ in range(count):
+        pos += 1 + payload[pos]
+        pos += 1 + payload[pos]
+        (header_len,) = unpack_len(payload, pos)
+        pos += 4 + header_len
+        (body_len,) = unpack_len(payload, pos)
+        pos += 4 + body_len
+        (filter_len,) = unpack_filter(payload, pos)
+        pos += 2 + filter_len
+    return pos
+
+
+def filter_value_at(payload: bytes, pos: int, entry_end: int) -> bytes | None:
+    """The ``x-stream-filter-value`` of the entry at ``pos`` (ending at ``entry_end``),
+    None if it has none (the value is the entry's last field, after its u16 length)."""
+    start = pos + 1 + payload[pos]
+    start += 1 + payload[start]
+    (header_len,) = ENTRY_LENGTHS.unpack_from(payload, start)
+    start += 4 + header_len
+    (body_len,) = ENTRY_LENGTHS.unpack_from(payload, start)
+    start += 4 + body_len + 2
+    return payload[start:entry_end] if entry_end > start else None
+
+
 def bloom_bits(value: bytes) -> int:
     """The two bits ``value`` sets in a chunk's bloom filter (as an int bit mask)."""
     bits = FILTER_BYTES * 8

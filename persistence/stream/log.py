@@ -527,13 +527,25 @@ class LogReader:
         """The entries from ``offset`` to the end of its chunk (the reader moves past them);
         [] at the end of the log. With filter ``masks``, a chunk none of them may be in
         (bloom filter) is skipped: [] is returned and ``offset`` moves past it."""
+        payload, first, start = self.next_raw(masks, match_unfiltered)
+        if not payload:
+            return []
+        entries = decode_entries(payload, first)
+        return entries[start - first :] if start > first else entries
+
+    def next_raw(
+        self, masks: list[int] | None = None, match_unfiltered: bool = False
+    ) -> tuple[bytes, int, int]:
+        """Like `next_chunk`, undecoded: (the chunk's payload, the offset of its first
+        entry, the offset the reader was at); the payload is empty where `next_chunk`
+        returns []."""
         stream_log = self._log
         if self.offset < stream_log.first_offset:  # retention removed our position
             self.offset = stream_log.first_offset
             self._segment_first = -1
         if self.offset >= stream_log.written_next:
             if self.offset >= stream_log.next_offset:
-                return []
+                return b"", self.offset, self.offset
             stream_log.flush()
         firsts = stream_log._firsts
         number = bisect_left(firsts, self._segment_first)
@@ -548,7 +560,7 @@ class LogReader:
             if header is None:
                 if number + 1 >= len(firsts):
                     self._segment_first = firsts[number]
-                    return []
+                    return b"", self.offset, self.offset
                 number += 1
                 self._position = 0
                 continue
@@ -566,10 +578,9 @@ class LogReader:
             (match_unfiltered and header.flags & FLAG_UNFILTERED)
             or any(header.bloom & mask == mask for mask in masks)
         ):
-            return []
+            return b"", start, start
         payload = stream_log._read_payload(number, position, header.length)
-        entries = decode_entries(payload, header.first_offset)
-        return entries[start - header.first_offset :] if start > header.first_offset else entries
+        return payload, header.first_offset, start
 
 
 class StreamStorage:

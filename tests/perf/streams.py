@@ -52,6 +52,16 @@ class _Raw(Raw):
         self.expect(commands.Channel.OpenOk)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _per_message(pid: int, before: float, count: int) -> str:
+    return f"(broker CPU {(cpu_seconds(pid) - before) / count * 1e6:.1f} us/msg)"
+
+
 def _connect(port: int) -> Raw:
     return _Raw(port)
 
@@ -122,11 +132,21 @@ def bench_amqpd(count: int, size: int) -> None:
         data_dir = Path(tmp) / "data"
         proc, port, _log, _startup = start(data_dir)
         try:
+            cpu = cpu_seconds(proc.pid)
             rate = publish(port, count, size)
-            print(f"amqpd    publish (confirms, window 1000): {rate:>10,.0f} msg/s", flush=True)
+            print(
+                f"amqpd    publish (confirms, window 1000): {rate:>10,.0f} msg/s "
+                f"{_per_message(proc.pid, cpu, count)}",
+                flush=True,
+            )
             print(f"amqpd    RSS with {count:,} stored: {rss_mib(proc.pid):,.0f} MiB", flush=True)
+            cpu = cpu_seconds(proc.pid)
             rate = replay(port, count)
-            print(f"amqpd    replay from first (prefetch 1000): {rate:>10,.0f} msg/s", flush=True)
+            print(
+                f"amqpd    replay from first (prefetch 1000): {rate:>10,.0f} msg/s "
+                f"{_per_message(proc.pid, cpu, count)}",
+                flush=True,
+            )
         finally:
             proc.terminate()
             proc.wait()
@@ -139,8 +159,9 @@ def bench_amqpd(count: int, size: int) -> None:
             proc.wait()
 
 
-def _beam_rss_mib(node_name: str) -> float:
-    """RSS of the node's beam.smp process (found by RABBITMQ_NODENAME in its environment)."""
+def _beam_pid(node_name: str) -> int:
+    """The node's beam.smp process (found by RABBITMQ_NODENAME in its environment); 0 if
+    there is none."""
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -150,8 +171,8 @@ def _beam_rss_mib(node_name: str) -> float:
         except OSError:
             continue
         if b"beam.smp" in cmdline and f"RABBITMQ_NODENAME={node_name}".encode() in environ:
-            return rss_mib(int(proc.name))
-    return 0.0
+            return int(proc.name)
+    return 0
 
 
 def bench_rabbitmq(count: int, size: int) -> None:
@@ -160,12 +181,22 @@ def bench_rabbitmq(count: int, size: int) -> None:
     node = RabbitNode(prefix="streambench")
     try:
         node.wait()
+        pid = _beam_pid(node.node)
+        cpu = cpu_seconds(pid)
         rate = publish(node.port, count, size)
-        print(f"RabbitMQ publish (confirms, window 1000): {rate:>10,.0f} msg/s", flush=True)
-        rss = _beam_rss_mib(node.node)
-        print(f"RabbitMQ RSS with {count:,} stored: {rss:,.0f} MiB", flush=True)
+        print(
+            f"RabbitMQ publish (confirms, window 1000): {rate:>10,.0f} msg/s "
+            f"{_per_message(pid, cpu, count)}",
+            flush=True,
+        )
+        print(f"RabbitMQ RSS with {count:,} stored: {rss_mib(pid):,.0f} MiB", flush=True)
+        cpu = cpu_seconds(pid)
         rate = replay(node.port, count)
-        print(f"RabbitMQ replay from first (prefetch 1000): {rate:>10,.0f} msg/s", flush=True)
+        print(
+            f"RabbitMQ replay from first (prefetch 1000): {rate:>10,.0f} msg/s "
+            f"{_per_message(pid, cpu, count)}",
+            flush=True,
+        )
     finally:
         node.stop()
 
