@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from exchanges.base import Arguments, Router
+from exchanges.delayed import DELAYED_TYPE, create_delayed_router
 from exchanges.direct import DirectRouter
 from exchanges.fanout import FanoutRouter
 from exchanges.federation_upstream import FederationUpstreamRouter
@@ -20,9 +21,12 @@ _FACTORIES: dict[str, Callable[[], Router]] = {
     HeadersRouter.type_name: HeadersRouter,
 }
 
-EXCHANGE_TYPES: frozenset[str] = frozenset((*_FACTORIES, FederationUpstreamRouter.type_name))
-"""Names of the supported exchange types: direct, fanout, topic, headers, and
-x-federation-upstream (the helper of federation links, configured by its arguments)."""
+EXCHANGE_TYPES: frozenset[str] = frozenset(
+    (*_FACTORIES, FederationUpstreamRouter.type_name, DELAYED_TYPE)
+)
+"""Names of the supported exchange types: direct, fanout, topic, headers,
+x-federation-upstream (the helper of federation links, configured by its arguments) and
+x-delayed-message (routes as its x-delayed-type argument says; exchanges/delayed.py)."""
 
 
 class UnknownExchangeType(ValueError):
@@ -57,6 +61,8 @@ def create_router(type_name: str, arguments: Arguments | None = None) -> Router:
     """
     if type_name == FederationUpstreamRouter.type_name:
         return FederationUpstreamRouter(arguments)
+    if type_name == DELAYED_TYPE:
+        return create_delayed_router(arguments, create_router)
     factory = _FACTORIES.get(type_name)
     if factory is None:
         raise UnknownExchangeType(type_name)

@@ -80,7 +80,9 @@ def test_package_uses_only_the_standard_library() -> None:
 
 def test_exchange_types() -> None:
     assert (
-        frozenset({"direct", "fanout", "topic", "headers", "x-federation-upstream"})
+        frozenset(
+            {"direct", "fanout", "topic", "headers", "x-federation-upstream", "x-delayed-message"}
+        )
         == EXCHANGE_TYPES
     )
 
@@ -91,6 +93,7 @@ def test_create_router(type_name: str) -> None:
     assert isinstance(router, Router)
     assert router.type_name == type_name
     assert router.uses_headers is (type_name in ("headers", "x-federation-upstream"))
+    # (x-delayed-message without arguments routes as direct: exchanges/delayed.py)
     assert len(router) == 0
     assert list(router.bindings()) == []
     assert create_router(type_name) is not router

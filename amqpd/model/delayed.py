@@ -1,0 +1,347 @@
+"""Messages held by ``x-delayed-message`` exchanges until their delay ends.
+
+Theory of operation
+-------------------
+Each delayed exchange has one `DelayedMessages`: the messages it holds, ordered by due time
+in ONE deadline structure, a binary heap of integer keys. A key is the due time in whole
+milliseconds shifted left by `KEY_SHIFT` bits, plus a counter in the low bits (bumped on a
+clash), so keys are unique, ordered by due time and, among equal due times, by arrival.
+``_held`` maps each key to its `Message`. There is no timer per message: the head of the
+heap is the exchange's next deadline, announced on the broker's `Clock` (``wake``) when a
+message arrives earlier than everything held and after every tick, and the shell's ticker
+sleeps until the earliest deadline of the whole core (as for message TTLs).
+
+A held message is not in any queue. When its time comes (`fire`, from `DelayedHub.tick`)
+it is routed through its exchange as it is bound *then* (the plugin's rule), following
+exchange-to-exchange bindings and alternate exchanges, and enqueued in every queue it
+reaches, as a publish would be (x-overflow, deduplication and its own expiration apply
+from that moment). Its ``x-delay`` header reads ``-delay`` from the moment it is held, as
+the plugin's swap_delay_header leaves it, so republishing a delivered message does not
+delay it again. At most `FIRE_BUDGET` messages fire per tick; the rest wait for the next
+tick (10 ms later) so that a backlog that is due at once (after a restart) does not stop
+the broker serving its clients.
+
+Storage: a persistent message on a durable exchange is journaled in the store as a
+message of an internal queue named ``amq.delayed-<exchange>`` (clients cannot declare
+``amq.`` names), with the key as its sequence number, so the store's order of that queue
+IS due order: a body page read (``BodyLoader.read_bodies(after key)``) returns the next
+bodies to fire, and the startup load returns the held messages already sorted (a sorted
+list is a heap). The publisher's confirm waits for that insert's batch like any other
+persistent message (`holder` is the stand-in queue the publish path sees), and firing
+journals the delete together with the inserts into the target queues, in one batch.
+Bodies of stored messages are dropped from memory once their insert is committed while
+more than `HOT_WINDOW` messages are held (`page_out`); `fire` reads them back a page at a
+time, in due order. A failed body read is logged once, the message stays, and the
+periodic tick retries.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
+
+from amqpd.model.message import Clock, Message
+from amqpd.model.queue import Queue
+from amqpd.model.queue_args import parse_expiration
+from amqpd.wire.codec import encode_shortstr, peek_header
+from amqpd.wire.properties import RawProperties
+from exchanges.delayed import DELAY_HEADER, delay_of
+from persistence.records import MessageRecord
+
+if TYPE_CHECKING:
+    from amqpd.model.ports import BodyLoader, JournalPort
+
+log = logging.getLogger(__name__)
+
+STORE_PREFIX: Final = "amq.delayed-"  # the internal store queue of a durable delayed exchange
+KEY_SHIFT: Final = 20  # low bits of a key: the arrival counter
+_COUNTER_MASK: Final = (1 << KEY_SHIFT) - 1
+HOT_WINDOW: Final = 1024  # held messages that keep their bodies in memory
+PAGE_SIZE: Final = 1024  # bodies read back per page
+FIRE_BUDGET: Final = 2000  # messages fired per tick and exchange at most
+
+Route = Callable[[Message], list[Queue]]
+
+
+def store_name(exchange: str) -> str:
+    """The internal store queue of a delayed exchange's persistent messages."""
+    return STORE_PREFIX + exchange
+
+
+def due_of(key: int) -> float:
+    """The due time (unix seconds) a key encodes."""
+    return (key >> KEY_SHIFT) / 1000
+
+
+class DelayedHub:
+    """The broker's delayed exchanges that hold messages (ticked) and that have bodies to
+    page out after a commit; one per broker (a lone vhost keeps its own)."""
+
+    __slots__ = ("paging", "pending")
+
+    def __init__(self) -> None:
+        self.pending: set[DelayedMessages] = set()
+        self.paging: set[DelayedMessages] = set()
+
+    def tick(self, now: float) -> None:
+        """Fire what is due in every delayed exchange and announce the next deadlines."""
+        for delayed in list(self.pending):
+            try:
+                delayed.fire(now)
+            except Exception:  # a bug must not stop the other exchanges or the broker
+                log.exception("firing delayed messages of %r failed", delayed)
+            if not delayed.count:
+                self.pending.discard(delayed)
+
+    def batch_committed(self, batch: int) -> None:
+        """Drop the bodies whose insert is now in the store."""
+        for delayed in list(self.paging):
+            if not delayed.page_out(batch):
+                self.paging.discard(delayed)
+
+
+class DelayedMessages:
+    """The messages one delayed exchange holds (see the module comment)."""
+
+    __slots__ = (
+        "_candidates",
+        "_counter",
+        "_heap",
+        "_held",
+        "clock",
+        "holder",
+        "hub",
+        "journal",
+        "pager",
+        "read_failing",
+        "route",
+        "store_key",
+    )
+
+    def __init__(
+        self,
+        vhost_name: str,
+        exchange_name: str,
+        clock: Clock,
+        route: Route,
+        hub: DelayedHub,
+        journal: JournalPort | None = None,
+        pager: BodyLoader | None = None,
+    ) -> None:
+        name = store_name(exchange_name)
+        self.store_key = (vhost_name, name)
+        self.clock = clock
+        self.route = route  # routes a message through the exchange as bound now
+        self.hub = hub
+        self.journal = journal  # set for a durable exchange on a broker with a store
+        self.pager = pager
+        # what the publish path sees as "the queue it went to": confirms wait for its store
+        self.holder = Queue(name, vhost_name, journal is not None, None, False, {}, clock)
+        self.holder.journal = journal
+        self._heap: list[int] = []
+        self._held: dict[int, Message] = {}
+        self._counter = 0
+        self._candidates: deque[tuple[int, int]] = deque()  # (batch, key) to page out
+        self.read_failing = False
+
+    def __repr__(self) -> str:
+        return f"<DelayedMessages {self.store_key[1]!r} in vhost {self.store_key[0]!r}>"
+
+    @property
+    def count(self) -> int:
+        """Messages held (the plugin's ``messages_delayed``)."""
+        return len(self._held)
+
+    def next_deadline(self) -> float | None:
+        """When the next held message is due, or None."""
+        return due_of(self._heap[0]) if self._heap else None
+
+    # -- in ------------------------------------------------------------------------------
+    @staticmethod
+    def delay(message: Message) -> int | None:
+        """The delay (ms) the message asks for, or None to route it at once."""
+        if message.headers_raw is None or DELAY_HEADER.encode() not in message.headers_raw:
+            return None
+        return delay_of(message.headers)
+
+    def hold(self, message: Message, delay: int) -> list[Queue]:
+        """Keep ``message`` until ``delay`` ms from now; returns ``[holder]`` (what the
+        publish path counts as routed and waits on for the confirm)."""
+        props = RawProperties(message.header)
+        props.edit_headers({DELAY_HEADER: -delay})
+        message.header = props.encode()
+        message.headers_raw = peek_header(message.header).headers_raw
+        message.reset_headers()
+        due_ms = math.ceil(self.clock.now * 1000) + delay
+        self._counter = counter = (self._counter + 1) & _COUNTER_MASK
+        key = (due_ms << KEY_SHIFT) | counter
+        held = self._held
+        while key in held:  # the counter wrapped onto a message due the same millisecond
+            key += 1
+        self._add(key, message)
+        journal = self.journal
+        if journal is not None and message.persistent and message.body is not None:
+            batch = journal.insert_message(
+                self.store_key,
+                key,
+                MessageRecord(
+                    message.exchange, message.routing_key, message.header, message.body,
+                    expires_at=due_ms / 1000,
+                ),
+            )  # fmt: skip
+            if self.pager is not None:
+                self._candidates.append((batch, key))
+                self.hub.paging.add(self)
+        return [self.holder]
+
+    def restore(self, records: list[tuple[int, MessageRecord]]) -> int:
+        """Adopt the messages recovered from the store (in ascending key order, so the
+        list is a heap as it is); returns how many."""
+        heap = self._heap
+        held = self._held
+        shortstrs: dict[str, bytes] = {}  # a million messages share a few names
+        for key, record in records:
+            exchange_raw = shortstrs.get(record.exchange)
+            if exchange_raw is None:
+                exchange_raw = shortstrs[record.exchange] = encode_shortstr(record.exchange)
+            key_raw = shortstrs.get(record.routing_key)
+            if key_raw is None:
+                key_raw = shortstrs[record.routing_key] = encode_shortstr(record.routing_key)
+            peek = peek_header(record.header)
+            message = Message(
+                record.exchange,
+                record.routing_key,
+                exchange_raw,
+                key_raw,
+                record.header,
+                None if record.body_size is not None else record.body,
+                True,
+                peek.priority,
+                peek.expiration,
+                peek.headers_raw,
+            )
+            if record.body_size is not None:
+                message.body_size = record.body_size
+            if heap and key < heap[-1]:  # never from the store; keep the heap valid anyway
+                heapq.heappush(heap, key)
+            else:
+                heap.append(key)
+            held[key] = message
+        if heap:
+            self.clock.wake(due_of(heap[0]))
+            self.hub.pending.add(self)
+        return len(records)
+
+    def _add(self, key: int, message: Message) -> None:
+        heap = self._heap
+        if not heap or key < heap[0]:
+            self.clock.wake(due_of(key))
+        heapq.heappush(heap, key)
+        self._held[key] = message
+        self.hub.pending.add(self)
+
+    # -- out -----------------------------------------------------------------------------
+    def fire(self, now: float) -> int:
+        """Route every message due by ``now`` (at most `FIRE_BUDGET`); announce the next
+        deadline. Returns how many fired."""
+        heap = self._heap
+        held = self._held
+        journal = self.journal
+        now_ms = now * 1000
+        fired = 0
+        while heap and (heap[0] >> KEY_SHIFT) <= now_ms:
+            if fired >= FIRE_BUDGET:
+                self.clock.wake(now)  # the rest next tick: clients get served in between
+                return fired
+            key = heap[0]
+            message = held[key]
+            if message.body is None and not self._page_in(key):
+                return fired  # the store cannot be read now: the periodic tick retries
+            if key not in held:
+                continue  # its body was lost (logged) and it was dropped
+            heapq.heappop(heap)
+            del held[key]
+            if journal is not None and message.persistent:
+                journal.delete_message(self.store_key, key)
+            self._deliver(message)
+            fired += 1
+        if heap:
+            self.clock.wake(due_of(heap[0]))
+        return fired
+
+    def _deliver(self, message: Message) -> None:
+        """Enqueue a due message where its exchange routes it now."""
+        expiration_ms = None
+        if message.expiration is not None:
+            try:
+                expiration_ms = parse_expiration(message.expiration)
+            except ValueError:  # checked at publish; never stored otherwise
+                expiration_ms = None
+        for queue in self.route(message):
+            if queue.rejects_overflow and queue.would_overflow(message):
+                if queue.settings.overflow == "reject-publish-dlx" and queue.dead_letter:
+                    queue.dead_letter(queue, message, "maxlen")
+                continue
+            if queue.dedup is not None and not queue.dedup.admit(message, queue.journal):
+                continue
+            queue.enqueue(message, expiration_ms)
+
+    def drop_all(self) -> None:
+        """The exchange is deleted: forget everything (its store queue's delete cascades)."""
+        self._heap.clear()
+        self._held.clear()
+        self._candidates.clear()
+        self.hub.pending.discard(self)
+        self.hub.paging.discard(self)
+
+    # -- paging --------------------------------------------------------------------------
+    def page_out(self, committed_batch: int) -> bool:
+        """Drop the bodies whose insert committed, while more than `HOT_WINDOW` messages
+        are held. Returns True while candidates remain."""
+        candidates = self._candidates
+        held = self._held
+        hot = len(held) <= HOT_WINDOW
+        while candidates and candidates[0][0] <= committed_batch:
+            _batch, key = candidates.popleft()
+            message = held.get(key)
+            if message is not None and not hot:
+                message.body = None
+        return bool(candidates)
+
+    def _page_in(self, head: int) -> bool:
+        """Read the next page of bodies (in due order) from the store. False if it cannot
+        be read now (logged once); a body missing from the store drops its message."""
+        pager = self.pager
+        if pager is None:
+            return True
+        try:
+            page = pager.read_bodies(self.store_key, head - 1, PAGE_SIZE)
+        except Exception as exc:  # any backend's failure, contained here
+            if not self.read_failing:
+                self.read_failing = True
+                log.error(
+                    "cannot read delayed message bodies of %r from the store: %s; they "
+                    "fire when it can be read again",
+                    self,
+                    exc,
+                )
+            return False
+        if self.read_failing:
+            self.read_failing = False
+            log.info("delayed message bodies of %r can be read from the store again", self)
+        held = self._held
+        for key, body in page:
+            message = held.get(key)
+            if message is not None and message.body is None:
+                message.body = body
+        if held[head].body is None:
+            log.error("lost body of delayed message %d in %r; dropping it", head, self)
+            heapq.heappop(self._heap)
+            del held[head]
+            if self.journal is not None:
+                self.journal.delete_message(self.store_key, head)
+        return True
