@@ -33,6 +33,10 @@ class BodyReaderPort(Protocol):
         self, queue: tuple[str, str], after_seq: int, limit: int
     ) -> list[tuple[int, bytes]]: ...
 
+    def read_messages(
+        self, queue: tuple[str, str], after_seq: int, limit: int
+    ) -> list[tuple[int, str, str, bytes, bytes]]: ...
+
     def close(self) -> None: ...
 
 

@@ -117,6 +117,10 @@ _LOAD_MESSAGES_WINDOWED = (
 _READ_BODIES = (
     f"SELECT seq, body FROM messages WHERE queue_id = {_QID} AND seq > ?3 ORDER BY seq LIMIT ?4"
 )
+_READ_MESSAGES = (
+    "SELECT seq, exchange, routing_key, header, body FROM messages"
+    f" WHERE queue_id = {_QID} AND seq > ?3 ORDER BY seq LIMIT ?4"
+)
 _FETCH_ROWS = 8192  # rows per fetchmany while loading
 _DEDUP_LIMIT = 65536  # entries in the load-time string/header dedup cache before it resets
 _WRITER_CACHE_KIB = 16384
@@ -644,6 +648,21 @@ class BodyReader:
             return list(rows)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read message bodies of {queue}: {exc}") from exc
+
+    def read_messages(
+        self, queue: QueueKey, after_seq: int, limit: int
+    ) -> list[tuple[int, str, str, bytes, bytes]]:
+        """``(seq, exchange, routing_key, header, body)`` of up to ``limit`` committed
+        messages with ``seq > after_seq``.
+
+        Raises:
+            StoreError: SQLite failed.
+        """
+        try:
+            rows = self._db.execute(_READ_MESSAGES, (queue[0], queue[1], after_seq, limit))
+            return list(rows)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read messages of {queue}: {exc}") from exc
 
     def close(self) -> None:
         """Close the connection."""

@@ -24,15 +24,17 @@ the broker serving its clients.
 Storage: a persistent message on a durable exchange is journaled in the store as a
 message of an internal queue named ``amq.delayed-<exchange>`` (clients cannot declare
 ``amq.`` names), with the key as its sequence number, so the store's order of that queue
-IS due order: a body page read (``BodyLoader.read_bodies(after key)``) returns the next
-bodies to fire, and the startup load returns the held messages already sorted (a sorted
-list is a heap). The publisher's confirm waits for that insert's batch like any other
+IS due order. The publisher's confirm waits for that insert's batch like any other
 persistent message (`holder` is the stand-in queue the publish path sees), and firing
 journals the delete together with the inserts into the target queues, in one batch.
-Bodies of stored messages are dropped from memory once their insert is committed while
-more than `HOT_WINDOW` messages are held (`page_out`); `fire` reads them back a page at a
-time, in due order. A failed body read is logged once, the message stays, and the
-periodic tick retries.
+
+Memory stays bounded: once its insert has committed while more than `HOT_WINDOW` messages
+are held, a stored message is forgotten but for its key (``_cold``: a heap slot, an int and
+a set entry, ~80 bytes); `fire` reads the next `PAGE_SIZE` messages back in one read
+(``BodyLoader.read_messages(after key)``, due order) when it reaches a key it does not
+hold in memory. After a restart the store's load returns the held messages already sorted
+(a sorted list is a heap); only the first ones stay in memory. A failed read is logged
+once, the messages stay, and the periodic tick retries.
 """
 
 from __future__ import annotations
@@ -109,9 +111,11 @@ class DelayedMessages:
 
     __slots__ = (
         "_candidates",
+        "_cold",
         "_counter",
         "_heap",
-        "_held",
+        "_hot",
+        "_names",
         "clock",
         "holder",
         "hub",
@@ -142,10 +146,12 @@ class DelayedMessages:
         # what the publish path sees as "the queue it went to": confirms wait for its store
         self.holder = Queue(name, vhost_name, journal is not None, None, False, {}, clock)
         self.holder.journal = journal
-        self._heap: list[int] = []
-        self._held: dict[int, Message] = {}
+        self._heap: list[int] = []  # every key, a binary heap: the one deadline structure
+        self._hot: dict[int, Message] = {}  # held messages in memory
+        self._cold: set[int] = set()  # held messages only in the store (read back to fire)
         self._counter = 0
         self._candidates: deque[tuple[int, int]] = deque()  # (batch, key) to page out
+        self._names: dict[str, bytes] = {}  # shortstrs of paged-in names (a few distinct)
         self.read_failing = False
 
     def __repr__(self) -> str:
@@ -154,7 +160,12 @@ class DelayedMessages:
     @property
     def count(self) -> int:
         """Messages held (the plugin's ``messages_delayed``)."""
-        return len(self._held)
+        return len(self._heap)
+
+    @property
+    def in_memory(self) -> int:
+        """Messages held in memory (the rest are read back from the store to fire)."""
+        return len(self._hot)
 
     def next_deadline(self) -> float | None:
         """When the next held message is due, or None."""
@@ -179,10 +190,15 @@ class DelayedMessages:
         due_ms = math.ceil(self.clock.now * 1000) + delay
         self._counter = counter = (self._counter + 1) & _COUNTER_MASK
         key = (due_ms << KEY_SHIFT) | counter
-        held = self._held
-        while key in held:  # the counter wrapped onto a message due the same millisecond
+        hot, cold = self._hot, self._cold
+        while key in hot or key in cold:  # the counter wrapped onto one due the same ms
             key += 1
-        self._add(key, message)
+        heap = self._heap
+        if not heap or key < heap[0]:
+            self.clock.wake(due_of(key))
+        heapq.heappush(heap, key)
+        hot[key] = message
+        self.hub.pending.add(self)
         journal = self.journal
         if journal is not None and message.persistent and message.body is not None:
             batch = journal.insert_message(
@@ -199,57 +215,50 @@ class DelayedMessages:
         return [self.holder]
 
     def restore(self, records: list[tuple[int, MessageRecord]]) -> int:
-        """Adopt the messages recovered from the store (in ascending key order, so the
-        list is a heap as it is); returns how many."""
+        """Adopt the messages recovered from the store (in ascending key order, so the key
+        list is a heap as it is): those loaded with their body stay in memory, the others
+        only as keys. Returns how many."""
         heap = self._heap
-        held = self._held
-        shortstrs: dict[str, bytes] = {}  # a million messages share a few names
+        hot, cold = self._hot, self._cold
         for key, record in records:
-            exchange_raw = shortstrs.get(record.exchange)
-            if exchange_raw is None:
-                exchange_raw = shortstrs[record.exchange] = encode_shortstr(record.exchange)
-            key_raw = shortstrs.get(record.routing_key)
-            if key_raw is None:
-                key_raw = shortstrs[record.routing_key] = encode_shortstr(record.routing_key)
-            peek = peek_header(record.header)
-            message = Message(
-                record.exchange,
-                record.routing_key,
-                exchange_raw,
-                key_raw,
-                record.header,
-                None if record.body_size is not None else record.body,
-                True,
-                peek.priority,
-                peek.expiration,
-                peek.headers_raw,
-            )
-            if record.body_size is not None:
-                message.body_size = record.body_size
             if heap and key < heap[-1]:  # never from the store; keep the heap valid anyway
                 heapq.heappush(heap, key)
             else:
                 heap.append(key)
-            held[key] = message
+            if record.body_size is None and (self.pager is None or len(hot) < HOT_WINDOW):
+                hot[key] = self._message(
+                    record.exchange, record.routing_key, record.header, record.body
+                )
+            else:
+                cold.add(key)
         if heap:
             self.clock.wake(due_of(heap[0]))
             self.hub.pending.add(self)
         return len(records)
 
-    def _add(self, key: int, message: Message) -> None:
-        heap = self._heap
-        if not heap or key < heap[0]:
-            self.clock.wake(due_of(key))
-        heapq.heappush(heap, key)
-        self._held[key] = message
-        self.hub.pending.add(self)
+    def _message(self, exchange: str, routing_key: str, header: bytes, body: bytes) -> Message:
+        """A stored message back in memory."""
+        names = self._names
+        exchange_raw = names.get(exchange)
+        if exchange_raw is None:
+            exchange_raw = names[exchange] = encode_shortstr(exchange)
+        key_raw = names.get(routing_key)
+        if key_raw is None:
+            if len(names) > 4096:
+                names.clear()
+            key_raw = names[routing_key] = encode_shortstr(routing_key)
+        peek = peek_header(header)
+        return Message(
+            exchange, routing_key, exchange_raw, key_raw, header, body, True,
+            peek.priority, peek.expiration, peek.headers_raw,
+        )  # fmt: skip
 
     # -- out -----------------------------------------------------------------------------
     def fire(self, now: float) -> int:
         """Route every message due by ``now`` (at most `FIRE_BUDGET`); announce the next
         deadline. Returns how many fired."""
         heap = self._heap
-        held = self._held
+        hot = self._hot
         journal = self.journal
         now_ms = now * 1000
         fired = 0
@@ -258,13 +267,12 @@ class DelayedMessages:
                 self.clock.wake(now)  # the rest next tick: clients get served in between
                 return fired
             key = heap[0]
-            message = held[key]
-            if message.body is None and not self._page_in(key):
-                return fired  # the store cannot be read now: the periodic tick retries
-            if key not in held:
-                continue  # its body was lost (logged) and it was dropped
+            message = hot.pop(key, None)
+            if message is None:
+                if not self._page_in(key):
+                    return fired  # the store cannot be read now: the periodic tick retries
+                continue  # in memory now (or dropped, logged, if the store lost it)
             heapq.heappop(heap)
-            del held[key]
             if journal is not None and message.persistent:
                 journal.delete_message(self.store_key, key)
             self._deliver(message)
@@ -293,55 +301,55 @@ class DelayedMessages:
     def drop_all(self) -> None:
         """The exchange is deleted: forget everything (its store queue's delete cascades)."""
         self._heap.clear()
-        self._held.clear()
+        self._hot.clear()
+        self._cold.clear()
         self._candidates.clear()
         self.hub.pending.discard(self)
         self.hub.paging.discard(self)
 
     # -- paging --------------------------------------------------------------------------
     def page_out(self, committed_batch: int) -> bool:
-        """Drop the bodies whose insert committed, while more than `HOT_WINDOW` messages
-        are held. Returns True while candidates remain."""
+        """Forget (keep only the key of) the messages whose insert committed, while more
+        than `HOT_WINDOW` are held. Returns True while candidates remain."""
         candidates = self._candidates
-        held = self._held
-        hot = len(held) <= HOT_WINDOW
+        hot, cold = self._hot, self._cold
+        keep = len(self._heap) <= HOT_WINDOW
         while candidates and candidates[0][0] <= committed_batch:
             _batch, key = candidates.popleft()
-            message = held.get(key)
-            if message is not None and not hot:
-                message.body = None
+            if not keep and hot.pop(key, None) is not None:
+                cold.add(key)
         return bool(candidates)
 
     def _page_in(self, head: int) -> bool:
-        """Read the next page of bodies (in due order) from the store. False if it cannot
-        be read now (logged once); a body missing from the store drops its message."""
+        """Read the next page of held messages (in due order) back from the store. False
+        if it cannot be read now (logged once); a message the store lost is dropped."""
         pager = self.pager
-        if pager is None:
-            return True
-        try:
-            page = pager.read_bodies(self.store_key, head - 1, PAGE_SIZE)
-        except Exception as exc:  # any backend's failure, contained here
-            if not self.read_failing:
-                self.read_failing = True
-                log.error(
-                    "cannot read delayed message bodies of %r from the store: %s; they "
-                    "fire when it can be read again",
-                    self,
-                    exc,
-                )
-            return False
-        if self.read_failing:
-            self.read_failing = False
-            log.info("delayed message bodies of %r can be read from the store again", self)
-        held = self._held
-        for key, body in page:
-            message = held.get(key)
-            if message is not None and message.body is None:
-                message.body = body
-        if held[head].body is None:
-            log.error("lost body of delayed message %d in %r; dropping it", head, self)
+        cold = self._cold
+        if pager is not None:
+            try:
+                page = pager.read_messages(self.store_key, head - 1, PAGE_SIZE)
+            except Exception as exc:  # any backend's failure, contained here
+                if not self.read_failing:
+                    self.read_failing = True
+                    log.error(
+                        "cannot read delayed messages of %r from the store: %s; they fire "
+                        "when it can be read again",
+                        self,
+                        exc,
+                    )
+                return False
+            if self.read_failing:
+                self.read_failing = False
+                log.info("delayed messages of %r can be read from the store again", self)
+            hot = self._hot
+            for key, exchange, routing_key, header, body in page:
+                if key in cold:
+                    cold.discard(key)
+                    hot[key] = self._message(exchange, routing_key, header, body)
+        if head in cold:
+            log.error("lost delayed message %d of %r; dropping it", head, self)
+            cold.discard(head)
             heapq.heappop(self._heap)
-            del held[head]
             if self.journal is not None:
                 self.journal.delete_message(self.store_key, head)
         return True
