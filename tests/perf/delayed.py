@@ -66,6 +66,12 @@ def start(data_dir: Path) -> tuple[subprocess.Popen[str], int, str, float]:
     raise SystemExit(f"amqpd exited: {text}")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (a busy machine stretches wall time)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -221,7 +227,7 @@ def main() -> None:
         type=float,
         default=None,
         help="seconds from the start to the first due time "
-        "(default: 5 + 1 per 5,000, +20 with --restart)",
+        "(default: 5 + 1 per 2,000, +20 with --restart)",
     )
     parser.add_argument(
         "--spread",
@@ -242,41 +248,60 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=27)
     args = parser.parse_args()
     count = args.pending
-    lead = args.lead if args.lead is not None else 5 + count / 5_000 + (20 if args.restart else 0)
+    lead = args.lead if args.lead is not None else 5 + count / 2_000 + (20 if args.restart else 0)
     spread = args.spread if args.spread is not None else 10 + count / 5_000
-    rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as tmp:
-        data_dir = Path(tmp) / "data"
-        proc, port, _text, _t = start(data_dir)
-        setup(port)
-        first_due = time.time() + lead
-        dues = [first_due + rng.random() * spread for _ in range(count)]
-        log(f"publishing {count:,} x {args.size} B, due in [{lead:.0f}, {lead + spread:.0f}] s")
-        rate = publish(port, dues, args.size, args.window)
-        if time.time() >= first_due:
-            raise SystemExit("publishing outlasted --lead: not everything was pending at once")
-        print(f"publish (confirms, window {args.window}): {rate:,.0f} msg/s")
-        print(f"broker RSS with {count:,} pending: {rss_mib(proc.pid):,.0f} MiB")
-        if args.restart:
-            proc.send_signal(signal.SIGKILL if args.kill else signal.SIGTERM)
-            proc.wait()
-            proc, port, text, startup = start(data_dir)
-            recovered = [line for line in text.splitlines() if "recovered" in line]
-            print(f"restart ({'kill -9' if args.kill else 'SIGTERM'}): serving after "
-                  f"{startup:.2f} s; {recovered[0].strip() if recovered else ''}")  # fmt: skip
-            print(f"broker RSS after restart: {rss_mib(proc.pid):,.0f} MiB")
-            if time.time() >= first_due:
-                raise SystemExit("the restart outlasted --lead: some messages were late")
-        log(f"waiting for {count:,} deliveries (the last in {max(dues) - time.time():.0f} s)")
-        lateness = consume(port, count)
-        early = sum(1 for value in lateness if value < 0)
-        p50, p99 = (percentile(lateness, f) * 1000 for f in (0.5, 0.99))
-        print(
-            f"lateness over {len(lateness):,} messages: p50 {p50:.1f} ms, p99 {p99:.1f} ms, "
-            f"max {max(lateness) * 1000:.1f} ms; early: {early}"
-        )  # fmt: skip
-        proc.terminate()
+        brokers: list[subprocess.Popen[str]] = []
+        try:
+            run(args, Path(tmp) / "data", lead, spread, brokers)
+        finally:
+            for proc in brokers:  # never leave a broker behind, whatever happened
+                if proc.poll() is None:
+                    proc.terminate()
+                    proc.wait()
+
+
+def run(
+    args: argparse.Namespace,
+    data_dir: Path,
+    lead: float,
+    spread: float,
+    brokers: list[subprocess.Popen[str]],
+) -> None:
+    count = args.pending
+    rng = random.Random(args.seed)
+    proc, port, _text, _t = start(data_dir)
+    brokers.append(proc)
+    setup(port)
+    first_due = time.time() + lead
+    dues = [first_due + rng.random() * spread for _ in range(count)]
+    log(f"publishing {count:,} x {args.size} B, due in [{lead:.0f}, {lead + spread:.0f}] s")
+    rate = publish(port, dues, args.size, args.window)
+    if time.time() >= first_due:
+        raise SystemExit("publishing outlasted --lead: not everything was pending at once")
+    print(f"publish (confirms, window {args.window}): {rate:,.0f} msg/s")
+    print(f"broker RSS with {count:,} pending: {rss_mib(proc.pid):,.0f} MiB", flush=True)
+    if args.restart:
+        proc.send_signal(signal.SIGKILL if args.kill else signal.SIGTERM)
         proc.wait()
+        proc, port, text, startup = start(data_dir)
+        brokers.append(proc)
+        recovered = [line for line in text.splitlines() if "recovered" in line]
+        print(f"restart ({'kill -9' if args.kill else 'SIGTERM'}): serving after "
+              f"{startup:.2f} s ({cpu_seconds(proc.pid):.2f} s of broker CPU); "
+              f"{recovered[0].strip() if recovered else ''}")  # fmt: skip
+        print(f"broker RSS after restart: {rss_mib(proc.pid):,.0f} MiB", flush=True)
+        if time.time() >= first_due:
+            raise SystemExit("the restart outlasted --lead: some messages were late")
+    log(f"waiting for {count:,} deliveries (the last in {max(dues) - time.time():.0f} s)")
+    lateness = consume(port, count)
+    early = sum(1 for value in lateness if value < 0)
+    p50, p99 = (percentile(lateness, f) * 1000 for f in (0.5, 0.99))
+    print(
+        f"lateness over {len(lateness):,} messages: p50 {p50:.1f} ms, p99 {p99:.1f} ms, "
+        f"max {max(lateness) * 1000:.1f} ms; early: {early}"
+    )  # fmt: skip
+    print(f"broker RSS at the end: {rss_mib(proc.pid):,.0f} MiB")
 
 
 if __name__ == "__main__":
