@@ -162,11 +162,6 @@ class DelayedMessages:
         """Messages held (the plugin's ``messages_delayed``)."""
         return len(self._heap)
 
-    @property
-    def in_memory(self) -> int:
-        """Messages held in memory (the rest are read back from the store to fire)."""
-        return len(self._hot)
-
     def next_deadline(self) -> float | None:
         """When the next held message is due, or None."""
         return due_of(self._heap[0]) if self._heap else None

@@ -248,7 +248,7 @@ def test_stored_messages_are_journaled_with_keys_in_due_order_and_paged() -> Non
         pager.rows[key] = (str(row[3]), str(row[4]), bytes(row[5]), bytes(row[6]))  # type: ignore[arg-type]
         assert due_of(key) == pytest.approx(T0 + (10_000 - int(row[6])) / 1000)
     hub.batch_committed(batch.id)
-    assert delayed.in_memory == 0 and delayed.count == count  # > HOT_WINDOW held: keys only
+    assert not delayed._hot and delayed.count == count  # > HOT_WINDOW held: keys only
     clock.now = T0 + 20
     while delayed.count:
         delayed.fire(clock.now)
