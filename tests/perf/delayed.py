@@ -250,6 +250,7 @@ def main() -> None:
     count = args.pending
     lead = args.lead if args.lead is not None else 5 + count / 2_000 + (20 if args.restart else 0)
     spread = args.spread if args.spread is not None else 10 + count / 5_000
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so the brokers are stopped
     with tempfile.TemporaryDirectory() as tmp:
         brokers: list[subprocess.Popen[str]] = []
         try:
