@@ -692,6 +692,35 @@ def test_windowed_load_keeps_only_head_bodies_and_body_reader_pages_them(backend
     run(main)
 
 
+def test_reader_pages_whole_messages_by_large_keys(backend: Backend) -> None:
+    """Delayed exchanges (amqpd/model/delayed.py) key rows by due time << 20: 64-bit
+    sequence numbers, read back whole (exchange, routing key, header, body) in key order."""
+
+    async def main() -> None:
+        async with await backend.open() as store:
+            j = with_queue("q")
+            keys = [(1_900_000_000_000 + n) << 20 | n for n in (3, 1, 2)]
+            for n, key in enumerate(keys):
+                j.insert_message(Q, key, rec(n, body=b"body-%d" % n))
+            await commit(store, j)
+            reader = store.body_reader()
+            try:
+                page = reader.read_messages(Q, min(keys) - 1, 2)
+                assert [row[0] for row in page] == sorted(keys)[:2]
+                first = keys.index(page[0][0])
+                assert page[0][1:] == (
+                    "amq.direct",
+                    f"key.{first}",
+                    rec(first).header,
+                    b"body-%d" % first,
+                )
+                assert reader.read_messages(Q, max(keys), 5) == []
+            finally:
+                reader.close()
+
+    run(main)
+
+
 def test_access_tables_round_trip(backend: Backend) -> None:
     from persistence.access import AccessState, Permission, PolicyRecord, User, VhostInfo
 
