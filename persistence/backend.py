@@ -62,9 +62,11 @@ class StoreBackend(Protocol):
         :class:`StoreError` if it was not (nothing of it was written)."""
         ...
 
-    async def load(self, body_window: int | None = None, messages: bool = True) -> RecoveredState:
+    async def load(
+        self, body_window: int | None = None, messages: bool = True, keys_only: str = ""
+    ) -> RecoveredState:
         """Everything stored, from one snapshot (bodies only for the first ``body_window``
-        messages of each queue)."""
+        messages of each queue; only the keys of queues named ``keys_only``…)."""
         ...
 
     async def load_access(self) -> AccessState: ...

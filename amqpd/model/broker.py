@@ -357,6 +357,11 @@ class Broker:
         for vhost in self.vhosts.values():
             vhost.apply_policies()  # recovered exchanges (queues got theirs when created)
         message_count = 0
+        for (vhost_name, queue_name), keys in state.message_keys.items():
+            vhost = self._vhost_for(vhost_name)
+            held_by = vhost.exchanges.get(queue_name[len(STORE_PREFIX) :]) if vhost else None
+            if held_by is not None and held_by.delayed is not None:  # x-delayed-message
+                message_count += held_by.delayed.restore_keys(keys)
         for (vhost_name, queue_name), records in state.messages.items():
             vhost = self._vhost_for(vhost_name)
             found = vhost.queues.get(queue_name) if vhost is not None else None

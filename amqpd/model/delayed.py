@@ -231,6 +231,21 @@ class DelayedMessages:
             self.hub.pending.add(self)
         return len(records)
 
+    def restore_keys(self, keys: list[int]) -> int:
+        """Adopt the keys of the messages in the store (ascending: a heap as it is); each
+        is read back a page at a time when it is due. Returns how many."""
+        heap = self._heap
+        if heap:  # (never: a restart starts empty) keep the heap valid anyway
+            for key in keys:
+                heapq.heappush(heap, key)
+        else:
+            heap.extend(keys)
+        self._cold.update(keys)
+        if heap:
+            self.clock.wake(due_of(heap[0]))
+            self.hub.pending.add(self)
+        return len(keys)
+
     def _message(self, exchange: str, routing_key: str, header: bytes, body: bytes) -> Message:
         """A stored message back in memory."""
         names = self._names

@@ -721,6 +721,28 @@ def test_reader_pages_whole_messages_by_large_keys(backend: Backend) -> None:
     run(main)
 
 
+def test_keys_only_queues_come_back_as_keys(backend: Backend) -> None:
+    """``load(keys_only=prefix)``: those queues' seqs only (amqpd's delayed exchanges read
+    their messages back a page at a time), the other queues as always."""
+
+    async def main() -> None:
+        async with await backend.open() as store:
+            j = with_queue("q", "amq.delayed-x")
+            keyed = ("/", "amq.delayed-x")
+            for seq in (5, 1, 3):
+                j.insert_message(keyed, seq, rec(seq))
+                j.insert_message(Q, seq, rec(seq))
+            await commit(store, j)
+            state = await store.load(body_window=2, keys_only="amq.delayed-")
+            assert state.message_keys == {keyed: [1, 3, 5]}
+            assert list(state.messages) == [Q]
+            assert [seq for seq, _r in state.messages[Q]] == [1, 3, 5]
+            plain = await store.load(body_window=2)
+            assert plain.message_keys == {} and set(plain.messages) == {Q, keyed}
+
+    run(main)
+
+
 def test_access_tables_round_trip(backend: Backend) -> None:
     from persistence.access import AccessState, Permission, PolicyRecord, User, VhostInfo
 
