@@ -6,7 +6,8 @@ Each delayed exchange has one `DelayedMessages`: the messages it holds, ordered 
 in ONE deadline structure, a binary heap of integer keys. A key is the due time in whole
 milliseconds shifted left by `KEY_SHIFT` bits, plus a counter in the low bits (bumped on a
 clash), so keys are unique, ordered by due time and, among equal due times, by arrival.
-``_held`` maps each key to its `Message`. There is no timer per message: the head of the
+``_hot`` maps the key of each message held in memory to its `Message`; ``_cold`` holds the
+keys of those kept only in the store (below). There is no timer per message: the head of the
 heap is the exchange's next deadline, announced on the broker's `Clock` (``wake``) when a
 message arrives earlier than everything held and after every tick, and the shell's ticker
 sleeps until the earliest deadline of the whole core (as for message TTLs).
@@ -32,8 +33,9 @@ Memory stays bounded: once its insert has committed while more than `HOT_WINDOW`
 are held, a stored message is forgotten but for its key (``_cold``: a heap slot, an int and
 a set entry, ~80 bytes); `fire` reads the next `PAGE_SIZE` messages back in one read
 (``BodyLoader.read_messages(after key)``, due order) when it reaches a key it does not
-hold in memory. After a restart the store's load returns the held messages already sorted
-(a sorted list is a heap); only the first ones stay in memory. A failed read is logged
+hold in memory. After a restart the store's load returns only the keys, already sorted (a
+sorted list is a heap; ``load(keys_only=STORE_PREFIX)`` reads the primary key's index, no
+row), so a restart with a million held costs ~1 s of reading. A failed read is logged
 once, the messages stay, and the periodic tick retries.
 """
 
@@ -62,8 +64,8 @@ log = logging.getLogger(__name__)
 STORE_PREFIX: Final = "amq.delayed-"  # the internal store queue of a durable delayed exchange
 KEY_SHIFT: Final = 20  # low bits of a key: the arrival counter
 _COUNTER_MASK: Final = (1 << KEY_SHIFT) - 1
-HOT_WINDOW: Final = 1024  # held messages that keep their bodies in memory
-PAGE_SIZE: Final = 1024  # bodies read back per page
+HOT_WINDOW: Final = 1024  # held beyond this many, committed messages live in the store only
+PAGE_SIZE: Final = 1024  # messages read back per page
 FIRE_BUDGET: Final = 2000  # messages fired per tick and exchange at most
 
 Route = Callable[[Message], list[Queue]]
@@ -80,8 +82,8 @@ def due_of(key: int) -> float:
 
 
 class DelayedHub:
-    """The broker's delayed exchanges that hold messages (ticked) and that have bodies to
-    page out after a commit; one per broker (a lone vhost keeps its own)."""
+    """The broker's delayed exchanges that hold messages (ticked) and that have messages
+    to page out after a commit; one per broker (a lone vhost keeps its own)."""
 
     __slots__ = ("paging", "pending")
 
@@ -100,7 +102,7 @@ class DelayedHub:
                 self.pending.discard(delayed)
 
     def batch_committed(self, batch: int) -> None:
-        """Drop the bodies whose insert is now in the store."""
+        """Forget (keep only the keys of) the messages whose insert is now stored."""
         for delayed in list(self.paging):
             if not delayed.page_out(batch):
                 self.paging.discard(delayed)
