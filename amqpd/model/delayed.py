@@ -18,9 +18,10 @@ exchange-to-exchange bindings and alternate exchanges, and enqueued in every que
 reaches, as a publish would be (x-overflow, deduplication and its own expiration apply
 from that moment). Its ``x-delay`` header reads ``-delay`` from the moment it is held, as
 the plugin's swap_delay_header leaves it, so republishing a delivered message does not
-delay it again. At most `FIRE_BUDGET` messages fire per tick; the rest wait for the next
-tick (10 ms later) so that a backlog that is due at once (after a restart) does not stop
-the broker serving its clients.
+delay it again. At most `FIRE_BUDGET` messages fire per tick, and (stored exchanges) into
+one storage batch; the rest wait for the next tick (10 ms later), so that a backlog that
+is due at once (after a restart) neither stops the broker serving its clients nor piles
+up uncommitted messages in memory faster than the store commits them.
 
 Storage: a persistent message on a durable exchange is journaled in the store as a
 message of an internal queue named ``amq.delayed-<exchange>`` (clients cannot declare
@@ -115,6 +116,7 @@ class DelayedMessages:
         "_candidates",
         "_cold",
         "_counter",
+        "_fired_batch",
         "_heap",
         "_hot",
         "_names",
@@ -154,6 +156,7 @@ class DelayedMessages:
         self._counter = 0
         self._candidates: deque[tuple[int, int]] = deque()  # (batch, key) to page out
         self._names: dict[str, bytes] = {}  # shortstrs of paged-in names (a few distinct)
+        self._fired_batch = (-1, 0)  # (open batch id, messages fired into it)
         self.read_failing = False
 
     def __repr__(self) -> str:
@@ -267,30 +270,40 @@ class DelayedMessages:
 
     # -- out -----------------------------------------------------------------------------
     def fire(self, now: float) -> int:
-        """Route every message due by ``now`` (at most `FIRE_BUDGET`); announce the next
-        deadline. Returns how many fired."""
+        """Route every message due by ``now`` (at most `FIRE_BUDGET` per tick, and at most
+        `FIRE_BUDGET` stored ones into one storage batch); announce the next deadline.
+        Returns how many fired."""
         heap = self._heap
         hot = self._hot
         journal = self.journal
         now_ms = now * 1000
-        fired = 0
+        fired = stored = 0
+        room = FIRE_BUDGET  # stored messages this batch may still take
+        if journal is not None and self._fired_batch[0] == journal.open_batch_id:
+            room -= self._fired_batch[1]
         while heap and (heap[0] >> KEY_SHIFT) <= now_ms:
-            if fired >= FIRE_BUDGET:
+            if fired >= FIRE_BUDGET or stored >= room:
                 self.clock.wake(now)  # the rest next tick: clients get served in between
-                return fired
+                break
             key = heap[0]
             message = hot.pop(key, None)
             if message is None:
                 if not self._page_in(key):
-                    return fired  # the store cannot be read now: the periodic tick retries
+                    break  # the store cannot be read now: the periodic tick retries
                 continue  # in memory now (or dropped, logged, if the store lost it)
             heapq.heappop(heap)
             if journal is not None and message.persistent:
                 journal.delete_message(self.store_key, key)
+                stored += 1
             self._deliver(message)
             fired += 1
-        if heap:
-            self.clock.wake(due_of(heap[0]))
+        else:
+            if heap:
+                self.clock.wake(due_of(heap[0]))
+        if journal is not None and stored:
+            batch = journal.open_batch_id
+            into = self._fired_batch[1] if self._fired_batch[0] == batch else 0
+            self._fired_batch = (batch, into + stored)
         return fired
 
     def _deliver(self, message: Message) -> None:

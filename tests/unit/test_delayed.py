@@ -250,14 +250,15 @@ def test_stored_messages_are_journaled_with_keys_in_due_order_and_paged() -> Non
     hub.batch_committed(batch.id)
     assert not delayed._hot and delayed.count == count  # > HOT_WINDOW held: keys only
     clock.now = T0 + 20
+    gone = 0
     while delayed.count:
         delayed.fire(clock.now)
+        deletes = journal.take_batch()  # the committer, between ticks
+        assert deletes is not None
+        gone += sum(len(rows) for kind, rows in deletes.ops if kind.name == "DELETE_MESSAGE")
     assert [int(b) for _at, b in target.fired] == list(range(count - 1, -1, -1))
     assert pager.reads == math.ceil(count / 1024)  # a page per 1024, read in due order
-    deletes = journal.take_batch()
-    assert deletes is not None
-    (gone,) = [rows for kind, rows in deletes.ops if kind.name == "DELETE_MESSAGE"]
-    assert len(gone) == count
+    assert gone == count
 
 
 # -- through the engine ----------------------------------------------------------------
@@ -444,3 +445,22 @@ def test_deleting_the_exchange_drops_what_it_holds() -> None:
     batch = journal.take_batch()
     assert batch is not None
     assert {kind.name for kind, _rows in batch.ops} >= {"DELETE_QUEUE", "DELETE_EXCHANGE"}
+
+
+def test_a_stored_backlog_fires_no_faster_than_the_store_commits() -> None:
+    journal = Journal()
+    clock = Clock(T0)
+    target = _Target(clock)
+    delayed = DelayedMessages("/", "ex", clock, target.route, DelayedHub(), journal)
+    for index in range(FIRE_BUDGET + 5):
+        delayed.hold(_message(b"%d" % index, 10), 10)
+    transient = _message(b"transient", 10)
+    transient.persistent = False
+    delayed.hold(transient, 20)
+    assert journal.take_batch() is not None  # the inserts are stored
+    now = T0 + 60  # all late
+    assert delayed.fire(now) == FIRE_BUDGET
+    assert delayed.fire(now) == 0  # the batch holding those deletes is not taken yet
+    assert journal.take_batch() is not None  # the committer takes it
+    assert delayed.fire(now) == 6  # the rest, and the transient one (never limited)
+    assert [b for _at, b in target.fired][-1] == b"transient"
