@@ -8,6 +8,7 @@ from typing import TypeAlias
 from exchanges import consistent_hash, federation_upstream
 from exchanges.base import Arguments, Router
 from exchanges.consistent_hash import ConsistentHashRouter
+from exchanges.delayed import DELAYED_TYPE, create_delayed_router
 from exchanges.direct import DirectRouter
 from exchanges.fanout import FanoutRouter
 from exchanges.federation_upstream import FederationUpstreamRouter
@@ -35,10 +36,11 @@ _CONFIGURED: dict[str, tuple[Callable[[Arguments | None], Router], _Check]] = {
     ConsistentHashRouter.type_name: (ConsistentHashRouter, consistent_hash.argument_problem),
 }
 
-EXCHANGE_TYPES: frozenset[str] = frozenset((*_FACTORIES, *_CONFIGURED))
+EXCHANGE_TYPES: frozenset[str] = frozenset((*_FACTORIES, *_CONFIGURED, DELAYED_TYPE))
 """Names of the supported exchange types: direct, fanout, topic, headers, x-consistent-hash,
-x-modulus-hash, and x-federation-upstream (the helper of federation links, configured by its
-arguments)."""
+x-modulus-hash, x-federation-upstream (the helper of federation links, configured by its
+arguments) and x-delayed-message (routes as its x-delayed-type argument says;
+exchanges/delayed.py)."""
 
 
 def declaration_problem(type_name: str, arguments: Arguments | None) -> str | None:
@@ -78,6 +80,8 @@ def create_router(type_name: str, arguments: Arguments | None = None) -> Router:
     Raises:
         UnknownExchangeType: If ``type_name`` is not a supported type.
     """
+    if type_name == DELAYED_TYPE:
+        return create_delayed_router(arguments, create_router)
     configured = _CONFIGURED.get(type_name)
     if configured is not None:
         return configured[0](arguments)

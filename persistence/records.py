@@ -202,6 +202,9 @@ class RecoveredState:
             ascending ``seq`` order.
         dedup_ids: For each queue with a deduplication window, its ``(pos, id)`` pairs in
             ascending ``pos`` order.
+        message_keys: For each queue loaded as keys only (``load(keys_only=prefix)``), its
+            messages' ``seq`` in ascending order (read the messages back with
+            ``read_messages``); those queues are not in ``messages``.
     """
 
     exchanges: list[ExchangeDef]
@@ -209,3 +212,4 @@ class RecoveredState:
     bindings: list[BindingDef]
     messages: dict[QueueKey, list[tuple[int, MessageRecord]]]
     dedup_ids: dict[QueueKey, list[tuple[int, bytes]]] = field(default_factory=dict)
+    message_keys: dict[QueueKey, list[int]] = field(default_factory=dict)

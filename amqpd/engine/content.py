@@ -140,8 +140,17 @@ def route_and_enqueue(
     truthful. reject-publish-dlx also dead-letters it (reason maxlen) from the refusing
     queue. A queue whose consumers fall far behind goes into ``flow_queues``: the shell
     pauses this publisher briefly. A queue with ``x-message-deduplication`` skips a
-    duplicate (still counted as routed, so it is confirmed, not returned)."""
+    duplicate (still counted as routed, so it is confirmed, not returned). A message with
+    a delay on an x-delayed-message exchange is held there, routed when the delay ends."""
     exchange, message = publish.exchange, publish.message
+    delayed = exchange.delayed
+    if delayed is not None:  # x-delayed-message (amqpd/model/delayed.py)
+        delay = delayed.delay(message)
+        if delay is not None:
+            # mandatory: returned now if nothing would take it now (it is then not held)
+            if publish.mandatory and not vhost.route(exchange, message):
+                return []
+            return delayed.hold(message, delay)
     if exchange.is_default and message.routing_key.startswith(REPLY_TO_PREFIX):
         queues = reply_queue(message.routing_key)  # a direct reply-to address
     else:

@@ -30,6 +30,7 @@ SERVER_CAPABILITIES: Final = {  # rabbit_reader:server_capabilities, in its orde
     "consumer_selectors": True,  # basic.consume x-selector (amqpd/model/selective.py)
     "queue_browsing": True,  # basic.consume x-browse (amqpd/model/selective.py)
     "message_groups": True,  # queue argument x-message-groups (amqpd/model/groups.py)
+    "delayed_messages": True,  # x-delayed-message exchanges (amqpd/model/delayed.py)
 }
 
 # The RabbitMQ release whose behaviour amqpd follows and is compared with side by side.

@@ -330,7 +330,7 @@ def exchange(broker: Broker, vhost: str, name: str) -> dict[str, Any] | None:
 
 
 def _exchange(host: VirtualHost, exchange: Exchange) -> dict[str, Any]:
-    return {
+    item = {
         "name": exchange.name,
         "vhost": host.name,
         "type": exchange.type_name,
@@ -342,6 +342,9 @@ def _exchange(host: VirtualHost, exchange: Exchange) -> dict[str, Any]:
         "policy": exchange.policy.name if exchange.policy is not None else None,
         "message_stats": _message_stats(exchange.stats, _EXCHANGE_STATS),
     }
+    if exchange.delayed is not None:  # the delayed message plugin's exchange info item
+        item["messages_delayed"] = exchange.delayed.count
+    return item
 
 
 def _quote_binding(text: str) -> str:
@@ -625,6 +628,9 @@ def _exchange_types() -> list[dict[str, Any]]:
         ("x-modulus-hash", "Modulus Hashing Exchange"),
     ):
         types.append({"name": name, "description": description, "enabled": True})
+    types.append(
+        {"name": "x-delayed-message", "description": "Delayed Message Exchange.", "enabled": True}
+    )
     types.append(
         {
             "name": "x-federation-upstream",

@@ -234,6 +234,20 @@ def _queue_exchange(
             )
 
 
+def _delayed(broker: Broker, node: NodeSample, vhosts: Collection[str] | None) -> Iterator[Row]:
+    """Messages each x-delayed-message exchange holds (amqpd's own table)."""
+    del node
+    for host in list(broker.vhosts.values()):
+        if vhosts is not None and host.name not in vhosts:
+            continue
+        for exchange in list(host.exchanges.values()):
+            if exchange.delayed is not None:
+                yield Row(
+                    {"vhost": host.name, "exchange": exchange.name},
+                    {"messages_delayed": exchange.delayed.count},
+                )
+
+
 TABLES: Final[dict[str, _Reader]] = {
     "connection_churn_metrics": _churn,
     "auth_attempt_metrics": _auth,
@@ -247,6 +261,7 @@ TABLES: Final[dict[str, _Reader]] = {
     "connection_coarse_metrics": _connection,
     "connection_metrics": _connection,
     "channel_queue_exchange_metrics": _queue_exchange,
+    "exchange_delayed_metrics": _delayed,
 }
 
 

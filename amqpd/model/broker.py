@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 from amqpd.model.alarms import ResourceAlarms
 from amqpd.model.auth import AccessControl, AccessState, Authz, Permission, default_access
 from amqpd.model.batches import BatchWaits
+from amqpd.model.delayed import STORE_PREFIX, DelayedHub
 from amqpd.model.federated_queues import FederatedQueues
 from amqpd.model.held import StoreProgress, drop_failed
 from amqpd.model.message import Clock, Message, QueueEntry
@@ -85,6 +86,7 @@ class Broker:
         self.journal = journal
         self.vhosts: dict[str, VirtualHost] = {}
         self.paging_queues: set[Queue] = set()
+        self.delayed_hub = DelayedHub()  # x-delayed-message exchanges (model/delayed.py)
         self.federated_queues = FederatedQueues()  # what federation links must follow
         self.clock = Clock(now)  # unix time, advanced by tick(now) and the engine's input
         self.body_loader: BodyLoader | None = None
@@ -132,6 +134,7 @@ class Broker:
             vhost.federation = self.federated_queues
             vhost.body_loader = self.body_loader
             vhost.stream_logs, vhost.dirty_streams = self.stream_logs, self.dirty_streams
+            vhost.delayed_hub = self.delayed_hub
             self.vhosts[name] = vhost
         return vhost
 
@@ -274,6 +277,8 @@ class Broker:
                             # body) is retried by the periodic tick, not in a busy loop
                 except Exception:
                     log.exception("timers of %r failed", queue)
+        if self.delayed_hub.pending:
+            self.delayed_hub.tick(now)
 
     # -- storage batches -----------------------------------------------------------------
     def set_body_loader(self, loader: BodyLoader) -> None:
@@ -284,6 +289,9 @@ class Broker:
             for queue in vhost.queues.values():
                 if queue.journal is not None:
                     queue.pager = loader
+            for exchange in vhost.exchanges.values():
+                if exchange.delayed is not None and exchange.delayed.journal is not None:
+                    exchange.delayed.pager = loader
 
     def set_stream_logs(self, logs: StreamLogs) -> None:
         """Where streams keep their logs (call before `recover`)."""
@@ -304,6 +312,8 @@ class Broker:
             for queue in list(self.paging_queues):
                 if not queue.page_out(batch):
                     self.paging_queues.discard(queue)
+        if self.delayed_hub.paging:
+            self.delayed_hub.batch_committed(batch)
 
     def batch_failed(self, batch: int, error: Exception, queues: Iterable[QueueKey] = ()) -> None:
         """The group committer could not write ``batch`` (``queues``: those it inserted
@@ -346,10 +356,11 @@ class Broker:
                 vhost.exchanges[ex.name] = Exchange(
                     ex.name, ex.type_name, True, ex.auto_delete, ex.internal, dict(ex.arguments)
                 )
+                vhost.attach_delayed(vhost.exchanges[ex.name])
         queue_count = 0
         for q in state.queues:
             vhost = self._vhost_for(q.vhost)
-            if vhost is None:
+            if vhost is None or q.name.startswith(STORE_PREFIX):  # a delayed exchange's
                 continue
             queue = vhost.new_queue(q.name, True, None, q.auto_delete, dict(q.arguments))
             vhost.attach_store(queue)
@@ -371,10 +382,18 @@ class Broker:
         for vhost in self.vhosts.values():
             vhost.apply_policies()  # recovered exchanges (queues got theirs when created)
         message_count = 0
+        for (vhost_name, queue_name), keys in state.message_keys.items():
+            vhost = self._vhost_for(vhost_name)
+            held_by = vhost.exchanges.get(queue_name[len(STORE_PREFIX) :]) if vhost else None
+            if held_by is not None and held_by.delayed is not None:  # x-delayed-message
+                message_count += held_by.delayed.restore_keys(keys)
         for (vhost_name, queue_name), records in state.messages.items():
             vhost = self._vhost_for(vhost_name)
             found = vhost.queues.get(queue_name) if vhost is not None else None
             if found is None:
+                held_by = vhost.exchanges.get(queue_name[len(STORE_PREFIX) :]) if vhost else None
+                if held_by is not None and held_by.delayed is not None:  # x-delayed-message
+                    message_count += held_by.delayed.restore(records)
                 continue
             queue = found
             shortstrs: dict[str, bytes] = {}  # a million messages share a few names

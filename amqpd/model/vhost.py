@@ -7,6 +7,7 @@ import secrets
 from typing import TYPE_CHECKING, Any, Final
 
 from amqpd.model.deadletter import dead_letter_header, is_cycle
+from amqpd.model.delayed import DelayedHub, DelayedMessages, store_name
 from amqpd.model.federated_queues import FederatedQueues
 from amqpd.model.federation import federation_policy_key
 from amqpd.model.message import Clock, Message
@@ -29,6 +30,8 @@ from amqpd.wire.errors import (
 )
 from amqpd.wire.properties import RawProperties
 from exchanges.base import InvalidBinding, Router
+from exchanges.delayed import DELAYED_TYPE
+from exchanges.delayed import argument_problem as delayed_problem
 from exchanges.federation_upstream import MAX_HOPS_ARG, FederationUpstreamRouter
 from exchanges.registry import EXCHANGE_TYPES, create_router, declaration_problem
 from persistence.records import BindingDef, ExchangeDef, QueueDef
@@ -73,6 +76,7 @@ class Exchange:
         "alternate",
         "arguments",
         "auto_delete",
+        "delayed",
         "durable",
         "internal",
         "is_default",
@@ -104,6 +108,7 @@ class Exchange:
         self.is_default = name == ""
         self.stats = MessageStats()  # publish_in / publish_out (model/statistics.py)
         self.policy: PolicyRecord | None = None  # set by VirtualHost.apply_policies
+        self.delayed: DelayedMessages | None = None  # x-delayed-message (model/delayed.py)
 
     def __repr__(self) -> str:
         return f"<Exchange {self.name!r} {self.type_name}>"
@@ -166,6 +171,7 @@ class VirtualHost:
         self.dead_letters = DeadLetterCounts()
         self.stream_logs: StreamLogs | None = None  # set by the broker (model/stream.py)
         self.dirty_streams: set[StreamQueue] | None = None  # with a store: fsync before confirm
+        self.delayed_hub = DelayedHub()  # the broker's replaces it (model/delayed.py)
 
     # -- exchanges -------------------------------------------------------------------------
     def get_exchange(self, name: str) -> Exchange:
@@ -201,6 +207,11 @@ class VirtualHost:
             problem = declaration_problem(type_name, arguments)
             if problem is not None:
                 raise precondition_failed(problem)
+        if type_name == DELAYED_TYPE and existing is None:
+            channel_error, problem = delayed_problem(arguments, EXCHANGE_TYPES)
+            if problem:
+                code = PRECONDITION_FAILED if channel_error else COMMAND_INVALID
+                raise AMQPError(code, problem, 40, 10)
         if existing is not None:
             what = f"for exchange '{name}' in vhost '{self.name}'"
             self._check_equivalent("type", what, type_name, existing.type_name)
@@ -231,7 +242,26 @@ class VirtualHost:
             self.journal.put_exchange(
                 ExchangeDef(self.name, name, type_name, auto_delete, internal, arguments)
             )
+        self.attach_delayed(exchange, declared=True)
         return exchange
+
+    def attach_delayed(self, exchange: Exchange, declared: bool = False) -> None:
+        """Give an x-delayed-message exchange its held messages (stored in an internal
+        queue of the store when durable, put there when ``declared``)."""
+        if exchange.type_name != DELAYED_TYPE:
+            return
+        journal = self.journal if exchange.durable else None
+        exchange.delayed = DelayedMessages(
+            self.name,
+            exchange.name,
+            self.clock,
+            lambda message: self.route(exchange, message),
+            self.delayed_hub,
+            journal,
+            self.body_loader,
+        )
+        if declared and journal is not None:
+            journal.put_queue(QueueDef(self.name, store_name(exchange.name), False, {}))
 
     @staticmethod
     def _check_equivalent(arg: str, what: str, received: object, current: object) -> None:
@@ -259,6 +289,10 @@ class VirtualHost:
         self.topology.value += 1
         if exchange.durable and self.journal is not None:
             self.journal.delete_exchange(self.name, exchange.name)  # cascades its bindings
+        if exchange.delayed is not None:
+            exchange.delayed.drop_all()
+            if exchange.delayed.journal is not None:
+                exchange.delayed.journal.delete_queue(self.name, store_name(exchange.name))
         for destination, _key, _args in list(exchange.router.bindings()):
             assert isinstance(destination, Queue | Exchange)
             sources = self._bound_from.get(destination)

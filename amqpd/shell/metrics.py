@@ -207,6 +207,12 @@ FAMILIES: Final[dict[str, list[_Def]]] = {
         ("queue_messages_published_total", "counter",
          "Total number of messages published to queues", "publish_out"),
     ],
+    # amqpd's own (RabbitMQ's delayed message plugin exports no metric)
+    "exchange_delayed_metrics": [
+        ("exchange_messages_delayed", "gauge",
+         "Messages held by x-delayed-message exchanges until their delay ends",
+         "messages_delayed"),
+    ],
 }  # fmt: skip
 
 # one row per protocol, labelled even in the aggregated /metrics (as RabbitMQ's)

@@ -53,6 +53,7 @@ from amqpd.model.auth import (
 )
 from amqpd.model.broker import Broker, BrokerConfig
 from amqpd.model.definitions import DefinitionsError, import_definitions
+from amqpd.model.delayed import STORE_PREFIX
 from amqpd.model.global_parameters import ensure_cluster_id
 from amqpd.model.queue import HOT_WINDOW
 from amqpd.model.statistics import NodeSample
@@ -457,7 +458,7 @@ class Server:
             if store.created and self.config.default_user is not None:
                 access_state = await self._first_user(store, access_state)
             self.broker.load_access(access_state)
-            state = await store.load(body_window=HOT_WINDOW)
+            state = await store.load(body_window=HOT_WINDOW, keys_only=STORE_PREFIX)
             queues, messages = self.broker.recover(state)
             del state
         except BaseException:

@@ -61,6 +61,20 @@ class CountingBodyReader:
         io.read_bytes += sum(len(body) for _seq, body in bodies)
         return bodies
 
+    def read_messages(
+        self, queue: tuple[str, str], after_seq: int, limit: int
+    ) -> list[tuple[int, str, str, bytes, bytes]]:
+        """Whole messages of a delayed exchange's store queue (see `BodyReaderPort`),
+        counted as a page read like the queues' bodies."""
+        started = time.perf_counter()
+        messages = self._reader.read_messages(queue, after_seq, limit)
+        io = self._io
+        io.read_seconds += time.perf_counter() - started
+        io.read_ops += 1
+        io.messages_read += len(messages)
+        io.read_bytes += sum(len(body) for *_rest, body in messages)
+        return messages
+
     def close(self) -> None:
         """Close the underlying reader."""
         self._reader.close()

@@ -175,13 +175,28 @@ class ChannelLink:
             "queue.delete",
         )
 
-    def exchange_declare(self, exchange: str, exchange_type: str) -> None:
+    def exchange_declare(
+        self, exchange: str, exchange_type: str, arguments: dict[str, Any] | None = None
+    ) -> None:
         """``exchange.declare`` (durable)."""
         self.request(
             lambda done: self.channel.exchange_declare(
-                exchange, exchange_type=exchange_type, durable=True, callback=done
+                exchange,
+                exchange_type=exchange_type,
+                durable=True,
+                arguments=arguments,
+                callback=done,
             ),
             "exchange.declare",
+        )
+
+    def exchange_bind(self, destination: str, source: str, routing_key: str) -> None:
+        """``exchange.bind``."""
+        self.request(
+            lambda done: self.channel.exchange_bind(
+                destination, source, routing_key, callback=done
+            ),
+            "exchange.bind",
         )
 
     def processed(self) -> None:

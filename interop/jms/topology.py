@@ -34,6 +34,7 @@ from interop.jms.errors import (
 )
 from interop.jms.groups import CAPABILITY, QUEUE_ARGUMENT
 from interop.jms.policies import DeadLetterStrategy
+from interop.jms.scheduled import QUEUES_EXCHANGE, TOPICS_EXCHANGE
 from interop.jms.transport import Transport
 
 __all__ = ["Topology"]
@@ -61,6 +62,7 @@ class Topology:
         self._lock = threading.Lock()
         self._link: ChannelLink | None = None
         self._declared: dict[str, dict[str, Any]] = {}
+        self._delayed: set[str] = set()  # delayed exchanges and queues bound to them
 
     def rebind(self, transport: Transport) -> None:
         """Failover: declare on ``transport`` from now on (the cache starts empty, since
@@ -69,6 +71,7 @@ class Topology:
             self._transport = transport
             self._link = None
             self._declared.clear()
+            self._delayed.clear()
 
     def _message_groups(self) -> bool:
         """The broker keeps message groups on queues that ask for them (amqpd)."""
@@ -169,6 +172,34 @@ class Topology:
         if isinstance(destination, Queue):
             return "", self.ensure_queue(destination.name, consumer=False)
         raise InvalidDestinationException(f"cannot send to {destination!r}")
+
+    def delayed_route(self, destination: Destination) -> tuple[str, str]:
+        """``(exchange, routing_key)`` to publish a scheduled message (AMQ_SCHEDULED_DELAY)
+        to ``destination`` through the delayed exchanges (interop/jms/scheduled.py),
+        declared and bound the first time."""
+        if isinstance(destination, Topic):
+            if TOPICS_EXCHANGE not in self._delayed:
+                self.ensure_topic_exchange()
+                with self._lock:
+                    link = self._admin()
+                    link.exchange_declare(
+                        TOPICS_EXCHANGE, "x-delayed-message", {"x-delayed-type": "fanout"}
+                    )
+                    link.exchange_bind(self.topic_exchange, TOPICS_EXCHANGE, "")
+                    self._delayed.add(TOPICS_EXCHANGE)
+            return TOPICS_EXCHANGE, destination.name
+        _exchange, queue = self.route(destination)
+        if queue not in self._delayed:
+            with self._lock:
+                link = self._admin()
+                if QUEUES_EXCHANGE not in self._delayed:
+                    link.exchange_declare(
+                        QUEUES_EXCHANGE, "x-delayed-message", {"x-delayed-type": "direct"}
+                    )
+                    self._delayed.add(QUEUES_EXCHANGE)
+                link.queue_bind(queue, QUEUES_EXCHANGE, queue)
+                self._delayed.add(queue)
+        return QUEUES_EXCHANGE, queue
 
     def subscriber_queue(self, topic: Topic) -> str:
         """A new exclusive queue bound to ``topic`` (non-durable subscriber)."""

@@ -92,6 +92,7 @@ def test_exchange_types() -> None:
                 "x-federation-upstream",
                 "x-consistent-hash",
                 "x-modulus-hash",
+                "x-delayed-message",
             }
         )
         == EXCHANGE_TYPES
@@ -104,6 +105,7 @@ def test_create_router(type_name: str) -> None:
     assert isinstance(router, Router)
     assert router.type_name == type_name
     assert router.uses_headers is (type_name in ("headers", "x-federation-upstream"))
+    # (x-delayed-message without arguments routes as direct: exchanges/delayed.py)
     assert len(router) == 0
     assert list(router.bindings()) == []
     assert create_router(type_name) is not router
