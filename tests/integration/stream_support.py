@@ -23,7 +23,7 @@ from pika.adapters.select_connection import IOLoop
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.rabbit_node import RABBIT_REASON, RabbitNode
 
-STREAM_BROKERS = ("rabbitmq",)  # + "amqpd" once amqpd has streams
+STREAM_BROKERS = ("rabbitmq", "amqpd")
 
 
 class StreamBroker:
