@@ -4,13 +4,17 @@ first) the window is rebuilt from the tail of the log (amqpd/model/stream_dedup.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
+import pytest
 from pamqp import commands
 
 from amqpd.model.broker import Broker
 from amqpd.model.stream import StreamQueue
+from persistence.journal import Journal
 from persistence.records import QueueDef, RecoveredState
+from persistence.stream import log as log_module
 from tests.unit.engine_driver import Client
 from tests.unit.protocol_support import connect
 from tests.unit.test_protocol_streams import _broker, _commit, _consume, _declare, _deliveries
@@ -68,3 +72,37 @@ def test_window_rebuilt_from_the_log_when_the_stores_batch_was_lost(tmp_path: Pa
     _publish(publisher, range(2, 8))  # m2..m5 again (all unconfirmed, say), then m6, m7
     _commit(restarted)
     assert _bodies(restarted) == [(n, b"m%d" % n) for n in range(8)]
+
+
+def test_ids_of_a_chunk_a_failed_write_cut_off_leave_the_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker = _broker(tmp_path)
+    client = connect(broker)
+    _declare(client, **{**DEDUP, "x-deduplication-window": 100})
+    client.send(1, commands.Confirm.Select())
+    _publish(client, range(2))
+    _commit(broker)
+    real = log_module._write_all
+
+    def disk_full(_fd: int, _data: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(log_module, "_write_all", disk_full)
+    _publish(client, range(2, 4))
+    journal = broker.journal
+    assert isinstance(journal, Journal) and broker.dirty_streams is not None
+    batch = journal.take_batch()
+    assert batch is not None
+    queue = broker.vhosts["/"].queues["s"]
+    assert isinstance(queue, StreamQueue)
+    with pytest.raises(OSError, match="No space"):  # what the shell's StreamFiles.sync meets
+        queue.log.sync_targets()
+    broker.dirty_streams.clear()
+    broker.batch_failed(batch.id, OSError("cannot write stream files"))
+    confirms = client.methods()
+    assert [type(m) for m in confirms[-2:]] == [commands.Basic.Ack, commands.Basic.Nack]
+    monkeypatch.setattr(log_module, "_write_all", real)
+    _publish(client, range(2, 4))  # the publisher retries m2 and m3 after the nack
+    _commit(broker)
+    assert _bodies(broker) == [(n, b"m%d" % n) for n in range(4)]
