@@ -23,14 +23,25 @@ message was cut and its id is forgotten.
 from __future__ import annotations
 
 from collections import deque
+from typing import Protocol, cast
 
 from amqpd.model.dedup import Deduplicator
 from amqpd.model.message import Message
 from amqpd.model.ports import JournalPort
 from amqpd.model.stream import StreamLogPort, StreamQueue
 from amqpd.wire.codec import peek_header
+from persistence.stream.format import StoredEntry
 
 __all__ = ["StreamDeduplicator", "rebuild_stream_window", "with_stream_dedup"]
+
+
+class _DecodingReader(Protocol):
+    """The log reader's decoding read (persistence.stream.log.LogReader.next_chunk): the
+    delivery path reads chunks undecoded; recovery wants the entries."""
+
+    offset: int
+
+    def next_chunk(self) -> list[StoredEntry]: ...
 
 
 class StreamDeduplicator(Deduplicator):
@@ -80,7 +91,8 @@ def rebuild_stream_window(queue: StreamQueue) -> int:
         return 0
     stream_log = queue.log
     end = stream_log.next_offset
-    reader = stream_log.reader(max(stream_log.first_offset, end - dedup.settings.window))
+    start = max(stream_log.first_offset, end - dedup.settings.window)
+    reader = cast(_DecodingReader, stream_log.reader(start))
     before = len(dedup)
     while reader.offset < end:
         entries = reader.next_chunk()
