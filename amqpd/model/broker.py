@@ -27,6 +27,7 @@ from amqpd.model.message import Clock, Message, QueueEntry
 from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.statistics import NodeStatistics
 from amqpd.model.stream import StreamLogs, StreamQueue
+from amqpd.model.stream_dedup import rebuild_stream_window
 from amqpd.model.vhost import Exchange, TopologyVersion, VirtualHost
 from amqpd.wire.codec import HeaderPeek, encode_shortstr, peek_header
 from amqpd.wire.errors import CONNECTION_FORCED
@@ -439,6 +440,10 @@ class Broker:
             deduplicating = vhost.queues.get(queue_name) if vhost is not None else None
             if deduplicating is not None and deduplicating.dedup is not None:
                 deduplicating.dedup.restore(ids)
+        for vhost in self.vhosts.values():  # ids of appends fsynced before their batch
+            for recovered in vhost.queues.values():
+                if isinstance(recovered, StreamQueue):
+                    rebuild_stream_window(recovered)
         return queue_count, message_count
 
     def _vhost_for(self, name: str) -> VirtualHost | None:

@@ -55,6 +55,7 @@ class StreamLogPort(Protocol):
 
     next_offset: int
     synced_next: int
+    written_next: int
 
     @property
     def first_offset(self) -> int: ...

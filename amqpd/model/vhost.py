@@ -18,6 +18,7 @@ from amqpd.model.routing_input import router_headers
 from amqpd.model.statistics import Churn, DeadLetterCounts, MessageStats
 from amqpd.model.stream import StreamLogs, StreamQueue, new_stream_queue
 from amqpd.model.stream_args import check_stream_declare, is_stream
+from amqpd.model.stream_dedup import with_stream_dedup
 from amqpd.wire.codec import encode_shortstr, peek_header
 from amqpd.wire.errors import (
     COMMAND_INVALID,
@@ -406,7 +407,7 @@ class VirtualHost:
             InvalidQueueArgument: a bad x- argument.
         """
         if is_stream(arguments):
-            return new_stream_queue(
+            stream = new_stream_queue(
                 name,
                 self.name,
                 arguments,
@@ -415,6 +416,7 @@ class VirtualHost:
                 self.watch_queues,
                 self.dirty_streams,
             )
+            return with_stream_dedup(stream)  # x-message-deduplication (model/stream_dedup.py)
         queue = Queue(name, self.name, durable, owner, auto_delete, arguments, self.clock)
         queue.watch_set = self.watch_queues
         queue.dead_letter_counts = self.dead_letters

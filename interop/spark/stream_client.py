@@ -188,6 +188,16 @@ class StreamClient:
             )
         return self
 
+    @property
+    def exact_counts(self) -> bool:
+        """Whether the broker's declare-ok ``message_count`` of a stream is exact: amqpd
+        (it says so in connection.start's ``information``); RabbitMQ's lags seconds."""
+        properties = getattr(self.conn, "server_properties", None) or {}
+        information = properties.get("information", "")
+        if isinstance(information, bytes | bytearray):
+            information = bytes(information).decode(errors="replace")
+        return isinstance(information, str) and information.startswith("amqpd ")
+
     def close(self) -> None:
         """Close the connection (channels close with it; nothing is rejected)."""
         conn = self.conn

@@ -165,10 +165,11 @@ class _Positions:
     @staticmethod
     def _wait(client: StreamClient, stream: str, options: SourceOptions) -> float:
         """How long to wait for a first delivery: a stream with messages answers soon; one
-        that declares 0 may be empty (exact on amqpd) or lag (RabbitMQ counts every ~5 s)."""
+        that declares 0 may lag (RabbitMQ counts every ~5 s: wait ``emptyProbeMs``) or is
+        empty (amqpd's count is exact: no wait)."""
         if client.message_count(stream) > 0:
             return options.read_timeout_ms / 1000
-        return options.empty_probe_ms / 1000
+        return 0.0 if client.exact_counts else options.empty_probe_ms / 1000
 
     def close(self) -> None:
         if self._client is not None:

@@ -1,7 +1,7 @@
 """Stream brokers for the ``amqp-stream`` Spark source tests, as a parameter.
 
 ``STREAM_BROKERS`` names the brokers the source is tested against: a private RabbitMQ 3.10
-node today; add ``"amqpd"`` once amqpd serves ``x-queue-type: stream`` (issue 29, part 1).
+node and amqpd (a ``BrokerProcess``, so that it can be killed).
 ``StreamBroker.crash_and_restart`` is what the exactly-once test calls for its (optional)
 broker kill step.
 """
@@ -23,7 +23,7 @@ from pika.adapters.select_connection import IOLoop
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.rabbit_node import RABBIT_REASON, RabbitNode
 
-STREAM_BROKERS = ("rabbitmq",)  # + "amqpd" once amqpd has streams
+STREAM_BROKERS = ("rabbitmq", "amqpd")
 
 
 class StreamBroker:

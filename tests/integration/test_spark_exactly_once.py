@@ -6,7 +6,8 @@ output exactly once.
 Each Spark application runs in its own process (``spark_pipeline_child.py``) so that it can
 be killed. The broker kill in the middle of the write is a step of the same test, enabled
 where the broker deduplicates the sink's republished messages
-(``StreamBroker.can_crash_mid_write``: amqpd once it has streams; not RabbitMQ 3.10).
+(``StreamBroker.can_crash_mid_write``: amqpd, whose stream is declared with
+``x-message-deduplication``; not RabbitMQ 3.10).
 
 The Parquet output is read the way Spark reads a file sink's output: only the files its
 ``_spark_metadata`` log lists (files a killed batch left behind are not part of the output).

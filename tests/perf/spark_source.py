@@ -1,9 +1,13 @@
 """Rows/s of the ``amqp-stream`` source into Parquet, beside the ``amqp`` sink's write rate.
 
-Not part of the pytest run. Start a broker with streams (RabbitMQ >= 3.9, or amqpd once it
-has them), then for example:
+Not part of the pytest run. Against a running broker with streams (RabbitMQ >= 3.9, amqpd):
 
     .venv/bin/python tests/perf/spark_source.py --url amqp://guest:guest@127.0.0.1:5697/%2F
+
+or against private brokers it starts (amqpd and a RabbitMQ node, rounds taking turns, so
+both see the same machine load; RabbitMQ needs ``rabbitmq-server`` installed):
+
+    .venv/bin/python -m tests.perf.spark_source --broker both
 
 Per round: the sink writes ``--rows`` rows (a ~75-byte JSON body, ``headers`` map,
 ``message_id``) into ``--streams`` fresh streams, one DataFrame partition per stream (the
@@ -18,6 +22,8 @@ for Python worker start-up. ``--consumer-only`` also times the task's socket con
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import os
 import shutil
 import sys
@@ -122,9 +128,32 @@ def consumer_only(url: str, stream: str, rows: int) -> float:
     return seen / (time.perf_counter() - started)
 
 
+def start_brokers(which: str, stack: contextlib.ExitStack) -> list[tuple[str, str]]:
+    """Private brokers for ``--broker``: (label, url) each, stopped with ``stack``."""
+    started: list[tuple[str, str]] = []
+    if which in ("amqpd", "both"):
+        from tests.integration.broker_process import BrokerProcess
+
+        data = Path(tempfile.mkdtemp(prefix="spark-source-amqpd-"))
+        stack.callback(shutil.rmtree, data, True)
+        amqpd = BrokerProcess(data, extra=("--no-management",))
+        stack.callback(amqpd.stop)
+        started.append(("amqpd", amqpd.url))
+    if which in ("rabbitmq", "both"):
+        from tests.integration.rabbit_node import RabbitNode
+
+        rabbit = RabbitNode(prefix="sparkbench")
+        stack.callback(rabbit.stop)
+        rabbit.wait()
+        started.append(("RabbitMQ", rabbit.url))
+    return started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--url", required=True)
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--url", help="a running broker with streams")
+    target.add_argument("--broker", choices=("amqpd", "rabbitmq", "both"))
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--warmup-rows", type=int, default=10_000)
     parser.add_argument("--streams", type=int, default=2)
@@ -147,18 +176,22 @@ def main() -> None:
     spark.dataSource.register(AmqpStreamDataSource)
     names = [f"bench-src-{i}" for i in range(args.streams)]
     work = Path(tempfile.mkdtemp(prefix="spark-source-bench-"))
+    stack = contextlib.ExitStack()
+    brokers = start_brokers(args.broker, stack) if args.broker else [("broker", args.url)]
     print(f"load average at start: {os.getloadavg()}")
     try:
-        for label, rows in [("warm-up", args.warmup_rows)] + [
+        runs = [("warm-up", args.warmup_rows)] + [
             (f"round {r + 1}", args.rows) for r in range(args.rounds)
-        ]:
-            fresh_streams(args.url, names)
+        ]
+        for (label, rows), (broker, url) in itertools.product(runs, brokers):
+            label = f"{broker} {label}" if args.broker else label
+            fresh_streams(url, names)
             shutil.rmtree(work / "batch", ignore_errors=True)
             shutil.rmtree(work / "stream", ignore_errors=True)
-            written = write(spark, args.url, names, rows)
-            batch_s, batch_n = read_batch(spark, args.url, names, work / "batch")
+            written = write(spark, url, names, rows)
+            batch_s, batch_n = read_batch(spark, url, names, work / "batch")
             stream_s, stream_n = read_stream(
-                spark, args.url, names, work / "stream", args.max_per_trigger
+                spark, url, names, work / "stream", args.max_per_trigger
             )
             assert batch_n == rows and stream_n == rows, (batch_n, stream_n, rows)
             line = (
@@ -166,13 +199,14 @@ def main() -> None:
                 f" rows/s | batch read -> parquet {rows / batch_s:,.0f} rows/s | "
                 f"readStream availableNow -> parquet {rows / stream_s:,.0f} rows/s"
             )
-            if args.consumer_only and label != "warm-up":
-                alone = consumer_only(args.url, names[0], rows // len(names))
+            if args.consumer_only and not label.endswith("warm-up"):
+                alone = consumer_only(url, names[0], rows // len(names))
                 line += f" | socket consumer alone {alone:,.0f} msgs/s"
             print(line, flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         spark.stop()
+        stack.close()
     print(f"load average at end: {os.getloadavg()}")
 
 

@@ -225,3 +225,26 @@ def test_stream_reader_limits_available_now_and_streams_added_later(
     assert plain.getDefaultReadLimit() == ReadAllAvailable()
     assert plain.latestOffset({"a": 0, "b": 0}, ReadAllAvailable()) == {"a": 0, "b": 7}
     assert pickle.loads(pickle.dumps(plain)).options == plain.options
+
+
+def test_an_empty_stream_is_waited_for_only_where_the_count_may_lag() -> None:
+    from types import SimpleNamespace
+
+    from interop.spark.stream_client import StreamClient
+    from interop.spark.stream_source import _Positions
+
+    options = parse_source_options({"url": URL, "streams": "a", "emptyProbeMs": "700"}, batch=True)
+    client = StreamClient(URL, 1.0, "test")
+    for information, exact in (
+        (b"amqpd 0.1.0: an AMQP 0-9-1 broker in Python", True),
+        ("Licensed under the MPL 2.0. Website: https://rabbitmq.com", False),
+    ):
+        client.conn = SimpleNamespace(server_properties={"information": information})
+        assert client.exact_counts is exact
+        counted = SimpleNamespace(exact_counts=exact, message_count=lambda _s: 0)
+        assert _Positions._wait(counted, "a", options) == (0.0 if exact else 0.7)  # type: ignore[arg-type]
+        counted.message_count = lambda _s: 5
+        assert _Positions._wait(counted, "a", options) == options.read_timeout_ms / 1000  # type: ignore[arg-type]
+    client.conn = None  # not connected: no claim
+    assert not client.exact_counts
+    client.ioloop.close()
