@@ -9,7 +9,7 @@ thread-safe and perform no I/O.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator, Mapping
-from typing import Protocol, TypeAlias, runtime_checkable
+from typing import ClassVar, Protocol, TypeAlias, runtime_checkable
 
 __all__ = ["Arguments", "Destination", "InvalidBinding", "Router"]
 
@@ -43,8 +43,8 @@ class Router(Protocol):
             broker decodes message headers only in that case.
     """
 
-    type_name: str
-    uses_headers: bool
+    type_name: ClassVar[str]
+    uses_headers: ClassVar[bool]
 
     def validate_binding(self, routing_key: str, arguments: Arguments) -> None:
         """Check that a binding could be added, without adding it.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import ClassVar
 
 from exchanges.base import Destination
 from exchanges.binding_table import Binding
@@ -18,8 +19,8 @@ class DirectRouter(BindingRouter):
     Routing is one dict lookup; the result list is cached per key.
     """
 
-    type_name = "direct"
-    uses_headers = False
+    type_name: ClassVar[str] = "direct"
+    uses_headers: ClassVar[bool] = False
 
     def __init__(self) -> None:
         """Create a router with no bindings."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import ClassVar
 
 from exchanges.base import Arguments, Destination
 from exchanges.binding_table import Binding, BindingId
@@ -21,8 +22,8 @@ class HeadersRouter(BindingRouter):
     patterns are pre-compiled so a test is a few dict lookups.
     """
 
-    type_name = "headers"
-    uses_headers = True
+    type_name: ClassVar[str] = "headers"
+    uses_headers: ClassVar[bool] = True
 
     def __init__(self) -> None:
         """Create a router with no bindings."""

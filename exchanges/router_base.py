@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
+from typing import ClassVar
 
 from exchanges.base import Arguments, Destination
 from exchanges.binding_table import Binding, BindingTable
@@ -21,8 +22,8 @@ __all__ = ["BindingRouter"]
 class BindingRouter(ABC):
     """Abstract base of the built-in routers (see :class:`exchanges.base.Router`)."""
 
-    type_name: str = ""
-    uses_headers: bool = False
+    type_name: ClassVar[str] = ""
+    uses_headers: ClassVar[bool] = False
 
     def __init__(self) -> None:
         """Create a router with no bindings."""
