@@ -133,8 +133,3 @@ def select() -> BuildInfo:
     if info.kind == "pure" and info.modules:
         sys.meta_path.insert(0, SourceFinder(frozenset(info.modules)))
     return info
-
-
-def is_compiled(module: ModuleType) -> bool:
-    """True when ``module`` was loaded from a C extension (a compiled build)."""
-    return isinstance(getattr(module, "__loader__", None), importlib.machinery.ExtensionFileLoader)
