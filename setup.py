@@ -28,7 +28,9 @@ PACKAGES = ("amqpd", "exchanges", "confirms", "persistence")
 # THE list of compiled modules: explicit file names, never a glob, so that a module added on
 # another branch stays interpreted until someone adds it here (and its tests pass compiled).
 # Not listed on purpose: exchanges/base.py (a @runtime_checkable Protocol, which mypyc rejects),
-# package __init__ files, and everything that does I/O (shell, cli, store backends).
+# package __init__ files, everything that does I/O (shell, cli, store backends), and the model's
+# and engine's management-only modules, off the per-message path (definitions, inventory,
+# scrape, admin and ctl commands, operations, parameters, policy_admin, shovels, federation).
 MYPYC_MODULES: tuple[str, ...] = (
     # wire
     "amqpd/wire/codec.py",
@@ -52,8 +54,21 @@ MYPYC_MODULES: tuple[str, ...] = (
     "confirms/coalesce.py",
     "confirms/tracker.py",
     # model
+    "amqpd/model/alarms.py",
+    "amqpd/model/auth.py",
+    "amqpd/model/batches.py",
+    "amqpd/model/broker.py",
+    "amqpd/model/deadletter.py",
+    "amqpd/model/dedup.py",
+    "amqpd/model/federated_queues.py",
+    "amqpd/model/federation_exchange.py",
     "amqpd/model/message.py",
+    "amqpd/model/policies.py",
+    "amqpd/model/priority.py",
     "amqpd/model/queue.py",
+    "amqpd/model/queue_args.py",
+    "amqpd/model/selective.py",
+    "amqpd/model/selector.py",
     "amqpd/model/statistics.py",
     "amqpd/model/vhost.py",
     # engine
@@ -61,8 +76,18 @@ MYPYC_MODULES: tuple[str, ...] = (
     "amqpd/engine/connection.py",
     "amqpd/engine/consuming.py",
     "amqpd/engine/content.py",
+    "amqpd/engine/handshake.py",
     "amqpd/engine/outbox.py",
+    "amqpd/engine/permissions.py",
+    "amqpd/engine/rates.py",
+    "amqpd/engine/reply_to.py",
+    "amqpd/engine/topology.py",
+    "amqpd/engine/transaction.py",
     "amqpd/engine/unacked.py",
+    # persistence: the pure journal and its records (the store backends do I/O)
+    "persistence/fieldcodec.py",
+    "persistence/journal.py",
+    "persistence/records.py",
 )
 
 # All compiled modules share one C library, amqpd/_core__mypyc*.so (inside the amqpd package,
