@@ -27,7 +27,7 @@ import importlib.util
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -109,7 +109,7 @@ def stale_source(root: Path, sources: dict[str, str]) -> str:
     return ""
 
 
-def inspect(root: Path, environ: dict[str, str] | os._Environ[str]) -> BuildInfo:
+def inspect(root: Path, environ: Mapping[str, str]) -> BuildInfo:
     """Decide the build for the tree at ``root`` (the folder holding the ``amqpd`` package)."""
     manifest = read_manifest(root)
     if manifest is None:
