@@ -60,6 +60,12 @@ format_table  # interop/perf/profiles.py
 # -- interop.spark: called by PySpark or read by pika ----------------------------------------
 __getattr__  # module __getattr__ (PEP 562): lazy interop.spark.AmqpDataSource (needs pyspark)
 _.streamWriter  # pyspark DataSource.streamWriter, called by Spark (interop/spark/datasource.py)
+_.streamReader  # pyspark DataSource.streamReader, called by Spark (interop/spark/stream_source.py)
+_.initialOffset  # pyspark DataSourceStreamReader.initialOffset, called by Spark (stream_source.py)
+_.getDefaultReadLimit  # pyspark DataSourceStreamReader (4.2+), called by Spark (stream_source.py)
+_.prepareForTriggerAvailableNow  # pyspark SupportsTriggerAvailableNow, called by Spark
+_.latestOffset  # pyspark DataSourceStreamReader.latestOffset, called by Spark (stream_source.py)
+_.partitions  # pyspark DataSourceReader/DataSourceStreamReader.partitions, called by Spark
 _.abort  # pyspark DataSourceWriter/DataSourceStreamWriter.abort, called by Spark (writer.py)
 _.socket_timeout  # pika.ConnectionParameters, read by pika (preflight.py, link.py)
 _.stack_timeout  # pika.ConnectionParameters, read by pika (preflight.py, link.py)
@@ -82,3 +88,9 @@ _.upstream_queue  # Upstream.upstream_queue (queue links)
 
 # -- amqpd.buildinfo: the import system calls it
 _.find_spec  # SourceFinder.find_spec, a sys.meta_path finder (loads compiled modules' sources)
+
+# -- amqpd.shell.streams: where a memory-only broker's streams are (tests and operators)
+_.storage_root  # StreamFiles.storage_root (tests/integration/test_streams.py)
+
+# -- persistence.stream.log: the decoded view of a chunk (the broker reads them undecoded)
+_.next_chunk  # LogReader.next_chunk (tests/unit/test_stream_log.py)

@@ -1,6 +1,10 @@
 """Access-control records and their SQL (schema 2): users, vhosts, permissions; policies,
 operator policies and global parameters (schema 3); vhost-scoped runtime parameters
-(schema 6).
+(schema 6); user limits (RabbitMQ's ``limits`` of a user: max-connections, max-channels),
+kept in the parameters table under the reserved component `USER_LIMITS_COMPONENT` with an
+empty vhost, and a vhost's max-queues limit under `MAX_QUEUES_COMPONENT`, so no schema
+change was needed (in memory they are `AccessState.user_limits`,
+never a runtime parameter).
 
 Pure: the statements and row conversions live here; :class:`persistence.store.Store` runs
 them (``load_access`` / ``save_access``). The tables are small and are rewritten whole in
@@ -17,6 +21,8 @@ from typing import Any, Final
 __all__ = [
     "FULL_ACCESS",
     "LOAD_SQL",
+    "MAX_QUEUES_COMPONENT",
+    "USER_LIMITS_COMPONENT",
     "AccessState",
     "Permission",
     "PolicyRecord",
@@ -27,6 +33,8 @@ __all__ = [
 ]
 
 FULL_ACCESS: Final = ".*"
+USER_LIMITS_COMPONENT: Final = "amqpd-user-limits"  # parameters rows: ('', user) -> limits
+MAX_QUEUES_COMPONENT: Final = "amqpd-max-queues"  # parameters rows: (vhost, '') -> limit
 
 
 @dataclass(slots=True)
@@ -56,6 +64,7 @@ class VhostInfo:
     description: str = ""
     tags: tuple[str, ...] = ()
     max_connections: int | None = None  # None or negative: unlimited; 0: no connections
+    max_queues: int | None = None  # the same for queues (kept in the parameters table)
 
 
 @dataclass(slots=True, frozen=True)
@@ -82,6 +91,8 @@ class AccessState:
     global_parameters: dict[str, Any] = field(default_factory=dict)  # name -> JSON value
     # runtime parameters: (component, vhost, name) -> JSON value (e.g. a shovel's definition)
     parameters: dict[tuple[str, str, str], Any] = field(default_factory=dict)
+    # user limits: user -> {"max-connections": N, "max-channels": N} (RabbitMQ's names)
+    user_limits: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 LOAD_SQL: Final = {
@@ -119,7 +130,13 @@ def rows_to_state(rows: dict[str, list[Any]]) -> AccessState:
     for name, value in rows["global_parameters"]:
         state.global_parameters[name] = json.loads(value)
     for component, vhost, name, value in rows["parameters"]:
-        state.parameters[(component, vhost, name)] = json.loads(value)
+        if component == USER_LIMITS_COMPONENT:
+            state.user_limits[name] = json.loads(value)
+        elif component == MAX_QUEUES_COMPONENT:
+            if vhost in state.vhosts:
+                state.vhosts[vhost].max_queues = json.loads(value)
+        else:
+            state.parameters[(component, vhost, name)] = json.loads(value)
     return state
 
 
@@ -141,6 +158,16 @@ def state_to_statements(state: AccessState) -> list[tuple[str, list[tuple[Any, .
             [
                 (component, vhost, name, json.dumps(value))
                 for (component, vhost, name), value in state.parameters.items()
+            ]
+            + [
+                (USER_LIMITS_COMPONENT, "", user, json.dumps(limits))
+                for user, limits in state.user_limits.items()
+                if limits
+            ]
+            + [
+                (MAX_QUEUES_COMPONENT, v.name, "", json.dumps(v.max_queues))
+                for v in state.vhosts.values()
+                if v.max_queues is not None
             ],
         ),
         (

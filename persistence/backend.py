@@ -33,6 +33,10 @@ class BodyReaderPort(Protocol):
         self, queue: tuple[str, str], after_seq: int, limit: int
     ) -> list[tuple[int, bytes]]: ...
 
+    def read_messages(
+        self, queue: tuple[str, str], after_seq: int, limit: int
+    ) -> list[tuple[int, str, str, bytes, bytes]]: ...
+
     def close(self) -> None: ...
 
 
@@ -58,9 +62,11 @@ class StoreBackend(Protocol):
         :class:`StoreError` if it was not (nothing of it was written)."""
         ...
 
-    async def load(self, body_window: int | None = None, messages: bool = True) -> RecoveredState:
+    async def load(
+        self, body_window: int | None = None, messages: bool = True, keys_only: str = ""
+    ) -> RecoveredState:
         """Everything stored, from one snapshot (bodies only for the first ``body_window``
-        messages of each queue)."""
+        messages of each queue; only the keys of queues named ``keys_only``…)."""
         ...
 
     async def load_access(self) -> AccessState: ...

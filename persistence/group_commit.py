@@ -8,8 +8,8 @@ single task that loops:
 
 1. wait until woken;
 2. while the journal has something pending: take the whole open batch, ``await
-   store.apply(batch)``, then call ``on_committed(batch.id)`` (or ``on_failed(batch.id,
-   error)`` if the store raised :class:`~persistence.errors.StoreError`).
+   store.apply(batch)``, then call ``on_committed(batch)`` (or ``on_failed(batch, error)``
+   if the store raised :class:`~persistence.errors.StoreError`).
 
 There is exactly one ``apply`` in flight, because only this task calls it and it awaits each
 call. Mutations that arrive while a transaction is being written stay in the journal's open
@@ -18,10 +18,11 @@ the larger the batches, with no timer. A lone mutation is committed at once, sin
 is already waiting when it is woken (no artificial delay, so latency at low load is one
 transaction).
 
-The callbacks are how promises are kept (ARCHITECTURE, principle 4): ``on_committed(id)``
-is the moment the confirms and ``tx.commit-ok`` waiting on batch ``id`` may be sent. Ids are
-handed out in order, so when ``on_committed(n)`` or ``on_failed(n, ...)`` runs, every batch
-below ``n`` has already been reported. After a failure the task carries on with the next
+The callbacks are how promises are kept (ARCHITECTURE, principle 4): ``on_committed(batch)``
+is the moment the confirms and ``tx.commit-ok`` waiting on ``batch.id`` may be sent. Ids are
+handed out in order, so when the batch ``n`` is reported (committed or failed), every batch
+below ``n`` has already been. The callbacks get the batch itself: what a failed one
+inserted, how many bytes a committed one wrote. After a failure the task carries on with the next
 batch: the store rolled the failed one back and stays usable.
 
 Writes that are not in the journal (the access-control tables, changed by ``amqpd
@@ -75,19 +76,24 @@ class GroupCommitter:
     Args:
         store: Where batches are written.
         journal: Where batches are taken from.
-        on_committed: Called with a batch id once its transaction has committed.
-        on_failed: Called with a batch id and the error if its transaction failed (nothing
+        on_committed: Called with a batch once its transaction has committed.
+        on_failed: Called with a batch and the error if its transaction failed (nothing
             of that batch was written).
+        idle: One step of idle work (see the module docstring).
+        before_apply: Awaited before each batch is written (the streams' fsync); a
+            StoreError from it fails the batch.
     """
 
     def __init__(
         self,
         store: BatchStore,
         journal: Journal,
-        on_committed: Callable[[int], None],
-        on_failed: Callable[[int, StoreError], None],
+        on_committed: Callable[[Batch], None],
+        on_failed: Callable[[Batch, StoreError], None],
         idle: Callable[[], Awaitable[bool]] | None = None,
+        before_apply: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        self._before_apply = before_apply  # stream fsyncs (amqpd/shell/streams.py)
         self._idle = idle  # one step of idle work; True while more remains
         self._store = store
         self._journal = journal
@@ -189,10 +195,12 @@ class GroupCommitter:
         if batch is None:
             return False
         try:
+            if self._before_apply is not None:
+                await self._before_apply()  # files outside the store: durable first
             await self._store.apply(batch)
         except StoreError as exc:
-            log.error("batch %d failed: %s", batch.id, exc)
-            self._on_failed(batch.id, exc)
+            log.debug("batch %d failed: %s", batch.id, exc)  # the callback logs it
+            self._on_failed(batch, exc)
         else:
-            self._on_committed(batch.id)
+            self._on_committed(batch)
         return True

@@ -427,15 +427,16 @@ class Journal:
             ops.append((OpKind.PUT_QUEUE, list(self._q_puts.values())))
         if self._b_puts:
             ops.append((OpKind.PUT_BINDING, list(self._b_puts)))
-        if self._n_msg:
-            self._message_ops(ops)
-        batch = Batch(self._batch_id, ops)
+        size = self._message_ops(ops) if self._n_msg else 0
+        batch = Batch(self._batch_id, ops, size)
         self._batch_id += 1
         self.stats.batches += 1
         self._reset()
         return batch
 
-    def _message_ops(self, ops: list[Op]) -> None:
+    def _message_ops(self, ops: list[Op]) -> int:
+        """Append the message operations; return the bytes of bodies inserted."""
+        size = 0
         deletes: list[Row] = []
         for (vhost, name), seqs in self._deletes.items():
             deletes += [(vhost, name, seq) for seq in seqs]
@@ -458,6 +459,8 @@ class Journal:
                 )
                 for seq, r in records.items()
             ]
+            for r in records.values():
+                size += len(r.body)
         if inserts:
             ops.append((OpKind.INSERT_MESSAGE, inserts))
         updates: list[Row] = []
@@ -473,6 +476,7 @@ class Journal:
             remember += [(vhost, name, pos, dedup_id) for pos, dedup_id in ids.items()]
         if remember:
             ops.append((OpKind.REMEMBER_ID, remember))
+        return size
 
 
 def _binding_key(d: BindingDef) -> _BindingKey:

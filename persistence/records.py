@@ -172,10 +172,22 @@ class Batch:
             empty row list. ``ops`` is empty only for a batch whose every write was
             cancelled but on which a caller is still waiting (see
             :meth:`persistence.journal.Journal.take_batch`).
+        size: Bytes of message bodies it inserts (the shell measures free disk space
+            after every few MiB written).
     """
 
     id: int
     ops: list[Op]
+    size: int = 0
+
+    def inserted_queues(self) -> set[QueueKey]:
+        """The queues this batch inserts messages into."""
+        return {
+            (str(row[0]), str(row[1]))
+            for kind, rows in self.ops
+            if kind is OpKind.INSERT_MESSAGE
+            for row in rows
+        }
 
 
 @dataclass(slots=True)
@@ -190,6 +202,9 @@ class RecoveredState:
             ascending ``seq`` order.
         dedup_ids: For each queue with a deduplication window, its ``(pos, id)`` pairs in
             ascending ``pos`` order.
+        message_keys: For each queue loaded as keys only (``load(keys_only=prefix)``), its
+            messages' ``seq`` in ascending order (read the messages back with
+            ``read_messages``); those queues are not in ``messages``.
     """
 
     exchanges: list[ExchangeDef]
@@ -197,3 +212,4 @@ class RecoveredState:
     bindings: list[BindingDef]
     messages: dict[QueueKey, list[tuple[int, MessageRecord]]]
     dedup_ids: dict[QueueKey, list[tuple[int, bytes]]] = field(default_factory=dict)
+    message_keys: dict[QueueKey, list[int]] = field(default_factory=dict)

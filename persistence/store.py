@@ -106,16 +106,22 @@ _LOAD_DEDUP_IDS = "SELECT queue_id, pos, id FROM dedup_ids ORDER BY queue_id, po
 _MESSAGE_COLUMNS = (
     "seq, exchange, routing_key, header, body, redelivered, delivery_count, expires_at"
 )
-_LOAD_MESSAGES = f"SELECT queue_id, {_MESSAGE_COLUMNS} FROM messages ORDER BY queue_id, seq"
+# {}: the WHERE clause that leaves out the queues loaded as keys only
+_LOAD_MESSAGES = f"SELECT queue_id, {_MESSAGE_COLUMNS} FROM messages{{}} ORDER BY queue_id, seq"
+_LOAD_KEYS = "SELECT seq FROM messages WHERE queue_id = ? ORDER BY seq"
 # The same, with the body only for the first ?1 messages of each queue (the rest: its size).
 _LOAD_MESSAGES_WINDOWED = (
     "SELECT queue_id, seq, exchange, routing_key, header,"
     " CASE WHEN row_number() OVER (PARTITION BY queue_id ORDER BY seq) <= ?1"
     " THEN body ELSE length(body) END,"
-    " redelivered, delivery_count, expires_at FROM messages ORDER BY queue_id, seq"
+    " redelivered, delivery_count, expires_at FROM messages{} ORDER BY queue_id, seq"
 )
 _READ_BODIES = (
     f"SELECT seq, body FROM messages WHERE queue_id = {_QID} AND seq > ?3 ORDER BY seq LIMIT ?4"
+)
+_READ_MESSAGES = (
+    "SELECT seq, exchange, routing_key, header, body FROM messages"
+    f" WHERE queue_id = {_QID} AND seq > ?3 ORDER BY seq LIMIT ?4"
 )
 _FETCH_ROWS = 8192  # rows per fetchmany while loading
 _DEDUP_LIMIT = 65536  # entries in the load-time string/header dedup cache before it resets
@@ -296,13 +302,17 @@ class Store:
             self._applying = False
         return more
 
-    async def load(self, body_window: int | None = None, messages: bool = True) -> RecoveredState:
+    async def load(
+        self, body_window: int | None = None, messages: bool = True, keys_only: str = ""
+    ) -> RecoveredState:
         """Read everything back: definitions and every message, in ``seq`` order per queue.
 
         Reads one consistent snapshot of committed data. With ``body_window``, only the first
         ``body_window`` messages of each queue carry their body; the others come with an
         empty body and ``body_size`` set (memory stays bounded for long queues). With
-        ``messages=False`` only the definitions are read (for the admin commands).
+        ``messages=False`` only the definitions are read (for the admin commands). Queues
+        whose name starts with a non-empty ``keys_only`` come back as their messages'
+        ``seq`` only (``message_keys``; their rows are read back a page at a time).
 
         Returns:
             The stored state.
@@ -314,14 +324,18 @@ class Store:
         try:
             await db.execute("BEGIN")
             try:
-                return await self._load(db, body_window, messages)
+                return await self._load(db, body_window, messages, keys_only)
             finally:
                 await db.execute("COMMIT")
         except (sqlite3.Error, OSError, ValueError) as exc:
             raise StoreError(f"cannot load {self._path}: {exc}") from exc
 
     async def _load(
-        self, db: aiosqlite.Connection, body_window: int | None, load_messages: bool
+        self,
+        db: aiosqlite.Connection,
+        body_window: int | None,
+        load_messages: bool,
+        keys_only: str,
     ) -> RecoveredState:
         exchanges = [
             ExchangeDef(vhost, name, type_name, bool(auto_delete), bool(internal), _args(args))
@@ -351,13 +365,20 @@ class Store:
         messages: dict[QueueKey, list[tuple[int, MessageRecord]]] = {}
         if not load_messages:
             return RecoveredState(exchanges, queues, bindings, messages)
+        key_ids = [row[0] for row in queue_rows if keys_only and row[2].startswith(keys_only)]
+        message_keys: dict[QueueKey, list[int]] = {}
+        for queue_id in key_ids:  # the primary key's index alone: no row is read
+            rows = await db.execute_fetchall(_LOAD_KEYS, (queue_id,))
+            message_keys[keys[queue_id]] = [row[0] for row in rows]
+        # ids are integers from the database itself: safe to put into the statement
+        skip = f" WHERE queue_id NOT IN ({','.join(map(str, key_ids))})" if key_ids else ""
         gc_was_enabled = gc.isenabled()
         gc.disable()  # the records are long-lived; collecting while building them is wasted
         try:
             if body_window is None:
-                cursor = await db.execute(_LOAD_MESSAGES)
+                cursor = await db.execute(_LOAD_MESSAGES.format(skip))
             else:
-                cursor = await db.execute(_LOAD_MESSAGES_WINDOWED, (body_window,))
+                cursor = await db.execute(_LOAD_MESSAGES_WINDOWED.format(skip), (body_window,))
             dedup: dict[Any, Any] = {}
             while rows := await cursor.fetchmany(_FETCH_ROWS):
                 if len(dedup) > _DEDUP_LIMIT:
@@ -380,7 +401,7 @@ class Store:
             key = keys.get(queue_id)
             if key is not None:
                 dedup_ids.setdefault(key, []).append((pos, bytes(dedup_id)))
-        return RecoveredState(exchanges, queues, bindings, messages, dedup_ids)
+        return RecoveredState(exchanges, queues, bindings, messages, dedup_ids, message_keys)
 
     async def load_access(self) -> access.AccessState:
         """Read the users, vhosts and permissions (one snapshot).
@@ -644,6 +665,21 @@ class BodyReader:
             return list(rows)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read message bodies of {queue}: {exc}") from exc
+
+    def read_messages(
+        self, queue: QueueKey, after_seq: int, limit: int
+    ) -> list[tuple[int, str, str, bytes, bytes]]:
+        """``(seq, exchange, routing_key, header, body)`` of up to ``limit`` committed
+        messages with ``seq > after_seq``.
+
+        Raises:
+            StoreError: SQLite failed.
+        """
+        try:
+            rows = self._db.execute(_READ_MESSAGES, (queue[0], queue[1], after_seq, limit))
+            return list(rows)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read messages of {queue}: {exc}") from exc
 
     def close(self) -> None:
         """Close the connection."""

@@ -2,9 +2,11 @@
 
 Starts a broker on free loopback ports, gives it some traffic (queues with messages, a
 consumer, a confirm-mode publisher), opens the dashboard in Debian's chromium through
-Playwright, logs in as guest, lets the overview charts collect a few samples and saves
-overview.png, queues.png, queue.png, exchanges.png, connections.png, admin.png, and
-alarm.png (the memory alarm banner, after lowering the watermark below the broker's memory).
+Playwright, logs in as guest, waits for the server's sample history to cover a few
+samples and saves overview.png, queues.png (with "Add a new queue" open), queue.png,
+exchanges.png, exchange.png, connections.png, connection.png, admin.png, queue-700px.png
+(a 700 px wide window) and alarm.png (the memory alarm banner, after lowering the
+watermark below the broker's memory).
 
     PYTHONPATH=$PWD .venv/bin/python scripts/dashboard_screenshots.py [--out docs/dashboard]
 """
@@ -97,18 +99,35 @@ def main() -> None:
                 page.screenshot(path=str(args.out / "overview.png"), full_page=True)
                 for name, hash_, selector in (
                     ("queues", "#/queues", "#queues tbody tr td"),
-                    ("queue", "#/queues/%2F/invoices", "#get-messages"),
+                    ("queue", "#/queues/%2F/orders.created", "#get-messages"),
                     ("exchanges", "#/exchanges", "#bindings tbody tr td"),
+                    ("exchange", "#/exchanges/%2F/orders", "#exchange-source-bindings td"),
                     ("connections", "#/connections", "#channels tbody tr td"),
                     ("admin", "#/admin", "#permissions tbody tr td"),
                 ):
                     page.goto(base + hash_)
                     page.wait_for_selector(selector)
+                    if name == "queues":
+                        page.click("#add-queue-panel summary")
                     if name == "queue":
+                        page.click("#publish-message-panel summary")
                         page.fill("#get-messages input[name=count]", "2")
                         page.click("#get-messages button[type=submit]")
-                        page.wait_for_selector("#messages .message")
+                        page.wait_for_selector("#messages > *")
+                    page.wait_for_timeout(500)  # the charts' first drawing
                     page.screenshot(path=str(args.out / f"{name}.png"), full_page=True)
+                    if name == "connections":
+                        page.click("#connections tbody td a")
+                        page.wait_for_selector("#connection-channels tbody td")
+                        page.wait_for_timeout(500)
+                        page.screenshot(path=str(args.out / "connection.png"), full_page=True)
+                page.set_viewport_size({"width": 700, "height": 900})
+                page.goto(base + "#/queues/%2F/invoices")
+                page.wait_for_selector("#get-messages")
+                page.click("#add-binding-panel summary")
+                page.wait_for_timeout(500)
+                page.screenshot(path=str(args.out / "queue-700px.png"), full_page=True)
+                page.set_viewport_size({"width": 1360, "height": 900})
                 # the broker's next memory check raises the alarm (a screenshot aid only:
                 # the watermark is set from this thread)
                 server.broker.alarms.memory_limit = ALARM_WATERMARK

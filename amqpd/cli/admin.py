@@ -15,11 +15,14 @@ Commands (RabbitMQ's ``rabbitmqctl`` equivalents in brackets):
     users change-password NAME [PASSWORD]         [change_password]
     users set-tags NAME [TAG ...]                 [set_user_tags]
     users list                                    [list_users]
+    users set-limit NAME LIMIT N                  [set_user_limits] (max-connections, max-channels)
+    users clear-limit NAME LIMIT                  [clear_user_limits]
     users set-permissions NAME CONF WRITE READ [--vhost V]   [set_permissions -p V]
     users clear-permissions NAME [--vhost V]      [clear_permissions -p V]
     users list-permissions [--vhost V]            [list_permissions -p V]
     vhosts add NAME [--description D] [--max-connections N]  [add_vhost, set_vhost_limits]
     vhosts set-max-connections NAME N             [set_vhost_limits] (negative: no limit)
+    vhosts set-max-queues NAME N                  [set_vhost_limits] (negative: no limit)
     vhosts delete NAME                            [delete_vhost] (with everything in it)
     vhosts list                                   [list_vhosts]
     definitions export [FILE]                     [export_definitions] (stdout without FILE or -)
@@ -31,13 +34,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from amqpd.model import bounded_json
 from amqpd.model.admin_commands import AdminError, Outcome, execute, problems_text
 from amqpd.model.auth import hash_password
 from amqpd.model.broker import Broker, BrokerConfig
@@ -95,6 +98,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("tags", nargs="*")
     users.add_parser("list", parents=[data_dir], help="list users and their tags")
     p = users.add_parser(
+        "set-limit", parents=[data_dir], help="max-connections or max-channels (negative: none)"
+    )
+    p.add_argument("user")
+    p.add_argument("name", metavar="LIMIT")
+    p.add_argument("value", type=int)
+    p = users.add_parser("clear-limit", parents=[data_dir], help="remove a user limit")
+    p.add_argument("user")
+    p.add_argument("name", metavar="LIMIT")
+    p = users.add_parser(
         "set-permissions", parents=[data_dir, vhost], help="grant configure/write/read regexes"
     )
     p.add_argument("name")
@@ -117,6 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("name")
     p.add_argument("max_connections", type=int)
+    p = vhosts.add_parser(
+        "set-max-queues", parents=[data_dir], help="limit queues (negative: none)"
+    )
+    p.add_argument("name")
+    p.add_argument("max_queues", type=int)
     p = vhosts.add_parser("delete", parents=[data_dir], help="delete a vhost and its contents")
     p.add_argument("name")
     vhosts.add_parser("list", parents=[data_dir], help="list virtual hosts")
@@ -209,7 +226,7 @@ def _request(args: argparse.Namespace, stdin: TextIO | None) -> dict[str, Any]:
     elif args.group == "definitions" and args.command == "import":
         try:
             text = (stdin or sys.stdin).read() if str(args.file) == "-" else args.file.read_text()
-            request["definitions"] = json.loads(text)
+            request["definitions"] = bounded_json.loads(text)
         except (OSError, ValueError) as exc:
             raise AdminError(f"cannot read {args.file}: {exc}") from exc
     return request

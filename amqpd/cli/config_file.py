@@ -12,6 +12,7 @@ settings table (amqpd/cli/settings.py), like flags and variables.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import re
 from pathlib import Path
@@ -23,6 +24,21 @@ log = logging.getLogger(__name__)
 
 _LINE = re.compile(r"\s*([A-Za-z0-9_.$-]+)\s*=\s*(.*?)\s*")
 _KEYS: dict[str, str] = {key: s.dest for s in SETTINGS for key in s.conf}
+
+
+# Keys that would change what the operator gets in a way amqpd cannot honour: refused,
+# never ignored (a listener the operator believes encrypted must not silently be plain).
+_REFUSED_PREFIXES = ("management.ssl.", "prometheus.ssl.")
+_OTHER_KEYS = ("listeners.tcp.default", "ssl_options.verify", "loopback_users.guest")
+
+
+def _did_you_mean(key: str) -> str:
+    """``; did you mean X?`` for the closest known key, or where the keys are listed."""
+    known = [*_KEYS, *CONVERTED_KEYS, *PLAIN_KEYS, *_OTHER_KEYS]
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
+    if close:
+        return f"; did you mean {close[0]}?"
+    return "; the keys amqpd knows are in docs/configuration.md"
 
 
 class ConfigFile:
@@ -81,13 +97,15 @@ class ConfigFile:
             self._loopback_where = where
         elif key in PLAIN_KEYS:
             self.plain[PLAIN_KEYS[key]] = entry
+        elif key.startswith(_REFUSED_PREFIXES):
+            raise SettingError(
+                f"unsupported setting {key} ({where}): amqpd serves the management API and "
+                "Prometheus over plain HTTP only; put a TLS-terminating proxy in front of them"
+            )
         elif key.startswith(IGNORED_PREFIXES):
             self.ignored.append(f"{key} ({where})")
         else:
-            raise SettingError(
-                f"unknown setting {key} ({where}); the keys amqpd knows are in "
-                "docs/configuration.md"
-            )
+            raise SettingError(f"unknown setting {key} ({where}){_did_you_mean(key)}")
 
     def _listener(self, entry: ConfEntry, host_dest: str, port_dest: str) -> None:
         value = entry.value

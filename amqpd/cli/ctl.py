@@ -279,7 +279,9 @@ def main(argv: Sequence[str], stdout: TextIO | None = None) -> int:
     if reply is None:
         print(
             f"Error: no broker is running on {args.data_dir} "
-            f"(no one listens on {socket_path(args.data_dir)})",
+            f"(no one listens on {socket_path(args.data_dir)}); point amqpd ctl at the "
+            "broker's data directory with --data-dir DIR or AMQPD_DATA_DIR=DIR (the "
+            "directory the broker was started with)",
             file=sys.stderr,
         )
         return EX_UNAVAILABLE

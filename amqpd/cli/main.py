@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import anyio
 
@@ -27,6 +28,7 @@ from amqpd.cli.settings import (
 )
 from amqpd.model.broker import BrokerConfig
 from amqpd.model.definitions import DefinitionsError
+from amqpd.shell.listen_errors import ListenError
 from amqpd.shell.server import ServerConfig, run
 from amqpd.shell.store_role import LockLost
 from persistence.errors import StoreError
@@ -54,9 +56,23 @@ subcommands (each has its own --help):
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with "did you mean" for a misspelt option (``--managment-port``)."""
+
+    def error(self, message: str) -> NoReturn:
+        words = message.rpartition(":")[2].split() if "unrecognized arguments" in message else []
+        known = [flag for action in self._actions for flag in action.option_strings]
+        for word in words:
+            close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.75)
+            if word.startswith("--") and close:
+                message += f"; did you mean {close[0]}?"
+                break
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``amqpd`` argument parser; every option also reads an AMQPD_* variable."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="amqpd",
         usage="amqpd [options]  |  amqpd {ctl,users,vhosts,definitions,perf} ...",
         description="An AMQP 0-9-1 message broker that RabbitMQ clients use unchanged.\n"
@@ -125,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         default_user=(args.default_user, args.default_pass) if args.default_user else None,
         management_port=None if args.no_management else args.management_port,
         prometheus_port=None if args.no_prometheus else args.prometheus_port,
+        management_host=args.management_host,
+        prometheus_host=args.prometheus_host,
         **applied.server,
     )
     backend_options = {}
@@ -151,6 +169,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if store_error is not None:
             log.error("cannot open the store: %s", store_error)
             return 2
+        listen_error = _find(exc, ListenError)
+        if listen_error is not None:
+            log.error("%s", listen_error)
+            return 1
         os_error = _find(exc, OSError)
         if os_error is None:
             raise

@@ -344,6 +344,14 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         HTTP,
     ),
     Setting(
+        "management_host",
+        host,
+        None,
+        "address of the management HTTP API and dashboard (default: --host)",
+        ("management.tcp.ip",),
+        HTTP,
+    ),
+    Setting(
         "no_management",
         boolean,
         "false",
@@ -359,6 +367,14 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "15692",
         "port of the Prometheus endpoint (/metrics), on --host",
         ("prometheus.tcp.port",),
+        HTTP,
+    ),
+    Setting(
+        "prometheus_host",
+        host,
+        None,
+        "address of the Prometheus endpoint (default: --host)",
+        ("prometheus.tcp.ip",),
         HTTP,
     ),
     Setting(

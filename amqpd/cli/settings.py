@@ -319,6 +319,13 @@ def check_data_dir(data_dir: Path, store_files: Sequence[str]) -> None:
         SettingError: naming the path, what is wrong and what to do.
     """
     label = f"invalid setting --data-dir {_cap(str(data_dir))}"
+    if data_dir.exists() and not data_dir.is_dir():
+        raise SettingError(f"{label}: is not a directory (it is a file)")
+    for parent in data_dir.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise SettingError(f"{label}: {parent} is not a directory (it is a file)")
+            break
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -345,3 +352,10 @@ def check_data_dir(data_dir: Path, store_files: Sequence[str]) -> None:
             raise SettingError(
                 f"{label}: store file {path} is not readable and writable by its owner (chmod u+rw)"
             )
+        try:  # what the mode does not show: immutable, read-only mount, not a file
+            os.close(os.open(path, os.O_RDWR))
+        except OSError as exc:
+            raise SettingError(
+                f"{label}: store file {path} cannot be written ({exc.strerror or exc}); "
+                "amqpd would refuse every persistent message"
+            ) from None

@@ -37,14 +37,16 @@ from amqpd.engine.consuming import ConsumerMethods
 from amqpd.engine.content import PendingPublish, route_and_enqueue, storage_batch
 from amqpd.engine.permissions import check_method
 from amqpd.engine.reply_to import DirectReplyTo
+from amqpd.engine.stream_consuming import refuse_stream_settlement
 from amqpd.engine.topology import Topology
 from amqpd.engine.transaction import BufferedPublish, Transaction
-from amqpd.engine.unacked import Settlement, Unacked, UnackedStore
+from amqpd.engine.unacked import UNLIMITED, Settlement, Unacked, UnackedStore
 from amqpd.model.auth import Authz
 from amqpd.model.broker import Broker
 from amqpd.model.message import Message, QueueEntry
 from amqpd.model.queue import Consumer, ExclusiveOwner, Queue
 from amqpd.model.statistics import MessageStats
+from amqpd.model.stream_delivery import StreamRun
 from amqpd.model.vhost import (
     VirtualHost,
     has_sender_selected_headers,
@@ -173,6 +175,7 @@ class Channel:
                 if index == codec.BASIC_ACK:
                     self._settle(records, Settlement.ACK)
                 else:
+                    refuse_stream_settlement(records, "basic.nack and basic.reject")
                     self._settle(records, Settlement.REQUEUE if bits & 2 else Settlement.DISCARD)
                 return
             if index == spec.Channel.Close.index:
@@ -326,7 +329,9 @@ class Channel:
                 self.close_with_error(exc)
                 return
         mandatory = pending.args.mandatory
-        publish = BufferedPublish(pending.exchange, message, mandatory, pending.expiration_ms)
+        publish = BufferedPublish(
+            pending.exchange, message, mandatory, pending.expiration_ms, self.mode is not Mode.PLAIN
+        )
         if self.mode is Mode.TX:
             assert self._tx is not None
             self._tx.publishes.append(publish)
@@ -415,6 +420,21 @@ class Channel:
             return False  # cost ~250 ns on 3.11 and this runs on every enqueue
         return consumer.no_ack or self.unacked.has_credit(consumer)
 
+    def credit(self, consumer: Consumer) -> int:
+        """How many messages ``consumer`` may receive now (a stream's `StreamSink`)."""
+        if self.conn.output_full or self.state is not _OPEN:
+            return 0
+        return UNLIMITED if consumer.no_ack else self.unacked.credit(consumer)
+
+    def deliver_run(self, consumer: Consumer, queue: Queue, run: StreamRun) -> None:
+        """Send a run of a stream's messages to an acking consumer of this channel."""
+        count = len(run)
+        first_tag = self.unacked.issue_run(queue, run.entries(), consumer)
+        queue.stats.deliver += count
+        self.stats.deliver += count
+        conn = self.conn
+        conn.send_parts(run.frames(self.number, consumer.tag_raw, first_tag, conn.frame_max))
+
     def deliver(self, consumer: Consumer, queue: Queue, entry: QueueEntry) -> None:
         """Send one message to a consumer of this channel."""
         tag, header = self.hand_out(queue, entry, consumer, consumer.no_ack)
@@ -502,6 +522,7 @@ class Channel:
     # ------------------------------------------------------------------------------------
     def _on_basic_reject(self, method: spec.Basic.Reject) -> None:
         records = self.unacked.take(method.delivery_tag or 0, False)
+        refuse_stream_settlement(records, "basic.nack and basic.reject")
         self._settle(records, Settlement.REQUEUE if method.requeue else Settlement.DISCARD)
 
     def _settle(self, records: list[Unacked], kind: Settlement) -> None:
@@ -518,12 +539,14 @@ class Channel:
     def _on_basic_recover_async(self, method: spec.Basic.RecoverAsync) -> None:
         if not method.requeue:
             raise AMQPError(NOT_IMPLEMENTED, "requeue=false")
+        refuse_stream_settlement(self.unacked.records(), "basic.recover")
         records = self.unacked.take_all()
         self.unacked.settle(records, Settlement.REQUEUE, self.conn.broker.clock.now)
 
     def _on_basic_recover(self, method: spec.Basic.Recover) -> None:
         if not method.requeue:
             raise AMQPError(NOT_IMPLEMENTED, "requeue=false")
+        refuse_stream_settlement(self.unacked.records(), "basic.recover")
         records = self.unacked.take_all()
         self.send_method(spec.Basic.RecoverOk())
         self.unacked.settle(records, Settlement.REQUEUE, self.conn.broker.clock.now)

@@ -42,6 +42,7 @@ from amqpd.engine import handshake
 from amqpd.engine.channel import Channel, ChannelState
 from amqpd.engine.content import FLOW_BACKLOG
 from amqpd.engine.outbox import Outbox
+from amqpd.model import user_limits
 from amqpd.model.auth import Authz, Permission, is_loopback_peer
 from amqpd.model.statistics import IOStats
 from amqpd.wire import codec
@@ -222,6 +223,11 @@ class Connection:
         return self._out_size
 
     @property
+    def input_buffered(self) -> int:
+        """Bytes received and not yet parsed (engine/memory.py)."""
+        return self._reader.buffered
+
+    @property
     def output_pending(self) -> bool:
         """True while output waits to be taken."""
         return bool(self._out)
@@ -329,6 +335,17 @@ class Connection:
         else:
             raise AMQPError(FRAME_ERROR, f"unknown frame type {frame_type}")
 
+    def _check_user_channels(self) -> None:
+        """The user's max-channels limit over all its connections (model/user_limits.py)."""
+        count = sum(
+            len(connection.channels)
+            for connection in self.broker.connections
+            if isinstance(connection, Connection) and connection.user == self.user
+        )
+        refused = user_limits.channel_refused(self.broker, self.user, count)
+        if refused is not None:
+            raise AMQPError(NOT_ALLOWED, refused)
+
     def _open_channel(self, number: int, index: int) -> None:
         # rabbit_reader:create_channel: channel_max bounds how many channels are open at
         # once (closing ones included), not their numbers; checked before the method
@@ -339,6 +356,8 @@ class Connection:
                 f"number of channels opened ({count}) has reached the negotiated "
                 f"channel_max ({self.channel_max})",
             )
+        if user_limits.has_channel_limit(self.broker, self.user):
+            self._check_user_channels()
         if index != spec.Channel.Open.index:
             raise AMQPError(
                 CHANNEL_ERROR,
@@ -423,7 +442,7 @@ class Connection:
             churn.auth_succeeded += 1
         else:
             churn.auth_failed += 1
-            log.info("%s login refused from %s: %s", mechanism, self.peer, refusal)
+            log.warning("%s login refused from %s: %s", mechanism, self.peer, refusal)
             error = AMQPError(
                 ACCESS_REFUSED,
                 f"Login was refused using authentication mechanism {mechanism}. "
@@ -467,6 +486,10 @@ class Connection:
         limit_error = self.broker.connection_limit_error(vhost.name, refused)
         if limit_error is not None:  # rabbit_reader: node, then vhost connection limit
             raise AMQPError(NOT_ALLOWED, limit_error, 10, 40)
+        users = (connection.user for connection in self.broker.connections)
+        limit_error = user_limits.connection_refused(self.broker, self.user, users)
+        if limit_error is not None:  # then the user's (model/user_limits.py)
+            raise AMQPError(NOT_ALLOWED, limit_error, 10, 40)
         authz = self.broker.access.authz(self.user, vhost.name)
         if authz is None:
             raise AMQPError(NOT_ALLOWED, refused, 10, 40)
@@ -481,8 +504,6 @@ class Connection:
             vhost.name,
         )
         self.send(codec.encode_method(0, spec.Connection.OpenOk()))
-        if self.broker.blocked_reason is not None:
-            self.notify_blocked(self.broker.blocked_reason)
 
     def notify_blocked(self, reason: str | None) -> None:
         """Connection.Blocked / Unblocked, for clients with the connection.blocked capability."""

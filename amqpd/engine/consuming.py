@@ -17,6 +17,7 @@ from pamqp import commands as spec
 from pamqp.base import Frame as Method
 
 from amqpd.engine.reply_to import REPLY_TO_QUEUE, DirectReplyTo
+from amqpd.engine.stream_consuming import check_stream_consume
 from amqpd.engine.topology import Topology
 from amqpd.engine.unacked import UnackedStore
 from amqpd.model.message import QueueEntry
@@ -97,6 +98,10 @@ class ConsumerMethods:
                 f"queue '{queue.name}' in vhost '{channel.vhost.name}' in exclusive use",
             )
         arguments = dict(method.arguments or {})
+        now = channel.vhost.clock.now
+        check_stream_consume(
+            queue, method.no_ack, channel.unacked.consumer_prefetch, arguments, now
+        )
         selector = consumer_selector(arguments, queue)  # x-selector: 406 when it is bad
         if arguments.get(BROWSE_ARGUMENT):
             self._browse(queue, tag, method, selector)

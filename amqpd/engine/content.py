@@ -23,6 +23,7 @@ from amqpd.model.auth import Authz
 from amqpd.model.message import Message
 from amqpd.model.queue import Queue
 from amqpd.model.queue_args import parse_expiration
+from amqpd.model.stream import StreamQueue
 from amqpd.model.vhost import Exchange, VirtualHost
 from amqpd.wire import codec
 from amqpd.wire.errors import PRECONDITION_FAILED, UNEXPECTED_FRAME, AMQPError
@@ -139,8 +140,17 @@ def route_and_enqueue(
     truthful. reject-publish-dlx also dead-letters it (reason maxlen) from the refusing
     queue. A queue whose consumers fall far behind goes into ``flow_queues``: the shell
     pauses this publisher briefly. A queue with ``x-message-deduplication`` skips a
-    duplicate (still counted as routed, so it is confirmed, not returned)."""
+    duplicate (still counted as routed, so it is confirmed, not returned). A message with
+    a delay on an x-delayed-message exchange is held there, routed when the delay ends."""
     exchange, message = publish.exchange, publish.message
+    delayed = exchange.delayed
+    if delayed is not None:  # x-delayed-message (amqpd/model/delayed.py)
+        delay = delayed.delay(message)
+        if delay is not None:
+            # mandatory: returned now if nothing would take it now (it is then not held)
+            if publish.mandatory and not vhost.route(exchange, message):
+                return []
+            return delayed.hold(message, delay)
     if exchange.is_default and message.routing_key.startswith(REPLY_TO_PREFIX):
         queues = reply_queue(message.routing_key)  # a direct reply-to address
     else:
@@ -155,7 +165,7 @@ def route_and_enqueue(
     for queue in queues:
         if queue.dedup is not None and not queue.dedup.admit(message, queue.journal):
             continue  # a duplicate (x-message-deduplication): acked, not enqueued
-        queue.enqueue(message, publish.expiration_ms)
+        queue.enqueue(message, publish.expiration_ms, publish.promised)
         if len(queue.ready) > FLOW_BACKLOG and queue.consumers_active():
             flow_queues.add(queue)
     return queues
@@ -163,10 +173,12 @@ def route_and_enqueue(
 
 def storage_batch(journal: JournalPort | None, message: Message, queues: list[Queue]) -> int | None:
     """The storage batch a confirm waits for: the one holding a persistent message routed
-    to a durable queue (ARCHITECTURE principle 4); None if final at enqueue."""
-    if journal is None or not message.persistent:
+    to a durable queue, or any message appended to a stream (ARCHITECTURE principle 4);
+    None if final at enqueue."""
+    if journal is None:
         return None
-    for queue in queues:
-        if queue.journal is not None:
+    persistent = message.persistent
+    for queue in queues:  # a stream's appends are always durable (model/stream.py)
+        if queue.journal is not None and (persistent or type(queue) is StreamQueue):
             return journal.open_batch_id
     return None

@@ -29,6 +29,8 @@ SERVER_CAPABILITIES: Final = {  # rabbit_reader:server_capabilities, in its orde
     "direct_reply_to": True,
     "consumer_selectors": True,  # basic.consume x-selector (amqpd/model/selective.py)
     "queue_browsing": True,  # basic.consume x-browse (amqpd/model/selective.py)
+    "message_groups": True,  # queue argument x-message-groups (amqpd/model/groups.py)
+    "delayed_messages": True,  # x-delayed-message exchanges (amqpd/model/delayed.py)
 }
 
 # The RabbitMQ release whose behaviour amqpd follows and is compared with side by side.
@@ -39,7 +41,7 @@ SERVER_CAPABILITIES: Final = {  # rabbit_reader:server_capabilities, in its orde
 # increases for ETA tasks unapplied. amqpd implements RabbitMQ's semantics, so it says so;
 # ``information`` and ``platform`` name amqpd. Operators can override any of these
 # (`BrokerConfig.server_properties`, RabbitMQ's ``server_properties``).
-RABBITMQ_VERSION: Final = "3.10.8"
+RABBITMQ_VERSION: Final = amqpd.RABBITMQ_VERSION
 MECHANISMS: Final = ("PLAIN", "AMQPLAIN", "EXTERNAL")
 FRAME_MIN_SIZE: Final = 4096  # the frame size limit until Tune-Ok, and the least allowed
 

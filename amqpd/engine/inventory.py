@@ -31,16 +31,18 @@ from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import Any, Final
 
-from amqpd import __version__
+from amqpd import RABBITMQ_VERSION, __version__
 from amqpd.engine.channel import Channel, ChannelState, Mode
+from amqpd.engine.churn import churn_rates
 from amqpd.engine.connection import Connection, State
+from amqpd.engine.stream_inventory import stream_consumer_fields, stream_fields
 from amqpd.model.broker import Broker
 from amqpd.model.policies import merge
 from amqpd.model.queue import Consumer, Queue
 from amqpd.model.statistics import MessageStats, NodeSample
 from amqpd.model.vhost import Exchange, VirtualHost
 
-MANAGEMENT_VERSION: Final = "3.12.0"  # the RabbitMQ API generation these shapes follow
+MANAGEMENT_VERSION: Final = RABBITMQ_VERSION  # the one RabbitMQ version (amqpd/__init__.py)
 PRODUCT_NAME: Final = "amqpd"
 UTILISATION_WINDOW: Final = 12  # samples (one minute at the default 5 s interval)
 
@@ -197,12 +199,13 @@ def queue(broker: Broker, vhost: str, name: str) -> dict[str, Any] | None:
 
 def _queue(broker: Broker, queue: Queue, unacked: tuple[int, int]) -> dict[str, Any]:
     stats = queue.stats
-    ready = len(queue.ready)
+    ready = queue.message_count  # a stream's: every message it keeps
     unacked_count, unacked_bytes = unacked
     node = _node(broker)
     exclusive_consumer = queue.exclusive_consumer
     rates = broker.statistics
     depth = stats.depth_rates
+    held = queue.residency  # stored / paged-out ready messages (counters)
     item: dict[str, Any] = {
         "name": queue.name,
         "vhost": queue.vhost_name,
@@ -238,10 +241,12 @@ def _queue(broker: Broker, queue: Queue, unacked: tuple[int, int]) -> dict[str, 
         "message_bytes": queue.ready_bytes + unacked_bytes,
         "message_bytes_ready": queue.ready_bytes,
         "message_bytes_unacknowledged": unacked_bytes,
-        "message_bytes_ram": queue.ready_bytes + unacked_bytes,
-        "message_bytes_persistent": 0,
-        "messages_ram": ready + unacked_count,
-        "messages_persistent": 0,
+        "message_bytes_ram": queue.ready_bytes + unacked_bytes - held.paged_out_bytes,
+        "message_bytes_persistent": held.persistent_bytes,
+        "message_bytes_paged_out": held.paged_out_bytes,
+        "messages_ram": ready + unacked_count - held.paged_out,
+        "messages_persistent": held.persistent,
+        "messages_paged_out": held.paged_out,
         "memory": 1024 + 96 * ready + queue.ready_bytes,
         "head_message_timestamp": None,
         "recoverable_slaves": None,
@@ -258,6 +263,7 @@ def _queue(broker: Broker, queue: Queue, unacked: tuple[int, int]) -> dict[str, 
         },
         "message_stats": _message_stats(stats, _QUEUE_STATS),
     }
+    item.update(stream_fields(queue))  # segments, offsets (engine/stream_inventory.py)
     if rates.sampled_at is not None and stats.idle_since is not None:
         item["idle_since"] = _timestamp(stats.idle_since)
     owner = queue.exclusive_owner
@@ -324,7 +330,7 @@ def exchange(broker: Broker, vhost: str, name: str) -> dict[str, Any] | None:
 
 
 def _exchange(host: VirtualHost, exchange: Exchange) -> dict[str, Any]:
-    return {
+    item = {
         "name": exchange.name,
         "vhost": host.name,
         "type": exchange.type_name,
@@ -336,6 +342,9 @@ def _exchange(host: VirtualHost, exchange: Exchange) -> dict[str, Any]:
         "policy": exchange.policy.name if exchange.policy is not None else None,
         "message_stats": _message_stats(exchange.stats, _EXCHANGE_STATS),
     }
+    if exchange.delayed is not None:  # the delayed message plugin's exchange info item
+        item["messages_delayed"] = exchange.delayed.count
+    return item
 
 
 def _quote_binding(text: str) -> str:
@@ -570,6 +579,7 @@ def _consumer(consumer: Consumer, channel_details: dict[str, Any]) -> dict[str, 
         "arguments": _json_value(consumer.arguments),
         "active": active,
         "activity_status": "up" if active else "waiting",
+        **stream_consumer_fields(consumer),
     }
 
 
@@ -613,6 +623,14 @@ def _exchange_types() -> list[dict[str, Any]]:
         {"name": name, "description": "", "enabled": True}
         for name in ("direct", "fanout", "headers", "topic")
     ]
+    for name, description in (
+        ("x-consistent-hash", "Consistent Hashing Exchange"),
+        ("x-modulus-hash", "Modulus Hashing Exchange"),
+    ):
+        types.append({"name": name, "description": description, "enabled": True})
+    types.append(
+        {"name": "x-delayed-message", "description": "Delayed Message Exchange.", "enabled": True}
+    )
     types.append(
         {
             "name": "x-federation-upstream",
@@ -649,7 +667,7 @@ def overview(broker: Broker, node: NodeSample) -> dict[str, Any]:
         "disable_stats": False,
         "enable_queue_totals": True,
         "message_stats": _message_stats(totals, _CHANNEL_STATS),
-        "churn_rates": {},
+        "churn_rates": churn_rates(broker.statistics),
         "queue_totals": _queue_totals(broker),
         "object_totals": {
             "connections": len(conns),

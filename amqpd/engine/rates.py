@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from amqpd.engine import churn, history
 from amqpd.engine.inventory import UTILISATION_WINDOW, node_totals, open_connections
 from amqpd.model.broker import Broker
 from amqpd.model.queue import Queue
@@ -62,6 +63,8 @@ class RateSampler:
         )
         statistics.last_depth = (total_ready, total_unacked)
         statistics.sampled_at = now
+        history.record(broker, now)  # the samples behind lengths_age etc.
+        churn.sample(statistics, interval)
 
     @staticmethod
     def _sample_queue(queue: Queue, ready: int, unacked: int, interval: float, now: float) -> None:

@@ -103,8 +103,9 @@ def _queues(
             continue
         for queue in list(host.queues.values()):
             held, held_bytes = unacked.get(queue, (0, 0))
-            ready, ready_bytes = len(queue.ready), queue.ready_bytes
+            ready, ready_bytes = queue.message_count, queue.ready_bytes  # streams too
             utilisation = queue.stats.utilisation
+            held_where = queue.residency  # counters kept by the queue
             yield (
                 {"vhost": host.name, "queue": queue.name},
                 {
@@ -120,6 +121,10 @@ def _queues(
                     "message_bytes_ram": ready_bytes + held_bytes,
                     "messages_ready_ram": ready,
                     "messages_unacknowledged_ram": held,
+                    "messages_persistent": held_where.persistent,
+                    "message_bytes_persistent": held_where.persistent_bytes,
+                    "messages_paged_out": held_where.paged_out,
+                    "message_bytes_paged_out": held_where.paged_out_bytes,
                 },
             )
 
@@ -229,6 +234,20 @@ def _queue_exchange(
             )
 
 
+def _delayed(broker: Broker, node: NodeSample, vhosts: Collection[str] | None) -> Iterator[Row]:
+    """Messages each x-delayed-message exchange holds (amqpd's own table)."""
+    del node
+    for host in list(broker.vhosts.values()):
+        if vhosts is not None and host.name not in vhosts:
+            continue
+        for exchange in list(host.exchanges.values()):
+            if exchange.delayed is not None:
+                yield Row(
+                    {"vhost": host.name, "exchange": exchange.name},
+                    {"messages_delayed": exchange.delayed.count},
+                )
+
+
 TABLES: Final[dict[str, _Reader]] = {
     "connection_churn_metrics": _churn,
     "auth_attempt_metrics": _auth,
@@ -242,6 +261,7 @@ TABLES: Final[dict[str, _Reader]] = {
     "connection_coarse_metrics": _connection,
     "connection_metrics": _connection,
     "channel_queue_exchange_metrics": _queue_exchange,
+    "exchange_delayed_metrics": _delayed,
 }
 
 

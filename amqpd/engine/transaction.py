@@ -26,6 +26,7 @@ class BufferedPublish:
     message: Message
     mandatory: bool
     expiration_ms: int | None
+    promised: bool = False  # confirm / tx: delivered once stored (amqpd/model/held.py)
 
 
 @dataclass(slots=True)

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Iterator
+from typing import Final
 
 from amqpd.model.message import QueueEntry
 from amqpd.model.queue import Consumer, Queue
 from amqpd.wire.errors import precondition_failed
+
+UNLIMITED: Final = 1 << 30  # credit without a qos limit
 
 
 class Settlement(enum.Enum):
@@ -95,6 +98,31 @@ class UnackedStore:
                 by_consumer[consumer] = by_consumer.get(consumer, 0) + 1
         return tag
 
+    def issue_run(self, queue: Queue, entries: list[QueueEntry], consumer: Consumer) -> int:
+        """`issue` for several consumer deliveries that need an ack (a stream's run): the
+        first of their contiguous tags."""
+        first = tag = self._next_tag
+        records = self._records
+        for entry in entries:
+            records[tag] = Unacked(tag, queue, entry, consumer)
+            tag += 1
+        self._next_tag = tag
+        count = tag - first
+        self._channel_used += count
+        by_consumer = self._by_consumer
+        by_consumer[consumer] = by_consumer.get(consumer, 0) + count
+        return first
+
+    def credit(self, consumer: Consumer) -> int:
+        """How many more deliveries the qos limits let ``consumer`` (acking) receive now
+        (``UNLIMITED`` without any limit)."""
+        prefetch = consumer.prefetch
+        room = prefetch - self._by_consumer.get(consumer, 0) if prefetch else UNLIMITED
+        limit = self.channel_prefetch
+        if limit:
+            room = min(room, limit - self._channel_used)
+        return room
+
     def has_credit(self, consumer: Consumer) -> bool:
         """Whether the qos limits let ``consumer`` (acking) receive one more message."""
         prefetch = consumer.prefetch
@@ -140,18 +168,24 @@ class UnackedStore:
     def settle(self, records: list[Unacked], kind: Settlement, now: float) -> None:
         """Apply a settlement to taken deliveries: their credit is free again and their
         queues ack, requeue or discard them (``now``: when the consumers made progress)."""
-        by_consumer = self._by_consumer
+        # One pass per kind of work, each in runs of records of the same consumer or
+        # queue (a multiple ack settles hundreds of one consumer's deliveries at once).
+        current: Consumer | None = None
+        count = 0
         for record in records:
             consumer = record.consumer
-            if consumer is not None:
-                self._channel_used -= 1
-                left = by_consumer[consumer] - 1
-                if left:
-                    by_consumer[consumer] = left
-                else:
-                    del by_consumer[consumer]
+            if consumer is not current:
+                if current is not None:
+                    self._free(current, count)
+                current, count = consumer, 0
+            count += 1
+        if current is not None:
+            self._free(current, count)
+        queue: Queue | None = None
         for record in records:
-            record.queue.consumer_progress_at = now
+            if record.queue is not queue:
+                queue = record.queue
+                queue.consumer_progress_at = now
         if kind is Settlement.REQUEUE:
             _requeue(records)
         elif kind is Settlement.DISCARD:
@@ -159,8 +193,19 @@ class UnackedStore:
                 record.queue.discard(record.entry, "rejected")
         else:
             for record in records:
-                record.queue.stats.ack += 1
-                record.queue.settled(record.entry)
+                queue = record.queue
+                queue.stats.ack += 1
+                queue.settled(record.entry)
+
+    def _free(self, consumer: Consumer, count: int) -> None:
+        """``count`` deliveries of ``consumer`` no longer use credit."""
+        self._channel_used -= count
+        by_consumer = self._by_consumer
+        left = by_consumer[consumer] - count
+        if left:
+            by_consumer[consumer] = left
+        else:
+            del by_consumer[consumer]
 
     def requeue_all(self) -> None:
         """Channel close: every unacked delivery goes back to its queue, all credit is free

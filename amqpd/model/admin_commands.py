@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from amqpd.model import global_parameters, user_limits
 from amqpd.model.auth import (
     DEFAULT_HASHING,
     AccessState,
@@ -211,6 +212,7 @@ def _users_delete(broker: Broker, args: _Args) -> Outcome:
     name = args.text("name")
     _user(state, name)
     del state.users[name]
+    state.user_limits.pop(name, None)
     _drop_permissions(state, user=name)
     return _changed(broker, state, f"Deleted user '{name}'.")
 
@@ -303,10 +305,12 @@ def _vhosts_put(broker: Broker, args: _Args) -> Outcome:
 def _vhosts_limit(broker: Broker, args: _Args) -> Outcome:
     state = _copy(broker)
     name = args.text("name")
-    limit = args.limit("max_connections")
-    _vhost(state, name).max_connections = limit
+    key = "max_queues" if args.text("command") == "set-max-queues" else "max_connections"
+    limit = args.limit(key)
+    setattr(_vhost(state, name), key, limit)
     shown = -1 if limit is None else limit
-    return _changed(broker, state, f"Set max-connections of vhost '{name}' to {shown}.")
+    what = key.replace("_", "-")
+    return _changed(broker, state, f"Set {what} of vhost '{name}' to {shown}.")
 
 
 def _vhosts_delete(broker: Broker, args: _Args) -> Outcome:
@@ -476,7 +480,45 @@ def _set_cluster_name(broker: Broker, args: _Args) -> Outcome:
     return _changed(broker, state, f"Setting cluster name to {name} ...")
 
 
+def _set_user_limit(broker: Broker, args: _Args) -> Outcome:
+    """``set-limit USER NAME VALUE`` (PUT /api/user-limits/{user}/{name})."""
+    user, name = args.text("user"), args.text("name")
+    try:
+        user_limits.set_limit(broker, user, name, args.document("value"))
+    except user_limits.NoSuchUser as exc:
+        raise AdminError(f"no such user: '{exc}'") from exc
+    except user_limits.UserLimitError as exc:
+        raise AdminError(str(exc)) from exc
+    return Outcome(f'Setting user limit "{name}" of user "{user}" ...', changed=True)
+
+
+def _clear_user_limit(broker: Broker, args: _Args) -> Outcome:
+    user, name = args.text("user"), args.text("name")
+    try:
+        user_limits.clear_limit(broker, user, name)
+    except user_limits.NoSuchUser as exc:
+        raise AdminError(f"no such user: '{exc}'") from exc
+    return Outcome(f'Clearing user limit "{name}" of user "{user}" ...', changed=True)
+
+
+def _set_global(broker: Broker, args: _Args) -> Outcome:
+    name = args.text("name")
+    created = global_parameters.set_global(broker, name, args.document("value"))
+    return Outcome(f'Setting global runtime parameter "{name}" ...', changed=True, created=created)
+
+
+def _clear_global(broker: Broker, args: _Args) -> Outcome:
+    name = args.text("name")
+    if not global_parameters.clear_global(broker, name):
+        raise AdminError("Parameter does not exist")
+    return Outcome(f'Clearing global runtime parameter "{name}" ...', changed=True)
+
+
 _COMMANDS: dict[tuple[str, str], Callable[[Broker, _Args], Outcome]] = {
+    ("users", "set-limit"): _set_user_limit,
+    ("users", "clear-limit"): _clear_user_limit,
+    ("parameters", "set-global"): _set_global,
+    ("parameters", "clear-global"): _clear_global,
     ("parameters", "set-cluster-name"): _set_cluster_name,
     ("parameters", "set-parameter"): _set_parameter,
     ("parameters", "clear-parameter"): _clear_parameter,
@@ -499,6 +541,7 @@ _COMMANDS: dict[tuple[str, str], Callable[[Broker, _Args], Outcome]] = {
     ("vhosts", "add"): _vhosts_add,
     ("vhosts", "put"): _vhosts_put,
     ("vhosts", "set-max-connections"): _vhosts_limit,
+    ("vhosts", "set-max-queues"): _vhosts_limit,
     ("vhosts", "delete"): _vhosts_delete,
     ("vhosts", "list"): _vhosts_list,
     ("definitions", "export"): _export,

@@ -3,8 +3,15 @@
 Theory of operation
 -------------------
 The shell measures (its own RSS several times a second, the data directory's free space
-once a second) and passes the numbers in; nothing here reads a clock or the system. The
-disk alarm is on while the free space is below the limit, as in RabbitMQ.
+once a second, after every `DISK_CHECK_BYTES` the store wrote and after a failed write) and
+passes the numbers in; nothing here reads a clock or the system. The disk alarm is on while
+the free space is below the limit, as in RabbitMQ, and also from a failed storage batch
+(`store_failed`: a full disk the last measurement did not see yet, an I/O error) until a
+batch commits again (`store_written`; while the store is failing the shell offers it an
+empty batch every second). So one alarm episode - one connection.blocked "low on disk" per
+publishing connection, one connection.unblocked - covers a disk that filled up, however many
+batches failed meanwhile; it clears when the free space is back above the limit *and* the
+store writes again.
 
 The memory alarm has hysteresis: it goes on at the first reading above the watermark, but
 goes off only after `CLEAR_READINGS` consecutive readings below `CLEAR_FRACTION` of it.
@@ -33,6 +40,7 @@ log = logging.getLogger(__name__)
 
 MEMORY: Final = "memory"
 DISK: Final = "disk"
+DISK_CHECK_BYTES: Final = 1024 * 1024  # the shell measures free space after this many written
 CLEAR_FRACTION: Final = 0.9  # the memory alarm clears below 90 % of the watermark ...
 CLEAR_READINGS: Final = 5  # ... on this many consecutive readings (0.5 s in the shell)
 
@@ -40,13 +48,22 @@ CLEAR_READINGS: Final = 5  # ... on this many consecutive readings (0.5 s in the
 class ResourceAlarms:
     """Which resource alarms are on, from the measurements the shell passes in."""
 
-    __slots__ = ("_below", "active", "disk_free_limit", "memory_limit")
+    __slots__ = (
+        "_below",
+        "_disk_low",
+        "active",
+        "disk_free_limit",
+        "memory_limit",
+        "store_failing",
+    )
 
     def __init__(self, memory_limit: int | None, disk_free_limit: int | None) -> None:
         self.memory_limit = memory_limit
         self.disk_free_limit = disk_free_limit
         self.active: dict[str, None] = {}  # insertion-ordered set
         self._below = 0  # consecutive memory readings under the clearing level
+        self._disk_low = False  # the last free-space reading was below the limit
+        self.store_failing = False  # a storage batch failed and none committed since
 
     @property
     def reason(self) -> str:
@@ -68,9 +85,39 @@ class ResourceAlarms:
 
     def disk_free(self, free: int) -> bool:
         """Record the data directory's free space (bytes); True if the disk alarm changed."""
-        if self.disk_free_limit is None:
+        limit = self.disk_free_limit
+        if limit is None:
             return False
-        return self._set(DISK, free < self.disk_free_limit, "free", free, self.disk_free_limit)
+        self._disk_low = free < limit
+        return self._set(DISK, self._disk_low or self.store_failing, "free", free, limit)
+
+    def store_failed(self, error: str) -> bool:
+        """A storage batch failed; True if the disk alarm went on (a new episode)."""
+        if self.store_failing:
+            return False
+        self.store_failing = True
+        if DISK in self.active:
+            return False
+        self.active[DISK] = None
+        log.warning(
+            "disk resource limit alarm set (the store cannot write: %s); publishers are blocked",
+            error,
+        )
+        return True
+
+    def store_written(self) -> bool:
+        """A storage batch committed; True if that cleared the disk alarm."""
+        if not self.store_failing:
+            return False
+        self.store_failing = False
+        if DISK not in self.active:
+            return False
+        if self._disk_low:
+            log.info("the store writes again; the disk alarm waits for free space")
+            return False
+        del self.active[DISK]
+        log.warning("disk resource limit alarm cleared (the store writes again)")
+        return True
 
     def _set(self, resource: str, on: bool, what: str, value: int, limit: int) -> bool:
         if on == (resource in self.active):

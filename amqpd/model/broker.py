@@ -13,20 +13,24 @@ engine's entry points, which set the one `Clock` queues and vhosts read.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from amqpd.model.alarms import ResourceAlarms
 from amqpd.model.auth import AccessControl, AccessState, Authz, Permission, default_access
 from amqpd.model.batches import BatchWaits
+from amqpd.model.delayed import STORE_PREFIX, DelayedHub
 from amqpd.model.federated_queues import FederatedQueues
+from amqpd.model.held import StoreProgress, drop_failed
 from amqpd.model.message import Clock, Message, QueueEntry
 from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.statistics import NodeStatistics
+from amqpd.model.stream import StreamLogs, StreamQueue
 from amqpd.model.vhost import Exchange, TopologyVersion, VirtualHost
 from amqpd.wire.codec import HeaderPeek, encode_shortstr, peek_header
 from amqpd.wire.errors import CONNECTION_FORCED
-from persistence.records import RecoveredState
+from persistence.records import QueueKey, RecoveredState
 
 if TYPE_CHECKING:
     from amqpd.model.ports import BodyLoader, JournalPort
@@ -40,10 +44,6 @@ class ClientHandle(ExclusiveOwner, Protocol):
     user: str
     vhost: VirtualHost
     authz: Authz
-
-    def notify_blocked(self, reason: str | None) -> None:
-        """Send connection.blocked (reason) or connection.unblocked (None) if wanted."""
-        ...
 
     def close(self, reply_code: int, reply_text: str) -> None:
         """Close the connection from the broker's side (Connection.Close)."""
@@ -86,11 +86,15 @@ class Broker:
         self.journal = journal
         self.vhosts: dict[str, VirtualHost] = {}
         self.paging_queues: set[Queue] = set()
+        self.delayed_hub = DelayedHub()  # x-delayed-message exchanges (model/delayed.py)
         self.federated_queues = FederatedQueues()  # what federation links must follow
         self.clock = Clock(now)  # unix time, advanced by tick(now) and the engine's input
         self.body_loader: BodyLoader | None = None
+        self.stream_logs: StreamLogs | None = None  # the shell's (model/stream.py)
+        self.dirty_streams: set[StreamQueue] | None = set() if journal is not None else None
         self.statistics = NodeStatistics()  # node-wide message totals and rates
         self.topology = TopologyVersion()  # bumped by every topology change (model/vhost.py)
+        self.store_progress = StoreProgress()  # promised messages wait for it (model/held.py)
         for name in self.config.vhosts:
             self.add_vhost(name)
         self.access = AccessControl(default_access(self.config.vhosts), self.config.loopback_users)
@@ -98,7 +102,6 @@ class Broker:
         self.vhost_connections: dict[str, int] = {}
         self.connections: set[ClientHandle] = set()
         self.batch_waits = BatchWaits()  # what confirms and tx.commit-oks wait for
-        self.blocked_reason: str | None = None  # set while the store is failing
         self.reply_queues: dict[str, Queue] = {}  # direct reply-to addresses -> pseudo-queue
         self._no_vhost = VirtualHost("")  # never registered: there may be no vhost at all
 
@@ -127,8 +130,11 @@ class Broker:
             vhost.dead_letters = self.statistics.dead_letters
             vhost.journal = self.journal
             vhost.paging_queues = self.paging_queues
+            vhost.store_progress = self.store_progress
             vhost.federation = self.federated_queues
             vhost.body_loader = self.body_loader
+            vhost.stream_logs, vhost.dirty_streams = self.stream_logs, self.dirty_streams
+            vhost.delayed_hub = self.delayed_hub
             self.vhosts[name] = vhost
         return vhost
 
@@ -169,6 +175,8 @@ class Broker:
         queue and exchange of the vhost is re-evaluated at once (model/policies.py)."""
         state = self.access.state
         for name, vhost in self.vhosts.items():
+            info = state.vhosts.get(name)
+            vhost.max_queues = None if info is None else info.max_queues  # a vhost limit
             policies = [p for p in state.policies.values() if p.vhost == name]
             operator = [p for p in state.operator_policies.values() if p.vhost == name]
             if policies != vhost.policies or operator != vhost.operator_policies:
@@ -269,6 +277,8 @@ class Broker:
                             # body) is retried by the periodic tick, not in a busy loop
                 except Exception:
                     log.exception("timers of %r failed", queue)
+        if self.delayed_hub.pending:
+            self.delayed_hub.tick(now)
 
     # -- storage batches -----------------------------------------------------------------
     def set_body_loader(self, loader: BodyLoader) -> None:
@@ -279,34 +289,59 @@ class Broker:
             for queue in vhost.queues.values():
                 if queue.journal is not None:
                     queue.pager = loader
+            for exchange in vhost.exchanges.values():
+                if exchange.delayed is not None and exchange.delayed.journal is not None:
+                    exchange.delayed.pager = loader
+
+    def set_stream_logs(self, logs: StreamLogs) -> None:
+        """Where streams keep their logs (call before `recover`)."""
+        self.stream_logs = logs
+        for vhost in self.vhosts.values():
+            vhost.stream_logs = logs
 
     def batch_committed(self, batch: int) -> None:
-        """The group committer wrote ``batch``: release confirms and commit-oks."""
-        if self.blocked_reason is not None:
-            self.set_blocked(None)
+        """The group committer wrote ``batch``: release confirms and commit-oks, then the
+        promised messages that waited for it (model/held.py)."""
+        if self.alarms.store_failing and self.alarms.store_written():
+            self._alarms_changed()
         self.batch_waits.committed(batch)
+        for waiting in self.store_progress.release(batch):
+            if not waiting.deleted:
+                waiting.dispatch()
         if self.paging_queues:
             for queue in list(self.paging_queues):
                 if not queue.page_out(batch):
                     self.paging_queues.discard(queue)
+        if self.delayed_hub.paging:
+            self.delayed_hub.batch_committed(batch)
 
-    def batch_failed(self, batch: int, error: Exception) -> None:
-        """The group committer could not write ``batch``: nack what waited for it and tell
-        publishers (connection.blocked) until a later batch commits again."""
-        log.error(
-            "storage batch %d failed: %s; publishers are blocked until it recovers", batch, error
-        )
-        self.set_blocked(f"storage failure: {error}"[:255])
+    def batch_failed(self, batch: int, error: Exception, queues: Iterable[QueueKey] = ()) -> None:
+        """The group committer could not write ``batch`` (``queues``: those it inserted
+        messages into): take its promised messages out of those queues before anyone gets
+        them, nack their publishers (fail the tx.commits), and raise the disk alarm until
+        a batch commits again (model/alarms.py)."""
+        dropped = 0
+        for vhost_name, name in queues:
+            vhost = self.vhosts.get(vhost_name)
+            queue = vhost.queues.get(name) if vhost is not None else None
+            if queue is not None:
+                dropped += drop_failed(queue, batch)
+        if self.alarms.store_failing:
+            log.info("storage batch %d failed too (%d messages dropped): %s", batch, dropped, error)
+        else:
+            log.error(
+                "storage batch %d failed: %s; its %d unconfirmed messages are dropped and "
+                "publishers nacked",
+                batch,
+                error,
+                dropped,
+            )
+        if self.alarms.store_failed(str(error)):
+            self._alarms_changed()
         self.batch_waits.failed(batch, error)
-
-    def set_blocked(self, reason: str | None) -> None:
-        """Send connection.blocked (reason) or connection.unblocked (None) to every client
-        that announced the connection.blocked capability."""
-        if reason == self.blocked_reason:
-            return
-        self.blocked_reason = reason
-        for connection in self.connections:
-            connection.notify_blocked(reason)
+        for waiting in self.store_progress.release(batch):
+            if not waiting.deleted:
+                waiting.dispatch()
 
     # -- recovery ------------------------------------------------------------------------
     def recover(self, state: RecoveredState) -> tuple[int, int]:
@@ -321,10 +356,11 @@ class Broker:
                 vhost.exchanges[ex.name] = Exchange(
                     ex.name, ex.type_name, True, ex.auto_delete, ex.internal, dict(ex.arguments)
                 )
+                vhost.attach_delayed(vhost.exchanges[ex.name])
         queue_count = 0
         for q in state.queues:
             vhost = self._vhost_for(q.vhost)
-            if vhost is None:
+            if vhost is None or q.name.startswith(STORE_PREFIX):  # a delayed exchange's
                 continue
             queue = vhost.new_queue(q.name, True, None, q.auto_delete, dict(q.arguments))
             vhost.attach_store(queue)
@@ -346,10 +382,18 @@ class Broker:
         for vhost in self.vhosts.values():
             vhost.apply_policies()  # recovered exchanges (queues got theirs when created)
         message_count = 0
+        for (vhost_name, queue_name), keys in state.message_keys.items():
+            vhost = self._vhost_for(vhost_name)
+            held_by = vhost.exchanges.get(queue_name[len(STORE_PREFIX) :]) if vhost else None
+            if held_by is not None and held_by.delayed is not None:  # x-delayed-message
+                message_count += held_by.delayed.restore_keys(keys)
         for (vhost_name, queue_name), records in state.messages.items():
             vhost = self._vhost_for(vhost_name)
             found = vhost.queues.get(queue_name) if vhost is not None else None
             if found is None:
+                held_by = vhost.exchanges.get(queue_name[len(STORE_PREFIX) :]) if vhost else None
+                if held_by is not None and held_by.delayed is not None:  # x-delayed-message
+                    message_count += held_by.delayed.restore(records)
                 continue
             queue = found
             shortstrs: dict[str, bytes] = {}  # a million messages share a few names

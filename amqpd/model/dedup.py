@@ -140,6 +140,13 @@ class Deduplicator:
                 journal.forget_ids(self.store_key, evicted)
         return True
 
+    def forget(self, message: Message) -> None:
+        """The message was taken out again (its storage batch failed and its publisher
+        was nacked): a republish of it is not a duplicate."""
+        key = self.key(message)
+        if key is not None:
+            self._ids.pop(key, None)
+
     def restore(self, ids: list[tuple[int, bytes]]) -> None:
         """Load the stored window (``(pos, id)`` in ascending ``pos``) after a restart."""
         for pos, key in ids:

@@ -7,18 +7,22 @@ and amqpd both ways:
 
 * users: ``name``, ``password_hash`` + ``hashing_algorithm`` (RabbitMQ's salted hashes; a
   hand-written file may give ``password`` instead, which is hashed on import and never
-  stored), ``tags`` (a list or RabbitMQ 3.x's comma-separated string);
+  stored), ``tags`` (a list or RabbitMQ 3.x's comma-separated string), ``limits``
+  (model/user_limits.py);
 * vhosts: ``name``, ``description``, ``tags``; the max-connections limit is the
   ``vhost-limits`` runtime parameter (``parameters`` section), as RabbitMQ exports it;
 * permissions: ``user``, ``vhost``, ``configure``, ``write``, ``read``;
 * exchanges, queues, bindings: as declared by a client (``arguments`` are a field table).
 
-* policies, operator_policies: RabbitMQ's policy objects (model/policies.py), applied at
-  once to existing queues and exchanges;
+* policies: RabbitMQ's policy objects (model/policies.py), applied at once to existing
+  queues and exchanges;
+* operator policies: RabbitMQ's ``operator_policy`` parameters (read and written as
+  RabbitMQ does, model/definitions_rabbit.py; amqpd's older ``operator_policies`` section
+  is still read);
 * global_parameters: name / value pairs, kept and exported again;
-* parameters: ``vhost-limits`` (max-connections), ``shovel`` (model/shovels.py,
-  validated; a shovel starts once imported), ``federation-upstream`` and
-  ``federation-upstream-set`` (model/federation.py, validated).
+* parameters: ``vhost-limits`` (max-connections, max-queues; other limits are reported
+  as not applied), ``shovel`` (model/shovels.py, validated; a shovel starts once imported),
+  ``federation-upstream`` and ``federation-upstream-set`` (model/federation.py, validated).
 
 Importing adds or updates, it never deletes (like RabbitMQ). What cannot be applied - an
 invalid policy, a queue the vhost refuses, an invalid runtime parameter or one of a plugin
@@ -46,6 +50,15 @@ from amqpd.model.auth import (
     validate_hash,
     validate_regex,
 )
+from amqpd.model.definitions_rabbit import (
+    OPERATOR_POLICY,
+    VHOST_LIMITS,
+    as_policy_item,
+    operator_policy_parameter,
+    parse_vhost_limits,
+    unsupported_vhost_limits,
+    vhost_limits,
+)
 from amqpd.model.parameters import (
     ParameterError,
     check_parameter,
@@ -54,6 +67,7 @@ from amqpd.model.parameters import (
 )
 from amqpd.model.policies import PolicyError, policy_json, validate
 from amqpd.model.queue import Queue
+from amqpd.model.user_limits import UserLimitError, check_limits
 from amqpd.model.vhost import Exchange
 from amqpd.wire.errors import AMQPError
 from persistence.records import BindingDef, ExchangeDef, QueueDef
@@ -114,6 +128,7 @@ def parse_access(data: Mapping[str, Any], into: AccessState) -> AccessState:
         dict(into.operator_policies),
         dict(into.global_parameters),
         dict(into.parameters),
+        dict(into.user_limits),
     )
     for item in _items(data, "vhosts"):
         name = _text(item, "name", "vhosts")
@@ -142,6 +157,15 @@ def parse_access(data: Mapping[str, Any], into: AccessState) -> AccessState:
         else:
             password_hash = ""  # no password login (EXTERNAL only)
         state.users[name] = User(name, password_hash, algorithm, _tags(item.get("tags")))
+        if "limits" in item:  # RabbitMQ exports {} for none
+            try:
+                limits = check_limits(item["limits"] or {})
+            except UserLimitError as exc:
+                raise DefinitionsError(f"users: limits of user '{name}': {exc}") from exc
+            if limits:
+                state.user_limits[name] = limits
+            else:
+                state.user_limits.pop(name, None)
     for item in _items(data, "permissions"):
         user = _text(item, "user", "permissions")
         vhost = _text(item, "vhost", "permissions")
@@ -157,17 +181,16 @@ def parse_access(data: Mapping[str, Any], into: AccessState) -> AccessState:
                 raise DefinitionsError(f"permissions of '{user}' in '{vhost}': {exc}") from exc
         state.permissions[(user, vhost)] = Permission(*regexes)
     for item in _items(data, "parameters"):
-        if item.get("component") != "vhost-limits":
+        if item.get("component") != VHOST_LIMITS:
             continue  # reported by import_definitions
         vhost = _text(item, "vhost", "parameters")
         info = state.vhosts.get(vhost)
         if info is None:
             raise DefinitionsError(f"parameters: no vhost '{vhost}'")
-        value = item.get("value") or {}
-        limit = value.get("max-connections") if isinstance(value, Mapping) else None
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
-            raise DefinitionsError(f"vhost-limits of '{vhost}': max-connections must be a number")
-        info.max_connections = limit
+        try:
+            info.max_connections, info.max_queues = parse_vhost_limits(item.get("value"))
+        except ValueError as exc:
+            raise DefinitionsError(f"vhost-limits of '{vhost}': {exc}") from exc
     for item in _items(data, "global_parameters"):
         state.global_parameters[_text(item, "name", "global_parameters")] = item.get("value")
     return state
@@ -179,10 +202,16 @@ def _parse_policies(
     """Add the document's policies and operator policies to ``state``; invalid ones (or of
     a vhost that does not exist) are reported in ``problems`` and skipped."""
     counts = {}
+    operator_parameters = [
+        as_policy_item(item)
+        for item in _items(data, "parameters")
+        if item.get("component") == OPERATOR_POLICY
+    ]
     for section, operator in (("policies", False), ("operator_policies", True)):
         table = state.operator_policies if operator else state.policies
         counts[section] = 0
-        for item in _items(data, section):
+        items = _items(data, section) + (operator_parameters if operator else [])
+        for item in items:
             vhost, name = str(item.get("vhost", "/")), item.get("name")
             what = f"{section[:-3]}y {name!r} in vhost {vhost!r}"
             if vhost not in state.vhosts:
@@ -212,8 +241,13 @@ def _parse_parameters(data: Mapping[str, Any], state: AccessState, problems: lis
     count = 0
     for item in _items(data, "parameters"):
         component, vhost, name = item.get("component"), item.get("vhost", "/"), item.get("name")
-        if component == "vhost-limits":
-            continue  # parse_access
+        if component == OPERATOR_POLICY:
+            continue  # _parse_policies
+        if component == VHOST_LIMITS:  # applied by parse_access
+            unsupported = unsupported_vhost_limits(item)
+            problems.extend(unsupported)
+            count += not unsupported
+            continue
         what = f"parameter {name!r} of component {component!r} in vhost {vhost!r}"
         if not isinstance(name, str) or not isinstance(vhost, str):
             problems.append(f"{what}: name and vhost must be strings")
@@ -412,8 +446,8 @@ def export_definitions(
     """A definitions document (RabbitMQ's layout) of the definitions tables and the
     topology (`topology`)."""
     return {
-        "rabbit_version": "3.13.0",
-        "rabbitmq_version": "3.13.0",
+        "rabbit_version": amqpd.RABBITMQ_VERSION,
+        "rabbitmq_version": amqpd.RABBITMQ_VERSION,
         "product_name": "amqpd",
         "product_version": amqpd.__version__,
         "users": [
@@ -422,7 +456,7 @@ def export_definitions(
                 "password_hash": user.password_hash,
                 "hashing_algorithm": user.hashing_algorithm,
                 "tags": list(user.tags),
-                "limits": {},
+                "limits": dict(access.user_limits.get(user.name, {})),
             }
             for user in access.users.values()
         ],
@@ -451,24 +485,20 @@ def export_definitions(
                 "vhost": info.name,
                 "component": "vhost-limits",
                 "name": "limits",
-                "value": {"max-connections": info.max_connections},
+                "value": vhost_limits(info),
             }
             for info in access.vhosts.values()
-            if info.max_connections is not None
+            if vhost_limits(info)
         ]
         + [
             parameter_json(component, vhost, name, value)
             for (component, vhost, name), value in access.parameters.items()
-        ],
+        ]
+        + [operator_policy_parameter(p) for p in access.operator_policies.values()],
         "global_parameters": [
             {"name": name, "value": value} for name, value in access.global_parameters.items()
         ],
         "policies": [policy_json(p) for p in access.policies.values()],
-        **(
-            {"operator_policies": [policy_json(p) for p in access.operator_policies.values()]}
-            if access.operator_policies
-            else {}
-        ),
         "queues": [
             {
                 "name": q.name,

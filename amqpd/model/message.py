@@ -83,16 +83,19 @@ class QueueEntry:
     """A message's place in one queue: its position (for requeue order) and flags.
 
     ``stored`` is True when the entry was journaled (persistent message in a durable queue):
-    every later change of it (delivered, acked, dropped) is journaled too.
+    every later change of it (delivered, acked, dropped) is journaled too. ``hold`` is the
+    storage batch a promised entry (its publisher waits for a confirm or tx.commit-ok) waits
+    for before it may be delivered, 0 if none (amqpd/model/held.py).
     """
 
-    __slots__ = ("delivery_count", "expires_at", "message", "redelivered", "seq", "stored")
+    __slots__ = ("delivery_count", "expires_at", "hold", "message", "redelivered", "seq", "stored")
 
     def __init__(self, message: Message, seq: int) -> None:
         self.message = message
         self.seq = seq
         self.redelivered = False
         self.stored = False
+        self.hold = 0
         self.delivery_count = 0
         self.expires_at: float | None = None  # unix time (message TTL), persisted
 

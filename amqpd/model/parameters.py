@@ -17,6 +17,12 @@ import copy
 from typing import Any, Final
 
 from amqpd.model.broker import Broker
+from amqpd.model.definitions_rabbit import (
+    OPERATOR_POLICY,
+    VHOST_LIMITS,
+    operator_policy_parameter,
+    vhost_limits,
+)
 from amqpd.model.federation import UPSTREAM, UPSTREAM_SET, validate_upstream, validate_upstream_set
 from amqpd.model.shovels import validate as validate_shovel
 
@@ -90,7 +96,7 @@ def list_parameters(
         raise ParameterNotFound(f"no such vhost: '{vhost}'")
     return [
         parameter_json(c, v, n, value)
-        for (c, v, n), value in sorted(state.parameters.items())
+        for (c, v, n), value in sorted(_with_derived(broker).items())
         if (component is None or c == component) and (vhost is None or v == vhost)
     ]
 
@@ -102,9 +108,26 @@ def get_parameter(broker: Broker, component: str, vhost: str, name: str) -> dict
         ParameterNotFound: no such parameter.
     """
     key = (component, vhost, name)
-    if key not in broker.access.state.parameters:
+    parameters = _with_derived(broker)
+    if key not in parameters:
         raise ParameterNotFound("Parameter does not exist")
-    return parameter_json(component, vhost, name, broker.access.state.parameters[key])
+    return parameter_json(component, vhost, name, parameters[key])
+
+
+def _with_derived(broker: Broker) -> dict[tuple[str, str, str], Any]:
+    """The runtime parameters, and what RabbitMQ also keeps as runtime parameters and lists
+    with them (``vhost-limits``, ``operator_policy``; amqpd keeps those in their own tables)."""
+    state = broker.access.state
+    out = dict(state.parameters)
+    for info in state.vhosts.values():
+        limits = vhost_limits(info)
+        if limits:
+            out[(VHOST_LIMITS, info.name, "limits")] = limits
+    for policy in state.operator_policies.values():
+        out[(OPERATOR_POLICY, policy.vhost, policy.name)] = operator_policy_parameter(policy)[
+            "value"
+        ]
+    return out
 
 
 def set_parameter(broker: Broker, component: str, vhost: str, name: str, value: Any) -> bool:

@@ -20,6 +20,8 @@ object (`select`), merges a policy with an operator policy (`merge`:
 * ``alternate-exchange`` (exchanges): the exchange argument if there is one, else the
   policy (``rabbit_policy:get_arg``);
 * ``queue-mode``: accepted, no effect (amqpd pages long queues out on its own);
+* classic mirroring (``ha-mode`` ...) and ``queue-master-locator``: checked, kept and
+  ignored with a warning (model/ha_policy.py: a single node has nothing to mirror);
 * ``federation-upstream-set`` / ``federation-upstream`` / ``federation-upstream-pattern``:
   checked here (one of them, a string), acted on by the federation links
   (model/federation.py resolves them, amqpd/shell/links/ runs them).
@@ -32,10 +34,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from amqpd.model.ha_policy import HA_KEYS, check_ha, ignored_keys
 from amqpd.model.queue_args import QueueSettings, parse_queue_arguments
 from persistence.access import PolicyRecord
 
@@ -77,6 +81,8 @@ FEDERATION_KEYS: Final = (
     "federation-upstream-pattern",
 )
 POLICY_KEYS: Final = (*_NON_NEGATIVE_INT, "expires", *_STRINGS, *_CHOICES, *FEDERATION_KEYS)
+
+log = logging.getLogger(__name__)
 
 
 class PolicyError(ValueError):
@@ -131,11 +137,13 @@ def validate(
     apply_to: Any = "all",
     operator: bool = False,
     priority_text: bool = True,
+    warn: bool = True,
 ) -> PolicyRecord:
     """A checked policy (``operator``: an operator policy, fewer keys allowed). As in
     RabbitMQ, every field is checked and the errors are listed one a line, in the order
     apply-to, definition, pattern, priority. ``priority_text``: accept a priority written
     as a decimal string (the CLI, definitions files); RabbitMQ's HTTP API refuses one.
+    ``warn``: log the keys that are accepted and ignored (model/ha_policy.py).
 
     Raises:
         PolicyError: RabbitMQ's validation text.
@@ -166,6 +174,15 @@ def validate(
     if errors:
         raise _failed("\n".join(errors))
     assert isinstance(definition, Mapping) and isinstance(pattern, str)
+    ignored = ignored_keys(definition)
+    if ignored and warn and not operator:
+        log.warning(
+            "policy '%s' in vhost '%s': %s ignored (amqpd is a single node without classic "
+            "queue mirroring); the policy's other keys apply",
+            name,
+            vhost,
+            ", ".join(ignored),
+        )
     return PolicyRecord(vhost, name, pattern, str(apply_to), priority, dict(definition))
 
 
@@ -174,15 +191,18 @@ def _check_definition(definition: Any, operator: bool) -> None:
         raise _failed(f"definition should be a JSON object, actually was {erlang_term(definition)}")
     if not definition:
         raise _failed("no policy provided")
-    allowed = OPERATOR_KEYS if operator else POLICY_KEYS
+    allowed = OPERATOR_KEYS if operator else (*POLICY_KEYS, *HA_KEYS)
     unknown = {key: value for key, value in definition.items() if key not in allowed}
     if unknown:
         raise _failed(f"{erlang_term(unknown)} are not recognised policy settings")
+    mirroring = None if operator else check_ha(definition)
+    if mirroring is not None:
+        raise _failed(mirroring)
     federation = _check_federation(definition)
     if federation is not None:
         raise _failed(federation)
     for key, value in definition.items():
-        if key not in FEDERATION_KEYS:
+        if key not in FEDERATION_KEYS and key not in HA_KEYS:
             _check_key(key, value)
 
 

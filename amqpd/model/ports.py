@@ -75,3 +75,11 @@ class BodyLoader(Protocol):
         """``(seq, body)`` of up to ``limit`` messages with ``seq > after_seq``; raises on a
         storage failure (the queue contains it: see Queue.page_in)."""
         ...
+
+    def read_messages(
+        self, queue: tuple[str, str], after_seq: int, limit: int
+    ) -> list[tuple[int, str, str, bytes, bytes]]:
+        """``(seq, exchange, routing_key, header, body)`` of up to ``limit`` messages with
+        ``seq > after_seq`` (delayed messages kept only in the store: model/delayed.py);
+        raises on a storage failure."""
+        ...

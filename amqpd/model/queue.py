@@ -20,6 +20,7 @@ behind the first ``HOT_WINDOW`` entries becomes a page-out candidate, tagged wit
 batch of its insert. Once that batch has committed (`page_out`), its body is dropped from
 memory (only if no other queue shares the message). Whenever dispatch or basic.get reaches
 an entry without a body, `page_in` reads the next page of bodies back in seq order.
+``residency`` counts the stored and the paged-out ready entries (model/residency.py).
 
 The store is reached only through ports (amqpd/model/ports.py: `JournalPort`,
 `BodyLoader`). A body read that fails (disk error, any backend's exception) must not take
@@ -39,14 +40,17 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from amqpd.model import selective
 from amqpd.model.dedup import Deduplicator, parse_dedup_arguments
+from amqpd.model.groups import MessageGroups, parse_groups_argument
 from amqpd.model.message import Clock, Message, QueueEntry
 from amqpd.model.priority import PriorityReady
 from amqpd.model.queue_args import QueueSettings, parse_queue_arguments
+from amqpd.model.residency import Residency
 from amqpd.model.selector import Predicate
 from amqpd.model.statistics import DeadLetterCounts, QueueStats
 from persistence.records import MessageRecord
 
 if TYPE_CHECKING:
+    from amqpd.model.held import StoreProgress
     from amqpd.model.ports import BodyLoader, JournalPort
     from persistence.access import PolicyRecord
 
@@ -148,6 +152,7 @@ class Queue:
         "demand_set",
         "durable",
         "exclusive_owner",
+        "groups",
         "had_consumer",
         "journal",
         "last_used",
@@ -164,9 +169,11 @@ class Queue:
         "ready",
         "ready_bytes",
         "rejects_overflow",
+        "residency",
         "settings",
         "stats",
         "store_key",
+        "store_progress",
         "vhost_name",
         "watch_set",
     )
@@ -202,6 +209,7 @@ class Queue:
         self.had_consumer = False
         self.deleted = False
         self.ready_bytes = 0
+        self.residency = Residency()  # stored / paged-out ready entries (model/residency.py)
         self.max_length = settings.max_length
         self.max_length_bytes = settings.max_length_bytes
         self.rejects_overflow = settings.overflow != "drop-head" and (
@@ -219,6 +227,7 @@ class Queue:
         self.store_key = (vhost_name, name)
         self.pager: BodyLoader | None = None
         self.paging_set: set[Queue] | None = None
+        self.store_progress: StoreProgress | None = None  # promised entries wait (held.py)
         self._page_candidates: deque[tuple[int, QueueEntry]] = deque()
         self.read_failing = False  # the last body read from the store failed (logged once)
         self._timed = 0  # ready entries with a deadline (expires_at)
@@ -227,6 +236,8 @@ class Queue:
         self.operator_policy: PolicyRecord | None = None
         dedup = parse_dedup_arguments(arguments)  # x-message-deduplication (model/dedup.py)
         self.dedup = None if dedup is None else Deduplicator(dedup, self.store_key)
+        grouped = parse_groups_argument(arguments, settings)  # x-message-groups (model/groups.py)
+        self.groups = MessageGroups() if grouped else None
         # Federated queues only (amqpd/model/federated_queues.py): the set to join when
         # something that decides whether the queue wants messages may have changed.
         self.demand_set: set[Queue] | None = None
@@ -308,11 +319,14 @@ class Queue:
             and self.ready_bytes + message.body_size > self.max_length_bytes
         )
 
-    def enqueue(self, message: Message, expiration_ms: int | None = None) -> QueueEntry:
+    def enqueue(
+        self, message: Message, expiration_ms: int | None = None, promised: bool = False
+    ) -> QueueEntry:
         """Append a message and try to deliver it; drop-head enforces the length limits.
 
         ``expiration_ms`` is the message's own TTL (the ``expiration`` property); the lower
-        of it and the queue's x-message-ttl wins.
+        of it and the queue's x-message-ttl wins. ``promised``: the publisher waits for a
+        confirm or tx.commit-ok, so a stored entry is delivered only once written (held.py).
         """
         entry = QueueEntry(message, self.next_seq)
         self.next_seq += 1
@@ -329,6 +343,7 @@ class Queue:
                 clock.wake_at = expires_at
         if message.persistent and self.journal is not None and message.body is not None:
             entry.stored = True
+            self.residency.add(entry)  # (appended to ready below)
             batch = self.journal.insert_message(
                 self.store_key,
                 entry.seq,
@@ -340,6 +355,8 @@ class Queue:
                     expires_at=entry.expires_at,
                 ),
             )
+            if promised:
+                entry.hold = batch
             if self.pager is not None and len(self.ready) >= HOT_WINDOW:
                 self._page_candidates.append((batch, entry))
                 if self.paging_set is not None:
@@ -360,6 +377,8 @@ class Queue:
         entry.message.refs = 1
         self.ready.append(entry)
         self.ready_bytes += entry.message.body_size
+        if entry.stored:
+            self.residency.add(entry)
         if entry.expires_at is not None:
             self._timed += 1
             self.watch()
@@ -380,6 +399,8 @@ class Queue:
     def _pop_ready(self) -> QueueEntry:
         entry = self.ready.popleft()
         self.ready_bytes -= entry.message.body_size
+        if entry.stored:
+            self.residency.remove(entry)
         if entry.expires_at is not None:
             self._timed -= 1
         return entry
@@ -395,6 +416,8 @@ class Queue:
         if entry.stored and self.journal is not None and not self.deleted:
             entry.stored = False
             self.journal.delete_message(self.store_key, entry.seq)
+        if self.groups is not None:
+            self.groups.settled(self, entry)
 
     def discard(self, entry: QueueEntry, reason: str) -> None:
         """An entry leaves without being acked: rejected, expired, maxlen, delivery_limit.
@@ -434,6 +457,7 @@ class Queue:
         if bodies is None:
             return False
         message.body = bodies[0][1] if bodies and bodies[0][0] == entry.seq else b""
+        self.residency.loaded(message)  # (only ready entries lack a body: page_out)
         return True
 
     def expire(self) -> None:
@@ -452,8 +476,8 @@ class Queue:
         if self.demand_set is not None:
             self.demand_set.add(self)
         self.expire()
-        if not self.ready:
-            return None
+        if not self.ready or self.held(self.ready[0]):
+            return None  # (a promised head not yet written: as if empty, for a moment)
         if self.ready[0].message.body is None and not self.page_in():
             return None  # the store cannot be read now (logged): as if empty
         return self._pop_ready() if self.ready else None
@@ -500,8 +524,15 @@ class Queue:
         while candidates and candidates[0][0] <= committed_batch:
             _batch, entry = candidates.popleft()
             message = entry.message
-            if entry.stored and message.refs == 1 and not self.deleted:
+            if (
+                entry.stored
+                and not entry.delivery_count  # never delivered: still ready (residency.py)
+                and message.refs == 1
+                and message.body is not None
+                and not self.deleted
+            ):
                 message.body = None
+                self.residency.dropped(message)
         return bool(candidates)
 
     def page_in(self) -> bool:
@@ -522,6 +553,7 @@ class Queue:
                     body = bodies.get(entry.seq)
                     if body is not None:
                         entry.message.body = body
+                        self.residency.loaded(entry.message)
             if head.message.body is None:
                 log.error("lost body of message %d in %r; dropping it", head.seq, self)
                 self._pop_ready()
@@ -558,6 +590,8 @@ class Queue:
         if self.deleted:
             return
         back = sorted(entries, key=_by_seq)
+        if self.groups is not None:
+            self.groups.returned(self, back)
         limit = self.settings.delivery_limit
         if limit is not None:
             over = [entry for entry in back if entry.delivery_count > limit]
@@ -569,9 +603,13 @@ class Queue:
             return
         if self._selective:
             selective.rewind(self, back[0].seq)
+        if self.groups is not None:
+            self.groups.rewind(self.consumers, back[0].seq)
         for entry in back:
             entry.redelivered = True
             self.ready_bytes += entry.message.body_size
+            if entry.stored:
+                self.residency.add(entry)
             if entry.expires_at is not None:
                 self._timed += 1
         ready = self.ready
@@ -600,6 +638,7 @@ class Queue:
                 self.settled(entry)
         self.ready.clear()
         self.ready_bytes = 0
+        self.residency.clear()
         self._timed = 0
         return count
 
@@ -623,6 +662,8 @@ class Queue:
         if self.demand_set is not None:
             self.demand_set.add(self)
         self._regroup()
+        if self.groups is not None:
+            self.groups.consumer_left(self, consumer)
         if self.settings.single_active_consumer and index == 0:
             self.dispatch()  # fail over to the next consumer in registration order
 
@@ -667,6 +708,9 @@ class Queue:
         it arrives, but like RabbitMQ it still goes to a consumer that can take it at once."""
         if self.demand_set is not None:  # a federated queue: its demand may change
             self.demand_set.add(self)
+        if self.groups is not None:
+            self.groups.dispatch(self, arriving)
+            return
         if self._selective:
             selective.dispatch(self, arriving)
             return
@@ -683,6 +727,8 @@ class Queue:
                 if not self._discard_head("expired"):
                     return
                 continue
+            if head.hold and self.held(head):
+                return  # promised, not yet written: dispatched again once it is (held.py)
             sole = self._sole
             if sole is not None:  # one consumer (the usual case): no levels or round-robin
                 consumer = sole if sole.channel.has_credit(sole) else None
@@ -695,6 +741,11 @@ class Queue:
                     return
                 continue
             consumer.channel.deliver(consumer, self, self._pop_ready())
+
+    def held(self, entry: QueueEntry) -> bool:
+        """Whether a promised entry still waits for its storage batch (held.py)."""
+        progress = self.store_progress
+        return entry.hold != 0 and progress is not None and progress.holds(self, entry.hold)
 
     # -- selective consumers (amqpd/model/selective.py) ----------------------------------
     def _expire_head(self, arriving: QueueEntry | None) -> bool:
@@ -720,6 +771,8 @@ class Queue:
         entry = ready[index]
         del ready[index]
         self.ready_bytes -= entry.message.body_size
+        if entry.stored:
+            self.residency.remove(entry)
         if entry.expires_at is not None:
             self._timed -= 1
         return entry

@@ -9,7 +9,7 @@ from decimal import Decimal
 from typing import Any, Final
 
 OVERFLOW_MODES: Final = ("drop-head", "reject-publish", "reject-publish-dlx")
-QUEUE_TYPES: Final = ("classic", "quorum")
+QUEUE_TYPES: Final = ("classic", "quorum", "stream")
 QUEUE_MODES: Final = ("default", "lazy")
 MAX_PRIORITY: Final = 255
 MAX_EXPIRY: Final = 315_360_000_000  # ms (ten years): RabbitMQ's limit for TTLs and x-expires
@@ -134,10 +134,6 @@ def parse_queue_arguments(arguments: dict[str, Any]) -> QueueSettings:
             "x-single-active-consumer", f"{{unacceptable_type,{amqp_type_name(sac)}}}"
         )
     queue_type = _str_or(arguments, "x-queue-type", "classic")
-    if queue_type == "stream":
-        raise InvalidQueueArgument(
-            "x-queue-type", "stream queues are not supported by amqpd (use classic or quorum)"
-        )
     if queue_type not in QUEUE_TYPES:
         raise InvalidQueueArgument("x-queue-type", f"\"unsupported queue type '{queue_type}'\"")
     return QueueSettings(

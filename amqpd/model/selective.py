@@ -118,6 +118,10 @@ class SelectiveQueue(Protocol):
         """Remove the ready entry at ``index`` (accounting kept)."""
         ...
 
+    def held(self, entry: QueueEntry) -> bool:
+        """Whether a promised entry still waits for its storage batch (held.py)."""
+        ...
+
 
 SELECTOR_ARGUMENT: Final = "x-selector"
 BROWSE_ARGUMENT: Final = "x-browse"
@@ -209,6 +213,8 @@ def browse_entries(queue: SelectiveQueue, selector: Predicate | None) -> list[Qu
             continue
         if selector is not None and not selector(entry_lookup(entry)):
             continue
+        if entry.hold and queue.held(entry):
+            continue  # promised, not yet written (held.py)
         if entry.message.body is None and not queue._load_body(entry):
             break  # the store cannot be read now (logged): the snapshot ends here
         found.append(entry)
@@ -239,6 +245,8 @@ def dispatch(queue: SelectiveQueue, arriving: QueueEntry | None) -> None:
             idle.add(consumer)
             continue
         entry = ready[index]
+        if entry.hold and queue.held(entry):
+            return  # promised, not yet written: dispatched again once it is (held.py)
         if entry.message.body is None and not queue._load_body(entry):
             return  # the store cannot be read now (logged); retried on the next tick
         consumer.channel.deliver(consumer, queue, queue._take_ready(index))

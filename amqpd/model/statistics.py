@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from amqpd.model.history import SampleHistory
+
 
 class Counters:
     """Monotonic counters plus the rates of the last sampling interval."""
@@ -210,6 +212,35 @@ class DeadLetterCounts:
         self.disabled = dict.fromkeys(DEAD_LETTER_REASONS, 0)
 
 
+class StoreIO:
+    """What the store read and wrote (the shell counts, amqpd/shell/store_io.py; Prometheus'
+    ``rabbitmq_io_*`` and ``rabbitmq_msg_store_*`` families): one update per transaction
+    or per page of bodies read, never per message on the hot path."""
+
+    __slots__ = (
+        "messages_read",
+        "messages_written",
+        "read_bytes",
+        "read_ops",
+        "read_seconds",
+        "sync_ops",
+        "sync_seconds",
+        "write_bytes",
+        "write_ops",
+    )
+
+    def __init__(self) -> None:
+        self.write_ops = 0  # transactions written (one per group commit)
+        self.write_bytes = 0  # message headers and bodies inserted
+        self.messages_written = 0
+        self.sync_ops = 0  # commits (each is made durable as --sync says)
+        self.sync_seconds = 0.0  # time in transactions, write and commit together
+        self.read_ops = 0  # page reads of bodies (paged-out messages read back)
+        self.read_bytes = 0
+        self.read_seconds = 0.0
+        self.messages_read = 0
+
+
 @dataclass(slots=True)
 class NodeStatistics:
     """Node-wide counters: channels that closed are folded into ``closed`` so totals
@@ -223,6 +254,10 @@ class NodeStatistics:
     depth_rates: dict[str, float] = field(default_factory=dict)
     last_depth: tuple[int, int] | None = None
     sampled_at: float | None = None
+    history: SampleHistory = field(default_factory=SampleHistory)  # amqpd/model/history.py
+    store_io: StoreIO = field(default_factory=StoreIO)
+    churn_last: dict[str, int] = field(default_factory=dict)  # engine/churn.py
+    churn_rates: dict[str, float] = field(default_factory=dict)
 
 
 def depth_rates(

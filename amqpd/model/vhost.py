@@ -7,13 +7,17 @@ import secrets
 from typing import TYPE_CHECKING, Any, Final
 
 from amqpd.model.deadletter import dead_letter_header, is_cycle
+from amqpd.model.delayed import DelayedHub, DelayedMessages, store_name
 from amqpd.model.federated_queues import FederatedQueues
 from amqpd.model.federation import federation_policy_key
 from amqpd.model.message import Clock, Message
 from amqpd.model.policies import PolicyRecord, alternate_exchange, queue_policy, select
 from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.queue_args import InvalidQueueArgument, amqp_type_name
+from amqpd.model.routing_input import router_headers
 from amqpd.model.statistics import Churn, DeadLetterCounts, MessageStats
+from amqpd.model.stream import StreamLogs, StreamQueue, new_stream_queue
+from amqpd.model.stream_args import check_stream_declare, is_stream
 from amqpd.wire.codec import encode_shortstr, peek_header
 from amqpd.wire.errors import (
     COMMAND_INVALID,
@@ -26,11 +30,14 @@ from amqpd.wire.errors import (
 )
 from amqpd.wire.properties import RawProperties
 from exchanges.base import InvalidBinding, Router
-from exchanges.federation_upstream import MAX_HOPS_ARG, FederationUpstreamRouter, argument_problem
-from exchanges.registry import EXCHANGE_TYPES, create_router
+from exchanges.delayed import DELAYED_TYPE
+from exchanges.delayed import argument_problem as delayed_problem
+from exchanges.federation_upstream import MAX_HOPS_ARG, FederationUpstreamRouter
+from exchanges.registry import EXCHANGE_TYPES, create_router, declaration_problem
 from persistence.records import BindingDef, ExchangeDef, QueueDef
 
 if TYPE_CHECKING:
+    from amqpd.model.held import StoreProgress
     from amqpd.model.ports import BodyLoader, JournalPort
 
 STANDARD_EXCHANGES: Final = (
@@ -54,6 +61,8 @@ EQUIVALENT_QUEUE_ARGS: Final = (
     "x-queue-type",
     "x-single-active-consumer",
     "x-delivery-limit",
+    "x-max-age",
+    "x-stream-max-segment-size-bytes",
 )
 FEDERATION_UPSTREAM: Final = FederationUpstreamRouter.type_name
 # Classic-queue arguments RabbitMQ 3.x refuses on quorum queues.
@@ -67,6 +76,7 @@ class Exchange:
         "alternate",
         "arguments",
         "auto_delete",
+        "delayed",
         "durable",
         "internal",
         "is_default",
@@ -98,6 +108,7 @@ class Exchange:
         self.is_default = name == ""
         self.stats = MessageStats()  # publish_in / publish_out (model/statistics.py)
         self.policy: PolicyRecord | None = None  # set by VirtualHost.apply_policies
+        self.delayed: DelayedMessages | None = None  # x-delayed-message (model/delayed.py)
 
     def __repr__(self) -> str:
         return f"<Exchange {self.name!r} {self.type_name}>"
@@ -148,14 +159,19 @@ class VirtualHost:
         self.journal: JournalPort | None = None
         self.body_loader: BodyLoader | None = None
         self.paging_queues: set[Queue] | None = None
+        self.store_progress: StoreProgress | None = None  # promised entries wait (held.py)
         self.clock = Clock()  # shared with the broker, which replaces it
         self.watch_queues: set[Queue] = set()  # queues with timers (TTL, x-expires)
         self.policies: list[PolicyRecord] = []  # set by the broker (model/policies.py)
+        self.max_queues: int | None = None  # the vhost limit, set by the broker
         self.operator_policies: list[PolicyRecord] = []
         self.federation: FederatedQueues | None = None  # the broker's (federated_queues.py)
         self.churn = Churn()  # the broker's node-wide counters replace these two
         self.topology = TopologyVersion()  # the broker's replaces this one too
         self.dead_letters = DeadLetterCounts()
+        self.stream_logs: StreamLogs | None = None  # set by the broker (model/stream.py)
+        self.dirty_streams: set[StreamQueue] | None = None  # with a store: fsync before confirm
+        self.delayed_hub = DelayedHub()  # the broker's replaces it (model/delayed.py)
 
     # -- exchanges -------------------------------------------------------------------------
     def get_exchange(self, name: str) -> Exchange:
@@ -187,10 +203,15 @@ class VirtualHost:
             raise access_refused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
         if type_name not in EXCHANGE_TYPES:
             raise AMQPError(COMMAND_INVALID, f"unknown exchange type '{type_name}'", 40, 10)
-        if type_name == FEDERATION_UPSTREAM and existing is None:
-            problem = argument_problem(arguments)
+        if existing is None:
+            problem = declaration_problem(type_name, arguments)
             if problem is not None:
                 raise precondition_failed(problem)
+        if type_name == DELAYED_TYPE and existing is None:
+            channel_error, problem = delayed_problem(arguments, EXCHANGE_TYPES)
+            if problem:
+                code = PRECONDITION_FAILED if channel_error else COMMAND_INVALID
+                raise AMQPError(code, problem, 40, 10)
         if existing is not None:
             what = f"for exchange '{name}' in vhost '{self.name}'"
             self._check_equivalent("type", what, type_name, existing.type_name)
@@ -221,7 +242,26 @@ class VirtualHost:
             self.journal.put_exchange(
                 ExchangeDef(self.name, name, type_name, auto_delete, internal, arguments)
             )
+        self.attach_delayed(exchange, declared=True)
         return exchange
+
+    def attach_delayed(self, exchange: Exchange, declared: bool = False) -> None:
+        """Give an x-delayed-message exchange its held messages (stored in an internal
+        queue of the store when durable, put there when ``declared``)."""
+        if exchange.type_name != DELAYED_TYPE:
+            return
+        journal = self.journal if exchange.durable else None
+        exchange.delayed = DelayedMessages(
+            self.name,
+            exchange.name,
+            self.clock,
+            lambda message: self.route(exchange, message),
+            self.delayed_hub,
+            journal,
+            self.body_loader,
+        )
+        if declared and journal is not None:
+            journal.put_queue(QueueDef(self.name, store_name(exchange.name), False, {}))
 
     @staticmethod
     def _check_equivalent(arg: str, what: str, received: object, current: object) -> None:
@@ -249,6 +289,10 @@ class VirtualHost:
         self.topology.value += 1
         if exchange.durable and self.journal is not None:
             self.journal.delete_exchange(self.name, exchange.name)  # cascades its bindings
+        if exchange.delayed is not None:
+            exchange.delayed.drop_all()
+            if exchange.delayed.journal is not None:
+                exchange.delayed.journal.delete_queue(self.name, store_name(exchange.name))
         for destination, _key, _args in list(exchange.router.bindings()):
             assert isinstance(destination, Queue | Exchange)
             sources = self._bound_from.get(destination)
@@ -299,10 +343,18 @@ class VirtualHost:
             for arg in EQUIVALENT_QUEUE_ARGS:
                 _check_equivalent_arg(arg, what, arguments.get(arg), existing.arguments.get(arg))
             return existing
+        if is_stream(arguments):  # RabbitMQ's stream rules (model/stream_args.py)
+            check_stream_declare(name, self.name, durable, exclusive, auto_delete, arguments)
         if not name:
             name = generated_name("amq.gen-")
         elif name.startswith("amq."):
             raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+        limit = self.max_queues
+        if limit is not None and limit >= 0 and len(self.queues) >= limit:
+            raise precondition_failed(  # RabbitMQ 3.10.8's text
+                f"cannot declare queue '{name}': queue limit in vhost '{self.name}' ({limit}) "
+                "is reached"
+            )
         try:
             queue = self.new_queue(
                 name, durable, owner if exclusive else None, auto_delete, arguments
@@ -353,6 +405,16 @@ class VirtualHost:
         Raises:
             InvalidQueueArgument: a bad x- argument.
         """
+        if is_stream(arguments):
+            return new_stream_queue(
+                name,
+                self.name,
+                arguments,
+                self.stream_logs,
+                self.clock,
+                self.watch_queues,
+                self.dirty_streams,
+            )
         queue = Queue(name, self.name, durable, owner, auto_delete, arguments, self.clock)
         queue.watch_set = self.watch_queues
         queue.dead_letter_counts = self.dead_letters
@@ -410,6 +472,7 @@ class VirtualHost:
         queue.journal = self.journal
         queue.pager = self.body_loader
         queue.paging_set = self.paging_queues
+        queue.store_progress = self.store_progress
 
     def check_exclusive_access(
         self, queue: Queue, connection: ExclusiveOwner | None, strict: bool = False
@@ -557,9 +620,9 @@ class VirtualHost:
             return [queue] if queue is not None else []
         else:
             router = exchange.router
-            headers = message.headers if router.uses_headers else None
+            headers = router_headers(router, message) if router.uses_headers else None
             destinations = router.route(routing_key, headers)
-            if exchange.alternate is None and all(type(d) is Queue for d in destinations):
+            if exchange.alternate is None and all(isinstance(d, Queue) for d in destinations):
                 return list(destinations)  # type: ignore[arg-type]
         queues: list[Queue] = []
         seen_queues: set[Queue] = set()
@@ -574,7 +637,7 @@ class VirtualHost:
                     routed_ae = self._route_one(alternate, message, routing_key, extra_keys)
                     work.append((alternate, routed_ae))
             for destination in routed:
-                if type(destination) is Queue:
+                if isinstance(destination, Queue):
                     if destination not in seen_queues:
                         seen_queues.add(destination)
                         queues.append(destination)
@@ -598,7 +661,7 @@ class VirtualHost:
             found = (self.queues.get(key) for key in (routing_key, *extra_keys))
             return list(dict.fromkeys(queue for queue in found if queue is not None))
         router = exchange.router
-        headers = message.headers if router.uses_headers else None
+        headers = router_headers(router, message) if router.uses_headers else None
         if not extra_keys:
             return list(router.route(routing_key, headers))
         keys = (routing_key, *extra_keys)

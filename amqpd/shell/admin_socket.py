@@ -31,6 +31,8 @@ import anyio.abc
 from anyio.abc import SocketAttribute
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from amqpd.model import bounded_json
+
 __all__ = ["SOCKET_NAME", "AdminReply", "AdminSocketError", "send_request", "serve_admin"]
 
 log = logging.getLogger(__name__)
@@ -117,7 +119,7 @@ async def _reply(stream: anyio.abc.SocketStream, handle: Handler) -> dict[str, A
         log.warning("admin socket: refused a request from uid %d", uid)
         return {"ok": False, "error": f"uid {uid} may not administer this broker"}
     try:
-        request = json.loads(line)
+        request = bounded_json.loads(line)
     except ValueError as exc:
         return {"ok": False, "error": f"malformed request: {exc}"}
     if not isinstance(request, dict):

@@ -50,7 +50,9 @@ from starlette.routing import Route
 from amqpd import __version__
 from amqpd.engine import scrape
 from amqpd.engine.inventory import MANAGEMENT_VERSION, PRODUCT_NAME
+from amqpd.model.global_parameters import CLUSTER_ID
 from amqpd.shell.host import BrokerHost
+from amqpd.shell.metrics_store import store_families
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"  # what RabbitMQ sends
 PREFIX: Final = "rabbitmq_"
@@ -129,6 +131,15 @@ FAMILIES: Final[dict[str, list[_Def]]] = {
          "message_bytes_ready"),
         ("queue_messages_unacked_bytes", "gauge",
          "Size in bytes of all unacknowledged messages", "message_bytes_unacknowledged"),
+        # ready messages stored (persistent in a durable queue) and paged out (body in the
+        # store only): amqpd/engine/memory.py
+        ("queue_messages_persistent", "gauge", "Persistent messages", "messages_persistent"),
+        ("queue_messages_persistent_bytes", "gauge", "Size in bytes of persistent messages",
+         "message_bytes_persistent"),
+        ("queue_messages_paged_out", "gauge", "Messages paged out to disk",
+         "messages_paged_out"),
+        ("queue_messages_paged_out_bytes", "gauge",
+         "Size in bytes of messages paged out to disk", "message_bytes_paged_out"),
     ],
     "channel_metrics": [
         ("channel_consumers", "gauge", "Consumers on a channel", "consumer_count"),
@@ -195,6 +206,12 @@ FAMILIES: Final[dict[str, list[_Def]]] = {
     "channel_queue_exchange_metrics": [
         ("queue_messages_published_total", "counter",
          "Total number of messages published to queues", "publish_out"),
+    ],
+    # amqpd's own (RabbitMQ's delayed message plugin exports no metric)
+    "exchange_delayed_metrics": [
+        ("exchange_messages_delayed", "gauge",
+         "Messages held by x-delayed-message exchanges until their delay ends",
+         "messages_delayed"),
     ],
 }  # fmt: skip
 
@@ -347,6 +364,7 @@ class RabbitCollector(Collector):
         if not detailed:
             yield from self._totals()
             yield from self._alarms()
+            yield from store_families(broker.statistics.store_io)
         yield from self._identity(node.name)
 
     def _totals(self) -> Iterator[Metric]:
@@ -433,12 +451,14 @@ class RabbitCollector(Collector):
                 1,
             )
             yield build
+        broker = self.host.broker
+        cluster_id = broker.access.state.global_parameters.get(CLUSTER_ID, "")
         identity = UnknownMetricFamily(
             PREFIX + "identity_info",
             "RabbitMQ node & cluster identity info",
-            labels=["rabbitmq_node", "rabbitmq_cluster"],
+            labels=["rabbitmq_node", "rabbitmq_cluster", "rabbitmq_cluster_permanent_id"],
         )
-        identity.add_metric([node_name, node_name], 1)
+        identity.add_metric([node_name, broker.cluster_name, str(cluster_id)], 1)
         yield identity
 
 

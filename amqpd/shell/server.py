@@ -40,7 +40,9 @@ from amqpd.engine import ctl_commands
 from amqpd.engine.connection import Connection
 from amqpd.engine.outbox import Outbox
 from amqpd.engine.rates import SAMPLE_INTERVAL, RateSampler
+from amqpd.model import bounded_json
 from amqpd.model.admin_commands import AdminError, execute, problems_text
+from amqpd.model.alarms import DISK_CHECK_BYTES
 from amqpd.model.auth import (
     DEFAULT_HASHING,
     INTERNAL_USER,
@@ -51,6 +53,8 @@ from amqpd.model.auth import (
 )
 from amqpd.model.broker import Broker, BrokerConfig
 from amqpd.model.definitions import DefinitionsError, import_definitions
+from amqpd.model.delayed import STORE_PREFIX
+from amqpd.model.global_parameters import ensure_cluster_id
 from amqpd.model.queue import HOT_WINDOW
 from amqpd.model.statistics import NodeSample
 from amqpd.shell import management, metrics, node_sample, resources
@@ -66,12 +70,16 @@ from amqpd.shell.links.federation_status import (
 )
 from amqpd.shell.links.queue_federation import QueueFederation
 from amqpd.shell.links.supervisor import LinkSupervisor, shovel_table
+from amqpd.shell.listen_errors import naming
+from amqpd.shell.store_io import CountingBodyReader, CountingStore
 from amqpd.shell.store_role import LockLost, StoreRole
+from amqpd.shell.streams import StreamFiles
 from amqpd.shell.tls import TLSOptions, certificate_identity, server_context, tls_failure_reason
 from persistence.backend import BodyReaderPort, StoreBackend
 from persistence.errors import StoreError
 from persistence.group_commit import GroupCommitter
 from persistence.journal import Journal
+from persistence.records import Batch
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +110,8 @@ class ServerConfig:
     reopen_logs: Callable[[], bool] | None = None  # on SIGHUP; True if a log file reopened
     management_port: int | None = None  # management API + dashboard (RabbitMQ: 15672); None: off
     prometheus_port: int | None = None  # Prometheus /metrics (RabbitMQ: 15692); None: off
+    management_host: str | None = None  # management.tcp.ip; None: ``host``
+    prometheus_host: str | None = None  # prometheus.tcp.ip; None: ``host``
 
 
 class _Peer:
@@ -165,7 +175,10 @@ class Server:
         self._federated = broker.federated_queues  # (amqpd/model/federated_queues.py)
         self._ticker_wake: anyio.Event | None = None  # set to re-plan the ticker's sleep
         self._ticker_until = math.inf  # when the sleeping ticker wakes (inf: it is not asleep)
+        self._unmeasured = 0  # bytes the store wrote since free disk space was measured
         broker.statistics.node = node_sample.node_name()
+        self.streams = StreamFiles(broker, self.config.data_dir)  # amqpd/shell/streams.py
+        broker.set_stream_logs(self.streams)
 
     @property
     def role(self) -> str:
@@ -206,19 +219,23 @@ class Server:
         self, store: StoreBackend | None, task_status: anyio.abc.TaskStatus[int]
     ) -> None:
         """Listen and serve with the store open (recovered) until cancelled."""
+        self.streams.recovering = False  # streams opened from now on are new ones
         tls_listener: anyio.abc.Listener[anyio.abc.SocketStream] | None = None
         http_sockets: dict[str, socket.socket] = {}
         try:
             await self._import_definitions(store)
-            listener = await anyio.create_tcp_listener(
-                local_host=self.config.host, local_port=self.config.port, reuse_port=False
-            )
+            host = self.config.host
+            with naming("AMQP", "--port", host, self.config.port):
+                listener = await anyio.create_tcp_listener(
+                    local_host=host, local_port=self.config.port, reuse_port=False
+                )
             self.port = listener.extra(SocketAttribute.local_port)
             tls_listener = None
             if self._tls_context is not None and self.config.tls_port is not None:
-                tls_listener = await anyio.create_tcp_listener(
-                    local_host=self.config.host, local_port=self.config.tls_port, reuse_port=False
-                )
+                with naming("AMQPS", "--tls-port", host, self.config.tls_port):
+                    tls_listener = await anyio.create_tcp_listener(
+                        local_host=host, local_port=self.config.tls_port, reuse_port=False
+                    )
                 self.tls_port = tls_listener.extra(SocketAttribute.local_port)
             http_sockets = self._bind_http()
             self._add_listener("amqp", self.port)
@@ -254,6 +271,7 @@ class Server:
             if store is not None:
                 with anyio.CancelScope(shield=True):
                     await self._close_store(store)
+            self.streams.close()
 
     def _start_links(self) -> None:
         """Run the stored shovels; they reach the local broker as the internal user."""
@@ -304,10 +322,14 @@ class Server:
         config = self.config
         sockets: dict[str, socket.socket] = {}
         try:
-            if config.management_port is not None:
-                sockets["http"] = bind(config.host, config.management_port)
-            if config.prometheus_port is not None:
-                sockets["http/prometheus"] = bind(config.host, config.prometheus_port)
+            port, host = config.management_port, config.management_host or config.host
+            if port is not None:
+                with naming("the management API", "--management-port", host, port):
+                    sockets["http"] = bind(host, port)
+            port, host = config.prometheus_port, config.prometheus_host or config.host
+            if port is not None:
+                with naming("Prometheus", "--prometheus-port", host, port):
+                    sockets["http/prometheus"] = bind(host, port)
         except BaseException:
             for sock in sockets.values():
                 sock.close()
@@ -319,22 +341,23 @@ class Server:
     ) -> None:
         """Start the management API and the Prometheus endpoint on their bound sockets."""
         for protocol, sock in sockets.items():
+            host, port = sock.getsockname()[:2]
             if protocol == "http":
                 self.management_port = await group.start(
                     serve_http, management.create_app(self), sock
                 )
-                self._add_listener(protocol, self.management_port)
+                self._add_listener(protocol, self.management_port, host)
             else:
                 self.prometheus_port = await group.start(serve_http, metrics.create_app(self), sock)
-                self._add_listener(protocol, self.prometheus_port)
-            log.info("listening for %s on %s:%d", protocol, self.config.host, sock.getsockname()[1])
+                self._add_listener(protocol, self.prometheus_port, host)
+            log.info("listening for %s on %s:%d", protocol, host, port)
 
-    def _add_listener(self, protocol: str, port: int) -> None:
+    def _add_listener(self, protocol: str, port: int, host: str | None = None) -> None:
         self.listeners.append(
             {
                 "node": self.broker.statistics.node,
                 "protocol": protocol,
-                "ip_address": self.config.host,
+                "ip_address": host or self.config.host,
                 "port": port,
                 "socket_opts": {},
             }
@@ -392,13 +415,28 @@ class Server:
             peer.backlog = done is False
             peer.wake.set()
 
-    def _batch_committed(self, batch: int) -> None:
-        self.broker.batch_committed(batch)
+    def _batch_committed(self, batch: Batch) -> None:
+        self.broker.batch_committed(batch.id)
+        self._unmeasured += batch.size
+        if self._unmeasured >= DISK_CHECK_BYTES:  # the free-space check keeps pace with writes
+            self._check_disk()
         self.after_core()
 
-    def _batch_failed(self, batch: int, error: Exception) -> None:
-        self.broker.batch_failed(batch, error)
+    def _batch_failed(self, batch: Batch, error: StoreError) -> None:
+        self.broker.batch_failed(batch.id, error, batch.inserted_queues())
+        self._check_disk()  # a full disk: the alarm says so at once
         self.after_core()
+
+    def _check_disk(self) -> None:
+        """Measure the data directory's free space for the disk alarm (a statvfs call)."""
+        self._unmeasured = 0
+        data_dir = self.config.data_dir
+        if self.broker.alarms.disk_free_limit is None or data_dir is None:
+            return
+        try:
+            self.broker.disk_free(self.config.disk_probe(data_dir))
+        except OSError as exc:
+            log.warning("cannot measure free disk space: %s", exc)
 
     async def _lock_lost(self, reason: str) -> None:
         self.lost = LockLost(reason)
@@ -411,13 +449,16 @@ class Server:
         store = await self._role.open()  # PostgreSQL: once this node is the active one
         started = time.perf_counter()
         try:
-            self._body_reader = store.body_reader()
+            io = self.broker.statistics.store_io  # counted: amqpd/shell/store_io.py
+            self._body_reader = CountingBodyReader(store.body_reader(), io)
             self.broker.set_body_loader(self._body_reader)
             access_state = await store.load_access()
+            if ensure_cluster_id(access_state):  # RabbitMQ makes it at the first boot
+                await store.save_access(access_state)
             if store.created and self.config.default_user is not None:
                 access_state = await self._first_user(store, access_state)
             self.broker.load_access(access_state)
-            state = await store.load(body_window=HOT_WINDOW)
+            state = await store.load(body_window=HOT_WINDOW, keys_only=STORE_PREFIX)
             queues, messages = self.broker.recover(state)
             del state
         except BaseException:
@@ -431,7 +472,12 @@ class Server:
             time.perf_counter() - started,
         )
         self._committer = GroupCommitter(
-            store, journal, self._batch_committed, self._batch_failed, idle=store.reclaim
+            CountingStore(store, self.broker.statistics.store_io),
+            journal,
+            self._batch_committed,
+            self._batch_failed,
+            idle=store.reclaim,
+            before_apply=self.streams.sync,
         )
         self._store = store
         return store
@@ -521,7 +567,7 @@ class Server:
         if path is None:
             return
         try:
-            data: Any = json.loads(await anyio.Path(path).read_text())
+            data: Any = bounded_json.loads(await anyio.Path(path).read_text())
         except (OSError, ValueError) as exc:
             raise DefinitionsError(f"cannot read definitions file {path}: {exc}") from exc
         problems: list[str] = []
@@ -617,7 +663,9 @@ class Server:
 
     async def _resource_monitor(self) -> None:
         """Measure memory (every memory_check_interval) and the data directory's free space
-        (every second) for the resource alarms (amqpd/alarms.py)."""
+        (every second, and after every DISK_CHECK_BYTES written) for the resource alarms
+        (amqpd/model/alarms.py); while the store is failing, offer it an empty batch every
+        second (its commit ends the alarm once there is free space again)."""
         broker = self.broker
         alarms = broker.alarms
         config = self.config
@@ -630,12 +678,11 @@ class Server:
                 if "memory" in alarms.active and now >= next_trim:
                     next_trim = now + 1.0
                     resources.release_free_memory()  # so the RSS can fall below the mark
-            if alarms.disk_free_limit is not None and config.data_dir and now >= next_disk:
+            if now >= next_disk:
                 next_disk = now + 1.0
-                try:
-                    broker.disk_free(config.disk_probe(config.data_dir))
-                except OSError as exc:
-                    log.warning("cannot measure free disk space: %s", exc)
+                self._check_disk()
+                if alarms.store_failing and self._journal is not None:
+                    self._journal.barrier()  # the store's next write decides
                 self.after_core()
             await anyio.sleep(config.memory_check_interval)
 
@@ -788,7 +835,9 @@ async def run(broker_config: BrokerConfig, server_config: ServerConfig) -> None:
 def _make_broker(broker_config: BrokerConfig | None, server_config: ServerConfig) -> Broker:
     stored = server_config.data_dir is not None or server_config.store is not None
     journal = Journal() if stored else None
-    return Broker(broker_config, journal, time.time())
+    broker = Broker(broker_config, journal, time.time())
+    ensure_cluster_id(broker.access.state)  # a stored one replaces it (_open_store)
+    return broker
 
 
 @contextmanager

@@ -192,7 +192,8 @@ def consumer_helpers(
 ) -> tuple[AckBatcher | None, WindowTracker | None]:
     """The batcher and window tracker a new consumer needs (None when it needs none).
 
-    - AUTO with optimizeAcknowledge: batches of ceil(65 % of the prefetch), with the timeout.
+    - AUTO (and DUPS_OK on a queue, which is AUTO) with optimizeAcknowledge: batches of
+      ceil(65 % of the prefetch), with the timeout.
     - DUPS_OK on a topic: batches of ceil(50 % of the prefetch); on a queue none (per message).
     - CLIENT, INDIVIDUAL, transacted: a window tracker stepping at ceil(50 % of the prefetch),
       except on single-active-consumer queues, where re-subscribing would hand the queue to a
@@ -201,7 +202,10 @@ def consumer_helpers(
     """
     if prefetch <= 0:
         return None, None
-    if ack_mode is AckMode.AUTO_ACKNOWLEDGE and optimize_acknowledge:
+    as_auto = ack_mode is AckMode.AUTO_ACKNOWLEDGE or (
+        ack_mode is AckMode.DUPS_OK_ACKNOWLEDGE and not is_topic
+    )
+    if as_auto and optimize_acknowledge:
         limit = threshold(prefetch, OPTIMIZE_ACK_PERCENT)
         return AckBatcher(limit, optimize_acknowledge_timeout, now), None
     if ack_mode is AckMode.DUPS_OK_ACKNOWLEDGE and is_topic:

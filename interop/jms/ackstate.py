@@ -31,6 +31,7 @@ A delivery's life::
               AUTO      : ack before receive returns / after the listener returns
                           (optimizeAcknowledge: batched by an AckBatcher at 65 %)
               DUPS_OK   : queue as AUTO; topic batched at 50 %, rest flushed on close
+                          (a batch is written before the receive that completed it returns)
               CLIENT    : -> consumed until acknowledge() (acks all of consumed)
               INDIVIDUAL: -> consumed until message.acknowledge() (that one only)
               TRANSACTED: -> consumed until commit() (acks, then tx.commit)
@@ -175,6 +176,7 @@ class AckState:
 
     def before_app(self, consumer: AckConsumer, delivery: Delivery) -> None:
         """The application is about to see ``delivery``."""
+        consumer.groups.mark(delivery.message)
         if self.transacted:
             self.tx_work = True
         if self.ack_mode in HOLDING_MODES:
@@ -220,15 +222,18 @@ class AckState:
             return
         for tag, multiple in plan_acks(wanted, self.outstanding):
             self._link.ack(tag, multiple)
-        if self.ack_mode is not AckMode.DUPS_OK_ACKNOWLEDGE:
-            self.unwritten = True
+        # Every mode, DUPS_OK included: ActiveMQ writes each ack it sends (a DUPS_OK or
+        # optimizeAcknowledge batch when its threshold is crossed) on the caller's thread,
+        # so a crash after the call can only redeliver the tail below the threshold.
+        self.unwritten = True
         for tag in wanted:
             self._settled(tag)
 
     def take_unwritten(self) -> bool:
         """True when acks were queued since the last call that the call returning to the
-        application must wait for (`interop.jms.transport.ChannelLink.written`): every mode
-        but DUPS_OK, whose acks are lazy by contract."""
+        application must wait for (`interop.jms.transport.ChannelLink.written`). DUPS_OK
+        and optimizeAcknowledge are lazy in *when* they ack (batches), not in writing an
+        ack they send."""
         unwritten, self.unwritten = self.unwritten, False
         return unwritten
 

@@ -175,13 +175,28 @@ class ChannelLink:
             "queue.delete",
         )
 
-    def exchange_declare(self, exchange: str, exchange_type: str) -> None:
+    def exchange_declare(
+        self, exchange: str, exchange_type: str, arguments: dict[str, Any] | None = None
+    ) -> None:
         """``exchange.declare`` (durable)."""
         self.request(
             lambda done: self.channel.exchange_declare(
-                exchange, exchange_type=exchange_type, durable=True, callback=done
+                exchange,
+                exchange_type=exchange_type,
+                durable=True,
+                arguments=arguments,
+                callback=done,
             ),
             "exchange.declare",
+        )
+
+    def exchange_bind(self, destination: str, source: str, routing_key: str) -> None:
+        """``exchange.bind``."""
+        self.request(
+            lambda done: self.channel.exchange_bind(
+                destination, source, routing_key, callback=done
+            ),
+            "exchange.bind",
         )
 
     def processed(self) -> None:
@@ -271,15 +286,21 @@ class ChannelLink:
 
         The old tag's deliveries stay unacked on the channel and no longer count against the
         new subscription's prefetch: this is how the window grows (see `interop.jms.acks`).
-        Cancel comes first so an exclusive subscription can be taken again.
+        Cancel comes first for an exclusive subscription, so it can be taken again; otherwise
+        last, so the queue never sees the JMS consumer gone (amqpd keeps its message groups
+        with it: ``x-message-group-owner``, interop/jms/groups.py).
         """
+
+        def cancel() -> None:
+            if old_tag in self.channel.consumer_tags:
+                self.channel.basic_cancel(old_tag, callback=lambda _f: None)
+                self._keep_late_deliveries(old_tag)
 
         def run() -> None:
             if self.error is not None or not self.channel.is_open:
                 return
-            if old_tag in self.channel.consumer_tags:
-                self.channel.basic_cancel(old_tag, callback=lambda _f: None)
-                self._keep_late_deliveries(old_tag)
+            if exclusive:
+                cancel()
             self.channel.basic_qos(prefetch_count=prefetch, callback=lambda _f: None)
             self.channel.basic_consume(
                 queue,
@@ -289,6 +310,8 @@ class ChannelLink:
                 arguments=arguments,
                 callback=lambda _f: on_done(),
             )
+            if not exclusive:
+                cancel()
 
         self.transport.post(run)
 

@@ -40,6 +40,7 @@ from interop.jms.acks import AckBatcher, WindowTracker
 from interop.jms.delivery import Delivery
 from interop.jms.destinations import Destination
 from interop.jms.errors import IllegalStateException, JMSException
+from interop.jms.groups import GroupTracker
 from interop.jms.messages import Message
 from interop.jms.ports import ConsumerSession, MessageListener
 from interop.jms.selector import Predicate
@@ -93,6 +94,7 @@ class MessageConsumer:
         self.batcher = batcher
         self.window = window
         self.temporary_queue = temporary_queue
+        self.groups = GroupTracker()  # JMSXGroupFirstForConsumer (interop/jms/groups.py)
         self.subscription_name: str | None = None
         self.single_active_consumer = False
         self.closed = False
@@ -308,6 +310,7 @@ class MessageConsumer:
         redelivers it on the next connection."""
         self._buffer.clear()
         self._redelivery.clear()
+        self.groups.reset()
         if self.batcher is not None:
             self.batcher.take_all()
 

@@ -27,6 +27,7 @@ from interop.jms.channel import ChannelLink
 from interop.jms.completion import ProducerWindow
 from interop.jms.delivery import Delivery, DeliveryOwner
 from interop.jms.destinations import Destination
+from interop.jms.groups import GroupTracker
 from interop.jms.messages import Message
 from interop.jms.options import ConnectionOptions
 from interop.jms.selector import Predicate
@@ -65,6 +66,11 @@ class AckConsumer(DeliveryOwner, Protocol):
     @property
     def batcher(self) -> AckBatcher | None:
         """Its ack batcher (optimizeAcknowledge, DUPS_OK on a topic), or None."""
+        ...
+
+    @property
+    def groups(self) -> GroupTracker:
+        """The message groups it has received (JMSXGroupFirstForConsumer)."""
         ...
 
     @property

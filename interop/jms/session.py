@@ -44,6 +44,7 @@ from interop.jms.errors import (
     JMSException,
     TransactionRolledBackException,
 )
+from interop.jms.groups import CAPABILITY, OWNER_ARGUMENT
 from interop.jms.messages import BytesMessage, MapMessage, Message, TextMessage
 from interop.jms.ports import SessionConnection
 from interop.jms.producer import MessageProducer
@@ -448,6 +449,9 @@ class Session(SessionDispatch):
             arguments = {"x-priority": options.priority}
         if broker_selector is not None:
             arguments = {**(arguments or {}), QUEUE_SELECTOR_ARGUMENT: broker_selector}
+        if not destination.is_topic and self._connection.transport.has_capability(CAPABILITY):
+            # one group owner for every AMQP consumer tag this JMS consumer will use
+            arguments = {**(arguments or {}), OWNER_ARGUMENT: tag}
         consumer = MessageConsumer(
             self,
             destination,

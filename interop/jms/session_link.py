@@ -20,7 +20,7 @@ import logging
 import threading
 from concurrent.futures import Future
 
-from interop.jms import codec
+from interop.jms import codec, scheduled
 from interop.jms.ackstate import AckState
 from interop.jms.channel import ChannelLink, open_channel
 from interop.jms.completion import ProducerWindow
@@ -28,6 +28,7 @@ from interop.jms.constants import AckMode
 from interop.jms.consumer import MessageConsumer
 from interop.jms.destinations import Destination, TemporaryQueue, Topic, is_wildcard
 from interop.jms.errors import IllegalStateException, InvalidDestinationException, JMSException
+from interop.jms.groups import check_send
 from interop.jms.messages import Message
 from interop.jms.options import ConnectionOptions
 from interop.jms.ports import SessionConnection
@@ -247,6 +248,7 @@ class SessionLink:
                 link = self._link
                 if self.transacted:
                     self._acks.tx_work = True
+            check_send(message, destination, link.transport)  # JMSXGroupID needs amqpd
             try:
                 outgoing = self._outgoing(message, destination, time_to_live)
                 if asynchronous:
@@ -283,12 +285,26 @@ class SessionLink:
     def _outgoing(
         self, message: Message, destination: Destination, time_to_live: float
     ) -> codec.Outgoing:
-        """Route (declaring a queue the first time) and encode ``message``."""
-        exchange, routing_key = self._connection.topology.route(destination)
-        return codec.encode(
+        """Route (declaring a queue the first time) and encode ``message``; a scheduled
+        message (AMQ_SCHEDULED_DELAY) goes through a delayed exchange (scheduled.py)."""
+        topology = self._connection.topology
+        delay = scheduled.scheduled_delay(
+            message.properties, self._connection.transport.has_capability(scheduled.CAPABILITY)
+        )
+        if delay is None:
+            exchange, routing_key = topology.route(destination)
+        else:
+            exchange, routing_key = topology.delayed_route(destination)
+        outgoing = codec.encode(
             message,
             exchange,
             routing_key,
             connection_id=self._connection.connection_id if destination.is_topic else None,
             time_to_live=time_to_live,
         )
+        if delay is not None:
+            outgoing.properties.headers = {
+                **(outgoing.properties.headers or {}),
+                scheduled.DELAY_HEADER: delay,
+            }
+        return outgoing

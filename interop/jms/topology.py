@@ -32,7 +32,9 @@ from interop.jms.errors import (
     InvalidDestinationException,
     JMSException,
 )
+from interop.jms.groups import CAPABILITY, QUEUE_ARGUMENT
 from interop.jms.policies import DeadLetterStrategy
+from interop.jms.scheduled import QUEUES_EXCHANGE, TOPICS_EXCHANGE
 from interop.jms.transport import Transport
 
 __all__ = ["Topology"]
@@ -60,6 +62,7 @@ class Topology:
         self._lock = threading.Lock()
         self._link: ChannelLink | None = None
         self._declared: dict[str, dict[str, Any]] = {}
+        self._delayed: set[str] = set()  # delayed exchanges and queues bound to them
 
     def rebind(self, transport: Transport) -> None:
         """Failover: declare on ``transport`` from now on (the cache starts empty, since
@@ -68,6 +71,11 @@ class Topology:
             self._transport = transport
             self._link = None
             self._declared.clear()
+            self._delayed.clear()
+
+    def _message_groups(self) -> bool:
+        """The broker keeps message groups on queues that ask for them (amqpd)."""
+        return self._transport.has_capability(CAPABILITY)
 
     def _admin(self) -> ChannelLink:
         if self._link is None or self._link.error is not None:
@@ -142,6 +150,8 @@ class Topology:
         arguments = self.dead_letter_arguments(name, False, name)
         if single_active_consumer:
             arguments["x-single-active-consumer"] = True
+        if self._message_groups():  # amqpd: JMSXGroupID works on every queue (groups.py)
+            arguments[QUEUE_ARGUMENT] = True
         if self._declared.get(name) == arguments:
             return name
         with self._lock:
@@ -162,6 +172,34 @@ class Topology:
         if isinstance(destination, Queue):
             return "", self.ensure_queue(destination.name, consumer=False)
         raise InvalidDestinationException(f"cannot send to {destination!r}")
+
+    def delayed_route(self, destination: Destination) -> tuple[str, str]:
+        """``(exchange, routing_key)`` to publish a scheduled message (AMQ_SCHEDULED_DELAY)
+        to ``destination`` through the delayed exchanges (interop/jms/scheduled.py),
+        declared and bound the first time."""
+        if isinstance(destination, Topic):
+            if TOPICS_EXCHANGE not in self._delayed:
+                self.ensure_topic_exchange()
+                with self._lock:
+                    link = self._admin()
+                    link.exchange_declare(
+                        TOPICS_EXCHANGE, "x-delayed-message", {"x-delayed-type": "fanout"}
+                    )
+                    link.exchange_bind(self.topic_exchange, TOPICS_EXCHANGE, "")
+                    self._delayed.add(TOPICS_EXCHANGE)
+            return TOPICS_EXCHANGE, destination.name
+        _exchange, queue = self.route(destination)
+        if queue not in self._delayed:
+            with self._lock:
+                link = self._admin()
+                if QUEUES_EXCHANGE not in self._delayed:
+                    link.exchange_declare(
+                        QUEUES_EXCHANGE, "x-delayed-message", {"x-delayed-type": "direct"}
+                    )
+                    self._delayed.add(QUEUES_EXCHANGE)
+                link.queue_bind(queue, QUEUES_EXCHANGE, queue)
+                self._delayed.add(queue)
+        return QUEUES_EXCHANGE, queue
 
     def subscriber_queue(self, topic: Topic) -> str:
         """A new exclusive queue bound to ``topic`` (non-durable subscriber)."""

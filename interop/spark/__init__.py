@@ -1,4 +1,5 @@
-"""PySpark connector: publish DataFrames to an AMQP 0-9-1 broker with publisher confirms.
+"""PySpark connector: publish DataFrames to an AMQP 0-9-1 broker with publisher confirms
+(``amqp``), and read streams (``x-queue-type: stream``) back into Spark (``amqp-stream``).
 
 Usage::
 
@@ -33,9 +34,11 @@ from interop.spark.preflight import wait_for_broker
 if TYPE_CHECKING:
     from interop.spark.datasource import AmqpDataSource
     from interop.spark.session import activate_session
+    from interop.spark.stream_source import AmqpStreamDataSource
 
 __all__ = [
     "AmqpDataSource",
+    "AmqpStreamDataSource",
     "BrokerNacked",
     "ChannelClosed",
     "ConfigError",
@@ -55,6 +58,10 @@ def __getattr__(name: str) -> Any:
         from interop.spark.datasource import AmqpDataSource
 
         return AmqpDataSource
+    if name == "AmqpStreamDataSource":
+        from interop.spark.stream_source import AmqpStreamDataSource
+
+        return AmqpStreamDataSource
     if name == "activate_session":
         from interop.spark.session import activate_session
 

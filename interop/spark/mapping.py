@@ -8,6 +8,7 @@ lists of ``Row`` for arrays of structs. A null property column leaves the proper
 
 from __future__ import annotations
 
+import hashlib
 import math
 import struct
 import uuid
@@ -24,7 +25,7 @@ from interop.spark.errors import RowError
 from interop.spark.message import OutgoingMessage
 from interop.spark.options import SinkOptions
 
-__all__ = ["MessageBuilder"]
+__all__ = ["MessageBuilder", "content_id"]
 
 
 class MessageBuilder:
@@ -88,6 +89,8 @@ class MessageBuilder:
         except RowError as exc:
             raise RowError(f"row {index}: {exc}") from None
         message_id = self._id(row, index)
+        if message_id is None and self._options.message_id_mode == "hash":
+            message_id = content_id(exchange, routing_key, body)
         if message_id is not None:
             props["message_id"] = message_id
         return OutgoingMessage(
@@ -113,6 +116,21 @@ class MessageBuilder:
         if self._options.message_id_mode == "uuid":
             return str(uuid.uuid4())
         return None
+
+
+def content_id(exchange: str, routing_key: str, body: bytes) -> str:
+    """The ``hash`` message id: derived from the message alone, so a re-run of the same job
+    (or any other writer of the same data) produces the same id.
+
+    SHA-256 over the length-prefixed exchange, routing key and body; 32 hex digits (128 bits)
+    after ``sha256:``. Two rows with the same exchange, routing key and body get the same id,
+    so a deduplicating queue keeps only the first of them.
+    """
+    digest = hashlib.sha256()
+    for part in (exchange.encode(), routing_key.encode(), body):
+        digest.update(len(part).to_bytes(8, "big"))
+        digest.update(part)
+    return "sha256:" + digest.hexdigest()[:32]
 
 
 def _index(plan: ColumnPlan, role: str) -> int | None:

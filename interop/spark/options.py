@@ -17,10 +17,10 @@ import pika
 
 from interop.spark.errors import ConfigError, redact_url, scrub
 
-__all__ = ["MessageIdMode", "SinkOptions", "parse_options"]
+__all__ = ["MessageIdMode", "OptionParser", "SinkOptions", "parse_options"]
 
-MessageIdMode = Literal["column", "deterministic", "uuid"]
-MESSAGE_ID_MODES: tuple[MessageIdMode, ...] = ("column", "deterministic", "uuid")
+MessageIdMode = Literal["column", "deterministic", "hash", "uuid"]
+MESSAGE_ID_MODES: tuple[MessageIdMode, ...] = ("column", "deterministic", "hash", "uuid")
 
 # Canonical spelling of every option, keyed by its lower-cased form.
 OPTION_NAMES = {
@@ -64,7 +64,7 @@ class SinkOptions:
             (from the loss until a confirm arrives on a new connection); 0 fails at once.
         connection_idle_timeout_ms: How long a connection stays open in the Python worker
             for the next task after it fell idle; 0 closes it at the end of each task.
-        message_id_mode: ``column``, ``deterministic`` or ``uuid``.
+        message_id_mode: ``column``, ``deterministic``, ``hash`` or ``uuid``.
         check_exchange: Passive-declare ``exchange`` in ``writer()`` to fail fast on a 404.
         ignore_unknown_columns: Skip unknown columns instead of rejecting them.
         connection_name: ``connection_name`` client property prefix (default
@@ -118,7 +118,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sin
         if key in OPTION_NAMES or (streaming and key in STREAMING_PASSTHROUGH):
             continue
         problems.append(_unknown(key))
-    parser = _Parser(lowered, problems)
+    parser = OptionParser(lowered, problems)
     url = parser.url()
     parsed = SinkOptions(
         url=url,
@@ -148,8 +148,9 @@ def _unknown(key: str) -> str:
     return f"unknown option {key!r}{hint}; known options: {known}"
 
 
-class _Parser:
-    """Reads typed values from the lower-cased options, collecting problems."""
+class OptionParser:
+    """Reads typed values from the lower-cased options, collecting problems (shared by the
+    ``amqp`` sink and the ``amqp-stream`` source)."""
 
     def __init__(self, options: dict[str, str], problems: list[str]) -> None:
         self._options = options

@@ -28,6 +28,10 @@ _READ_BODIES = (
     "SELECT seq, body FROM messages WHERE queue_id ="
     " (SELECT id FROM queues WHERE vhost = $1 AND name = $2) AND seq > $3 ORDER BY seq LIMIT $4"
 )
+_READ_MESSAGES = (
+    "SELECT seq, exchange, routing_key, header, body FROM messages WHERE queue_id ="
+    " (SELECT id FROM queues WHERE vhost = $1 AND name = $2) AND seq > $3 ORDER BY seq LIMIT $4"
+)
 _TIMEOUT = 5.0  # the event loop waits this long at most (a page takes milliseconds)
 
 
@@ -59,17 +63,35 @@ class PgBodyReader:
         Raises:
             StoreError: The query failed (the connection is re-opened on the next call).
         """
+        rows = self._fetch(_READ_BODIES, queue, after_seq, limit)
+        return [(row[0], row[1]) for row in rows]
+
+    def read_messages(
+        self, queue: QueueKey, after_seq: int, limit: int
+    ) -> list[tuple[int, str, str, bytes, bytes]]:
+        """``(seq, exchange, routing_key, header, body)`` of up to ``limit`` committed
+        messages with ``seq > after_seq``.
+
+        Raises:
+            StoreError: The query failed (the connection is re-opened on the next call).
+        """
+        rows = self._fetch(_READ_MESSAGES, queue, after_seq, limit)
+        return [(row[0], row[1], row[2], row[3], row[4]) for row in rows]
+
+    def _fetch(self, sql: str, queue: QueueKey, after_seq: int, limit: int) -> list[Any]:
         try:
             if self._conn is None or self._conn.is_closed():
                 self._conn = None
                 self._conn = self._call(election.connect(self._url, timeout=5))
-            rows = self._call(self._conn.fetch(_READ_BODIES, queue[0], queue[1], after_seq, limit))
+            rows: list[Any] = self._call(
+                self._conn.fetch(sql, queue[0], queue[1], after_seq, limit)
+            )
         except StoreError:
             raise
         except Exception as exc:  # the driver's errors, a timeout: the next call reconnects
             self._drop()
             raise StoreError(f"cannot read message bodies of {queue}: {exc}") from exc
-        return [(row[0], row[1]) for row in rows]
+        return rows
 
     def _drop(self) -> None:
         conn, self._conn = self._conn, None

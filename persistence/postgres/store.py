@@ -114,14 +114,16 @@ def _pg(sql: str) -> str:
 
 _MESSAGES = (
     "SELECT queue_id, seq, exchange, routing_key, header, body, NULL::integer, redelivered,"
-    " delivery_count, expires_at FROM messages ORDER BY queue_id, seq"
+    " delivery_count, expires_at FROM messages WHERE queue_id <> ALL($1::bigint[])"
+    " ORDER BY queue_id, seq"
 )
 _MESSAGES_WINDOWED = (
     "SELECT queue_id, seq, exchange, routing_key, header,"
-    " CASE WHEN row_number() OVER (PARTITION BY queue_id ORDER BY seq) <= $1 THEN body END,"
+    " CASE WHEN row_number() OVER (PARTITION BY queue_id ORDER BY seq) <= $2 THEN body END,"
     " octet_length(body), redelivered, delivery_count, expires_at"
-    " FROM messages ORDER BY queue_id, seq"
+    " FROM messages WHERE queue_id <> ALL($1::bigint[]) ORDER BY queue_id, seq"
 )
+_KEYS = "SELECT seq FROM messages WHERE queue_id = $1 ORDER BY seq"
 _PREFETCH = 8192
 _LOAD_ERRORS: tuple[type[BaseException], ...] = (*election.CONNECTION_ERRORS, ValueError)
 _DEDUP_LIMIT = 65536
@@ -255,7 +257,9 @@ class PgStore:
             except election.CONNECTION_ERRORS as exc:
                 raise StoreError(f"{what} to {self.description}: {exc}") from exc
 
-    async def load(self, body_window: int | None = None, messages: bool = True) -> RecoveredState:
+    async def load(
+        self, body_window: int | None = None, messages: bool = True, keys_only: str = ""
+    ) -> RecoveredState:
         """Read everything back from one snapshot (see ``persistence.store.Store.load``).
 
         Raises:
@@ -267,12 +271,12 @@ class PgStore:
             async with self._turn:
                 conn = self._conn
                 async with conn.transaction(isolation="repeatable_read", readonly=True):
-                    return await self._load(conn, body_window, messages)
+                    return await self._load(conn, body_window, messages, keys_only)
         except _LOAD_ERRORS as exc:
             raise StoreError(f"cannot load {self.description}: {exc}") from exc
 
     async def _load(
-        self, conn: Any, body_window: int | None, load_messages: bool
+        self, conn: Any, body_window: int | None, load_messages: bool, keys_only: str
     ) -> RecoveredState:
         exchanges = [
             ExchangeDef(r[0], r[1], r[2], r[3], r[4], fieldcodec.decode(r[5]))
@@ -297,10 +301,14 @@ class PgStore:
         messages: dict[QueueKey, list[tuple[int, MessageRecord]]] = {}
         if not load_messages:
             return RecoveredState(exchanges, queues, bindings, messages)
+        key_ids = [r[0] for r in queue_rows if keys_only and r[2].startswith(keys_only)]
+        message_keys: dict[QueueKey, list[int]] = {}
+        for queue_id in key_ids:
+            message_keys[keys[queue_id]] = [r[0] for r in await conn.fetch(_KEYS, queue_id)]
         if body_window is None:
-            cursor = conn.cursor(_MESSAGES, prefetch=_PREFETCH)
+            cursor = conn.cursor(_MESSAGES, key_ids, prefetch=_PREFETCH)
         else:
-            cursor = conn.cursor(_MESSAGES_WINDOWED, body_window, prefetch=_PREFETCH)
+            cursor = conn.cursor(_MESSAGES_WINDOWED, key_ids, body_window, prefetch=_PREFETCH)
         gc_was_enabled = gc.isenabled()
         gc.disable()  # long-lived records: collecting while building them is wasted
         try:
@@ -337,7 +345,7 @@ class PgStore:
             key = keys.get(qid)
             if key is not None:
                 dedup_ids.setdefault(key, []).append((pos, bytes(dedup_id)))
-        return RecoveredState(exchanges, queues, bindings, messages, dedup_ids)
+        return RecoveredState(exchanges, queues, bindings, messages, dedup_ids, message_keys)
 
     async def load_access(self) -> access.AccessState:
         """Read the users, vhosts and permissions (one snapshot).

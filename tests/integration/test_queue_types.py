@@ -129,8 +129,9 @@ def test_quorum_queues_must_be_durable_and_refuse_classic_only_arguments(
         ({**quorum, "x-queue-mode": "lazy"}, {"durable": True},
          "invalid arg 'x-queue-mode' for queue 'qq' in vhost '/' of queue type "
          "rabbit_quorum_queue"),
-        ({"x-queue-type": "stream"}, {"durable": True}, "invalid arg 'x-queue-type' for queue "
-         "'qq' in vhost '/': stream queues are not supported by amqpd (use classic or quorum)"),
+        ({"x-queue-type": "stream", "x-max-length": 5}, {"durable": True},
+         "invalid arg 'x-max-length' for queue 'qq' in vhost '/' of queue type "
+         "rabbit_stream_queue"),
     ]  # fmt: skip
     for arguments, flags, expected in cases:
         assert _declare_fails(conn, "qq", arguments, **flags) == expected

@@ -675,3 +675,38 @@ def test_streaming_restart_after_a_failed_batch_leaves_each_row_once_in_a_dedup_
     messages = broker.drain("stream-once")
     values = sorted(json.loads(body)["n"] for _, body in messages)
     assert values == list(range(4000))  # 0 duplicates, 0 missing
+
+
+def test_batch_rerun_with_hash_ids_adds_nothing_to_a_dedup_queue(
+    spark: SparkSession, broker: Broker
+) -> None:
+    """A batch job run a second time (as after its driver died) with ``messageIdMode=hash``:
+    the ids come from the data, not from the Spark execution, so the re-run's messages are
+    duplicates the queue drops; ``deterministic`` ids would differ (new execution id)."""
+    ch = broker.channel()
+    ch.queue_declare("rerun-once", durable=True, arguments=DEDUP_ARGS)
+    ch.connection.close()
+    n = 5000
+
+    def job(mode: str) -> None:
+        (
+            _numbered(spark, n)
+            .drop("message_id")
+            .write.format("amqp")
+            .option("url", broker.url)
+            .option("routingKey", "rerun-once")
+            .option("messageIdMode", mode)
+            .mode("append")
+            .save()
+        )
+
+    job("hash")
+    job("hash")  # the re-run
+    assert broker.count("rerun-once") == n
+    job("deterministic")  # ids from the execution: the same rows again, as new messages
+    messages = broker.drain("rerun-once")
+    assert len(messages) == 2 * n
+    hashed = [props.message_id for props, _ in messages[:n]]
+    assert all(i.startswith("sha256:") for i in hashed) and len(set(hashed)) == n
+    values = sorted(json.loads(body)["id"] for _, body in messages[:n])
+    assert values == list(range(n))

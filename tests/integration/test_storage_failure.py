@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pika
@@ -38,42 +40,61 @@ def _inject(server: Server) -> FailingStore:
     return faulty
 
 
+def _until(conn: pika.BlockingConnection, done: Callable[[], bool], seconds: float = 15) -> None:
+    """Run ``conn``'s callbacks until ``done()`` (the broker probes a failing store and
+    measures free space once a second)."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert time.monotonic() < deadline, "timed out"
+        conn.process_data_events(time_limit=0.05)
+
+
 def test_storage_failure_nacks_blocks_and_recovers(tmp_path: Path) -> None:
     with running_server(data_dir=tmp_path) as server:
         faulty = _inject(server)
-        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))
+        params = pika.ConnectionParameters("127.0.0.1", server.port)
+        watcher = pika.BlockingConnection(params)
+        sub = watcher.channel()
+        for queue in ("durable", "watched"):  # durable: checked after a restart
+            sub.queue_declare(queue, durable=True)
+            sub.queue_bind(queue, "amq.fanout")
+
+        conn = pika.BlockingConnection(params)
         blocked: list[str] = []
         conn.add_on_connection_blocked_callback(
             lambda _c, frame: blocked.append(frame.method.reason)
         )
         conn.add_on_connection_unblocked_callback(lambda _c, _frame: blocked.append("unblocked"))
         ch = conn.channel()
-        ch.queue_declare("durable", durable=True)
         ch.confirm_delivery()
-        ch.basic_publish("", "durable", b"before", PERSISTENT)
+        ch.basic_publish("amq.fanout", "", b"before", PERSISTENT)  # acked: all written
 
         faulty.failing = True
-        with pytest.raises(pika.exceptions.NackError):
-            ch.basic_publish("", "durable", b"during", PERSISTENT)
-        conn.process_data_events(time_limit=0)  # pika runs blocked callbacks here
-        assert blocked and "storage failure" in blocked[0]
-
-        tx = conn.channel()
+        tx_conn = pika.BlockingConnection(params)
+        tx = tx_conn.channel()
         tx.tx_select()
-        tx.basic_publish("", "durable", b"tx-during", PERSISTENT)
+        tx.basic_publish("amq.fanout", "", b"tx-during", PERSISTENT)
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
-            tx.tx_commit()
+            tx.tx_commit()  # the first failed batch: the disk alarm goes on
         assert info.value.reply_code == 541 and "storage" in info.value.reply_text
+        tx_conn.close()  # it published nothing since: not blocked
 
-        # transient messages to transient queues are not affected
-        ch.queue_declare("transient")
-        ch.basic_publish("", "transient", b"fine")
+        with pytest.raises(pika.exceptions.NackError):
+            ch.basic_publish("amq.fanout", "", b"during", PERSISTENT)
+        conn.process_data_events(time_limit=0)  # pika runs blocked callbacks here
+        assert blocked == ["low on disk"]  # RabbitMQ's disk alarm reason, sent once
 
-        faulty.failing = False
-        ch.basic_publish("", "durable", b"after", PERSISTENT)
-        conn.process_data_events(time_limit=0)
-        assert blocked[-1] == "unblocked"
+        consumed: list[bytes] = []
+        sub.basic_consume("watched", lambda _ch, _m, _p, body: consumed.append(body), True)
+        faulty.failing = False  # the broker's probe (an empty batch) commits: unblocked
+        _until(conn, lambda: blocked[-1] == "unblocked")
+        ch.basic_publish("amq.fanout", "", b"after", PERSISTENT)
+        _until(watcher, lambda: len(consumed) >= 2)
+        watcher.process_data_events(time_limit=0.2)  # nothing else arrives
+        assert consumed == [b"before", b"after"]  # a nacked message is never delivered
+        assert blocked == ["low on disk", "unblocked"]
         conn.close()
+        watcher.close()
     with running_server(data_dir=tmp_path) as server:
         conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))
         ch = conn.channel()
@@ -81,5 +102,4 @@ def test_storage_failure_nacks_blocks_and_recovers(tmp_path: Path) -> None:
         while (message := ch.basic_get("durable", auto_ack=True))[0] is not None:
             bodies.append(message[2])
         conn.close()
-    assert b"before" in bodies and b"after" in bodies  # everything confirmed is there
-    assert b"during" not in bodies and b"tx-during" not in bodies  # nacked / failed: not kept
+    assert bodies == [b"before", b"after"]  # everything confirmed, nothing nacked

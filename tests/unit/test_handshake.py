@@ -21,12 +21,15 @@ def start_of(broker: Broker) -> commands.Connection.Start:
 
 def test_capabilities_are_rabbitmqs_including_consumer_priorities() -> None:
     """rabbitpy refuses ``priority=`` consumers unless consumer_priorities is announced.
-    Besides RabbitMQ's, amqpd announces its two extensions the JMS client looks for (broker-
-    side selectors and browsing); clients ignore capabilities they do not know."""
+    Besides RabbitMQ's, amqpd announces the extensions the JMS client looks for (broker-side
+    selectors, browsing, message groups, delayed messages); clients ignore capabilities they
+    do not know."""
     properties = start_of(Broker()).server_properties
     assert properties["capabilities"] == {
         "consumer_selectors": True,
         "queue_browsing": True,
+        "message_groups": True,
+        "delayed_messages": True,
         "publisher_confirms": True,
         "exchange_exchange_bindings": True,
         "basic.nack": True,

@@ -116,6 +116,11 @@ def test_which_consumers_batch_and_which_track_the_window() -> None:
     dups, _ = helpers(AckMode.DUPS_OK_ACKNOWLEDGE, is_topic=True)
     assert isinstance(dups, AckBatcher) and (dups.limit, dups.timeout) == (5, 0.0)
     assert helpers(AckMode.DUPS_OK_ACKNOWLEDGE, is_topic=False) == (None, None)
+    # DUPS_OK on a queue is AUTO: optimizeAcknowledge batches it at 65 % too (ActiveMQ)
+    queue_dups, _ = helpers(AckMode.DUPS_OK_ACKNOWLEDGE, optimize_acknowledge=True)
+    assert isinstance(queue_dups, AckBatcher) and queue_dups.limit == 7
+    topic_dups, _ = helpers(AckMode.DUPS_OK_ACKNOWLEDGE, is_topic=True, optimize_acknowledge=True)
+    assert isinstance(topic_dups, AckBatcher) and topic_dups.limit == 5
     for mode in (
         AckMode.CLIENT_ACKNOWLEDGE,
         AckMode.INDIVIDUAL_ACKNOWLEDGE,

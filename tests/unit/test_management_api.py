@@ -324,8 +324,23 @@ def test_definitions_export_and_import() -> None:
     }
     assert api.post("/api/definitions/%2F", json=scoped).status_code == 204
     assert "scoped" in api.broker.default_vhost.queues
+    policy = {"pattern": "^x", "definition": {"max-length": 3}, "apply-to": "queues"}
+    with_policies = {
+        "policies": [{"name": "p1", **policy}],
+        "parameters": [
+            {"component": "operator_policy", "name": "op1", "value": policy},
+            {"component": "vhost-limits", "name": "limits", "value": {"max-queues": 50}},
+        ],
+    }
+    assert api.post("/api/definitions/%2F", json=with_policies).status_code == 204
     per_vhost = api.get("/api/definitions/%2F").json()
     assert "users" not in per_vhost and all("vhost" not in q for q in per_vhost["queues"])
+    assert [p["name"] for p in per_vhost["policies"]] == ["p1"]
+    assert {(p["component"], p["name"]) for p in per_vhost["parameters"]} == {
+        ("operator_policy", "op1"),
+        ("vhost-limits", "limits"),
+    }
+    assert all("vhost" not in p for p in per_vhost["parameters"] + per_vhost["policies"])
     assert api.post("/api/definitions", content=b"{bad").json() == {
         "error": "bad_request",
         "reason": "failed_to_parse_json",
@@ -483,12 +498,29 @@ def test_vhost_limits_max_connections() -> None:
     assert api.put("/api/vhost-limits/v2/max-connections", json={}).json()["reason"] == (
         "[{key_missing,value}]"
     )
-    assert api.put("/api/vhost-limits/v2/max-queues", json={"value": 1}).status_code == 400
+    assert api.put("/api/vhost-limits/v2/max-streams", json={"value": 1}).status_code == 400
     assert api.put("/api/vhost-limits/nope/max-connections", json={"value": 1}).json() == (
         NOT_FOUND
     )
     assert api.delete("/api/vhost-limits/v2/max-connections").status_code == 204
     assert api.get("/api/vhost-limits/v2").json() == []
+
+
+def test_vhost_limits_max_queues_as_rabbitmq() -> None:
+    api = Api()
+    api.put("/api/vhosts/v2")
+    api.put("/api/permissions/v2/guest", json={"configure": ".*", "write": ".*", "read": ".*"})
+    assert api.put("/api/vhost-limits/v2/max-queues", json={"value": 1}).status_code == 204
+    assert api.get("/api/vhost-limits/v2").json() == [{"vhost": "v2", "value": {"max-queues": 1}}]
+    assert api.put("/api/queues/v2/a1", json={}).status_code == 201
+    assert api.put("/api/queues/v2/a1", json={}).status_code == 204  # existing: fine
+    refused = api.put("/api/queues/v2/a2", json={})
+    assert refused.status_code == 400  # RabbitMQ 3.10.8's text, side by side
+    assert refused.json()["reason"] == (
+        "cannot declare queue 'a2': queue limit in vhost 'v2' (1) is reached"
+    )
+    assert api.delete("/api/vhost-limits/v2/max-queues").status_code == 204
+    assert api.put("/api/queues/v2/a2", json={}).status_code == 201
 
 
 def test_more_health_checks_and_users_without_permissions() -> None:

@@ -11,9 +11,12 @@ from pamqp import commands
 from prometheus_client.parser import text_string_to_metric_families
 
 from amqpd.model.broker import Broker, BrokerConfig
-from amqpd.model.statistics import NodeSample
+from amqpd.model.statistics import NodeSample, StoreIO
 from amqpd.shell import metrics
+from amqpd.shell.store_io import CountingBodyReader, CountingStore
 from amqpd.wire.codec import PROTOCOL_HEADER
+from persistence.journal import Journal
+from persistence.records import Batch, OpKind
 from tests.unit.engine_driver import Client
 from tests.unit.protocol_support import (
     advance,
@@ -177,13 +180,17 @@ def test_node_figures_alarms_and_identity() -> None:
     assert found["rabbitmq_alarms_memory_used_watermark"][0] == "unknown"
     assert _value(found, "rabbitmq_alarms_memory_used_watermark") == 0
     assert _value(found, "rabbitmq_alarms_free_disk_space_watermark") == 0
-    [(labels, one)] = found["rabbitmq_identity_info"][2].items()
-    assert one == 1 and dict(labels) == {
+    broker.access.state.global_parameters["cluster_name"] = "prod"
+    broker.access.state.global_parameters["internal_cluster_id"] = "rabbitmq-cluster-id-x"
+    [(labels, one)] = _scrape(host)["rabbitmq_identity_info"][2].items()
+    assert one == 1 and dict(labels) == {  # RabbitMQ 3.10.8's labels
         "rabbitmq_node": "amqpd@test",
-        "rabbitmq_cluster": "amqpd@test",
+        "rabbitmq_cluster": "prod",
+        "rabbitmq_cluster_permanent_id": "rabbitmq-cluster-id-x",
     }
     [(labels, one)] = found["rabbitmq_build_info"][2].items()
     assert dict(labels)["product_name"] == "amqpd"
+    assert dict(labels)["rabbitmq_version"] == "3.10.8"
     assert "process_cpu_seconds_total" in found  # the process collector stands in for Erlang's
     broker.alarms.memory_limit = 1000
     broker.memory_used(2000)
@@ -367,3 +374,55 @@ def test_a_scrape_is_gzipped_when_asked() -> None:
     response = _get(_Host(broker), "/metrics", {"Accept-Encoding": "gzip"})
     assert response.headers["content-encoding"] == "gzip"
     assert "rabbitmq_queues" in response.text
+
+
+def test_persistent_paged_out_and_store_families() -> None:
+    broker = Broker(BrokerConfig(), Journal())
+    client = connect(broker)
+    declare(client, 1, "durable", durable=True)
+    for _ in range(3):
+        client.send(1, *publish_frames("durable", b"12345", delivery_mode=2))
+    client.send(1, *publish_frames("durable", b"transient"))
+    client.received()
+    queue = broker.vhosts["/"].queues["durable"]
+    paged = next(iter(queue.ready)).message
+    paged.body = None  # as Queue.page_out leaves a body in the store only
+    queue.residency.dropped(paged)
+    io = broker.statistics.store_io
+    io.write_ops, io.write_bytes, io.messages_written, io.read_ops = 2, 300, 3, 1
+    found = _scrape(_Host(broker))
+    assert _value(found, "rabbitmq_queue_messages_persistent") == 3
+    assert _value(found, "rabbitmq_queue_messages_persistent_bytes") == 15
+    assert _value(found, "rabbitmq_queue_messages_paged_out") == 1
+    assert _value(found, "rabbitmq_queue_messages_paged_out_bytes") == 5
+    assert found["rabbitmq_queue_messages_persistent"][1] == "Persistent messages"
+    assert _value(found, "rabbitmq_io_write_ops_total") == 2
+    assert _value(found, "rabbitmq_io_write_bytes_total") == 300
+    assert _value(found, "rabbitmq_msg_store_write_total") == 3
+    assert _value(found, "rabbitmq_io_read_ops_total") == 1
+    assert found["rabbitmq_io_sync_ops_total"][0] == "counter"
+
+
+def test_the_store_counters_count_transactions_and_pages() -> None:
+    io = StoreIO()
+
+    class _Store:
+        async def apply(self, batch: Batch) -> None:
+            return None
+
+    class _Reader:
+        def read_bodies(self, queue: Any, after_seq: int, limit: int) -> list[tuple[int, bytes]]:
+            return [(1, b"abc"), (2, b"de")]
+
+        def close(self) -> None:
+            return None
+
+    row = ("/", "q", 1, "", "q", b"hh", b"body", False, 0, None)
+    batch = Batch(
+        1, [(OpKind.INSERT_MESSAGE, [row, row]), (OpKind.DELETE_MESSAGE, [("/", "q", 0)])]
+    )
+    anyio.run(CountingStore(_Store(), io).apply, batch)  # type: ignore[arg-type]
+    assert (io.write_ops, io.sync_ops, io.messages_written, io.write_bytes) == (1, 1, 2, 12)
+    reader = CountingBodyReader(_Reader(), io)
+    assert reader.read_bodies(("/", "q"), 0, 10) == [(1, b"abc"), (2, b"de")]
+    assert (io.read_ops, io.messages_read, io.read_bytes) == (1, 2, 5)

@@ -63,12 +63,12 @@ class Harness:
         self.changed = anyio.Event()
         self.committer = GroupCommitter(store, self.journal, self.on_committed, self.on_failed)
 
-    def on_committed(self, batch_id: int) -> None:
-        self.committed.append(batch_id)
+    def on_committed(self, batch: Batch) -> None:
+        self.committed.append(batch.id)
         self.changed.set()
 
-    def on_failed(self, batch_id: int, exc: StoreError) -> None:
-        self.failed.append((batch_id, exc))
+    def on_failed(self, batch: Batch, exc: StoreError) -> None:
+        self.failed.append((batch.id, exc))
         self.changed.set()
 
     def all_committed(self) -> bool:
@@ -269,5 +269,41 @@ def test_with_the_real_store() -> None:
         assert [seq for seq, _ in state.messages[Q]] == expected
         assert h.journal.stats.batches < 200
         assert h.journal.stats.saved_writes > 0
+
+    run(main)
+
+
+def test_before_apply_runs_before_each_batch_and_its_store_error_fails_it() -> None:
+    """The streams' fsync (amqpd/shell/streams.py) runs before each batch is written; when
+    it fails, the batch fails (its confirms are nacked) and the next one is tried again."""
+
+    async def main() -> None:
+        store = FakeStore()
+        journal = Journal()
+        events: list[str] = []
+        failing = [True]
+
+        async def before_apply() -> None:
+            events.append(f"sync {len(store.batches)}")
+            if failing[0]:
+                failing[0] = False
+                raise StoreError("disk full")
+
+        committed: list[int] = []
+        failed: list[int] = []
+        committer = GroupCommitter(
+            store,
+            journal,
+            lambda batch: committed.append(batch.id),
+            lambda batch, _exc: failed.append(batch.id),
+            before_apply=before_apply,
+        )
+        first = journal.barrier()
+        await committer.drain()
+        second = journal.barrier()
+        await committer.drain()
+        assert (failed, committed) == ([first], [second])
+        assert events == ["sync 0", "sync 0"]  # each time before the batch is written
+        assert len(store.batches) == 1
 
     run(main)

@@ -693,6 +693,57 @@ def test_windowed_load_keeps_only_head_bodies_and_body_reader_pages_them(backend
     run(main)
 
 
+def test_reader_pages_whole_messages_by_large_keys(backend: Backend) -> None:
+    """Delayed exchanges (amqpd/model/delayed.py) key rows by due time << 20: 64-bit
+    sequence numbers, read back whole (exchange, routing key, header, body) in key order."""
+
+    async def main() -> None:
+        async with await backend.open() as store:
+            j = with_queue("q")
+            keys = [(1_900_000_000_000 + n) << 20 | n for n in (3, 1, 2)]
+            for n, key in enumerate(keys):
+                j.insert_message(Q, key, rec(n, body=b"body-%d" % n))
+            await commit(store, j)
+            reader = store.body_reader()
+            try:
+                page = reader.read_messages(Q, min(keys) - 1, 2)
+                assert [row[0] for row in page] == sorted(keys)[:2]
+                first = keys.index(page[0][0])
+                assert page[0][1:] == (
+                    "amq.direct",
+                    f"key.{first}",
+                    rec(first).header,
+                    b"body-%d" % first,
+                )
+                assert reader.read_messages(Q, max(keys), 5) == []
+            finally:
+                reader.close()
+
+    run(main)
+
+
+def test_keys_only_queues_come_back_as_keys(backend: Backend) -> None:
+    """``load(keys_only=prefix)``: those queues' seqs only (amqpd's delayed exchanges read
+    their messages back a page at a time), the other queues as always."""
+
+    async def main() -> None:
+        async with await backend.open() as store:
+            j = with_queue("q", "amq.delayed-x")
+            keyed = ("/", "amq.delayed-x")
+            for seq in (5, 1, 3):
+                j.insert_message(keyed, seq, rec(seq))
+                j.insert_message(Q, seq, rec(seq))
+            await commit(store, j)
+            state = await store.load(body_window=2, keys_only="amq.delayed-")
+            assert state.message_keys == {keyed: [1, 3, 5]}
+            assert list(state.messages) == [Q]
+            assert [seq for seq, _r in state.messages[Q]] == [1, 3, 5]
+            plain = await store.load(body_window=2)
+            assert plain.message_keys == {} and set(plain.messages) == {Q, keyed}
+
+    run(main)
+
+
 def test_access_tables_round_trip(backend: Backend) -> None:
     from persistence.access import AccessState, Permission, PolicyRecord, User, VhostInfo
 
@@ -701,13 +752,14 @@ def test_access_tables_round_trip(backend: Backend) -> None:
             "guest": User("guest", "hash-g", tags=("administrator",)),
             "svc": User("svc", "", "rabbit_password_hashing_sha512", ("monitoring", "policymaker")),
         },
-        vhosts={"/": VhostInfo("/"), "v": VhostInfo("v", "a vhost", ("t1",), 10)},
+        vhosts={"/": VhostInfo("/"), "v": VhostInfo("v", "a vhost", ("t1",), 10, 7)},
         permissions={("svc", "v"): Permission("^$", "x.*", ".*")},
         policies={("v", "ttl"): PolicyRecord("v", "ttl", "^q", "queues", 5, {"message-ttl": 60})},
         operator_policies={
             ("/", "cap"): PolicyRecord("/", "cap", ".*", "all", 0, {"max-length": 9})
         },
         global_parameters={"cluster_name": "amqpd", "limits": {"a": [1, 2]}},
+        user_limits={"svc": {"max-connections": 3, "max-channels": -1}},
     )
 
     async def main() -> None:

@@ -70,7 +70,33 @@ def publish(client: Client, queue: str, count: int) -> None:
         ({"dead-letter-exchange": 5}, "5 is not a valid dead letter exchange name"),
         ({"alternate-exchange": None}, "null is not a valid alternate exchange name"),
         ({"foo": "bar"}, '[{<<"foo">>,<<"bar">>}] are not recognised policy settings'),
-        ({"ha-mode": "all"}, '[{<<"ha-mode">>,<<"all">>}] are not recognised policy settings'),
+        # classic mirroring: checked with RabbitMQ 3.10.8's texts (then ignored)
+        ({"ha-mode": "bogus"}, '<<"bogus">> is not a valid ha-mode value'),
+        ({"ha-mode": "exactly"}, 'ha-mode="exactly" takes an integer, none given'),
+        (
+            {"ha-mode": "exactly", "ha-params": "a"},
+            'ha-mode="exactly" takes an integer, <<"a">> given',
+        ),
+        ({"ha-mode": "all", "ha-params": "a"}, 'ha-mode="all" does not take parameters'),
+        ({"ha-mode": "nodes", "ha-params": "a"}, 'ha-mode="nodes" takes a list, <<"a">> given'),
+        (
+            {"ha-params": 2},
+            "ha-mode must be specified to specify ha-params, ha-sync-mode or "
+            "ha-promote-on-shutdown",
+        ),
+        (
+            {"ha-mode": "all", "ha-sync-mode": "x"},
+            'ha-sync-mode must be "manual" or "automatic", got <<"x">>',
+        ),
+        (
+            {"ha-mode": "all", "ha-promote-on-failure": "x"},
+            'ha-promote-on-failure must be "always" or "when-synced", got <<"x">>',
+        ),
+        (
+            {"ha-mode": "all", "ha-sync-batch-size": 0},
+            "ha-sync-batch-size takes an integer greater than 0, 0 given",
+        ),
+        ({"queue-master-locator": "x"}, '<<"x">> invalid queue-master-locator value'),
         ({}, "no policy provided"),
     ],
 )
@@ -78,6 +104,29 @@ def test_refused_definitions_carry_rabbitmq_text(definition: dict[str, Any], tex
     with pytest.raises(PolicyError) as info:
         validate("/", "p", ".*", definition)
     assert str(info.value) == f"Validation failed\n\n{text}\n"
+
+
+def test_mirroring_keys_are_kept_and_ignored_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    definition = {
+        "ha-mode": "exactly",
+        "ha-params": 2,
+        "ha-sync-mode": "automatic",
+        "ha-promote-on-shutdown": "always",
+        "ha-promote-on-failure": "always",
+        "message-ttl": 60000,
+    }
+    broker = Broker()
+    broker.vhosts["/"].declare_queue("ha.q", False, True, False, False, {}, None)
+    set_policy(broker, "/", "ha", {"pattern": "^ha\\.", "definition": definition})
+    assert get_policy(broker, "/", "ha")["definition"] == definition  # kept as given
+    assert broker.vhosts["/"].queues["ha.q"].settings.message_ttl == 60000  # the rest applies
+    assert "ha-mode, ha-params, ha-sync-mode, ha-promote-on-shutdown, ha-promote-on-failure " in (
+        caplog.text
+    )
+    with pytest.raises(PolicyError, match="are not recognised policy settings"):
+        validate("/", "op", ".*", {"ha-mode": "all"}, operator=True)  # as RabbitMQ: not here
 
 
 def test_operator_policies_allow_only_limits() -> None:
@@ -372,18 +421,32 @@ def test_definitions_round_trip_policies_and_global_parameters() -> None:
     assert queue.settings.max_length == 10
     exported = export_definitions(broker.access.state, *topology(broker))
     assert exported["policies"] == [{**document["policies"][0]}]
-    assert exported["operator_policies"][0]["definition"] == {"max-length": 10}
+    assert "operator_policies" not in exported  # RabbitMQ's import would drop that section
+    assert exported["parameters"] == [
+        {  # as RabbitMQ 3.10.8 exports an operator policy
+            "value": {
+                "pattern": ".*",
+                "definition": {"max-length": 10},
+                "priority": 0,
+                "apply-to": "all",
+            },
+            "vhost": "/",
+            "component": "operator_policy",
+            "name": "cap",
+        }
+    ]
     assert exported["global_parameters"] == document["global_parameters"]
     again = Broker()
     import_definitions(again, json.loads(json.dumps(exported)))
     assert again.access.state.policies == broker.access.state.policies
+    assert again.access.state.operator_policies == broker.access.state.operator_policies
     assert again.access.state.global_parameters == broker.access.state.global_parameters
 
 
 def test_import_reports_what_it_could_not_apply() -> None:
     document = {
         "policies": [
-            {"vhost": "/", "name": "bad", "pattern": ".*", "definition": {"ha-mode": "all"}},
+            {"vhost": "/", "name": "bad", "pattern": ".*", "definition": {"ha-mode": "x"}},
             {"vhost": "ghost", "name": "lost", "pattern": ".*", "definition": {"expires": 1}},
         ],
         "parameters": [
@@ -397,7 +460,7 @@ def test_import_reports_what_it_could_not_apply() -> None:
     import_definitions(broker, document, problems)
     assert len(problems) == 5
     text = "\n".join(problems)
-    assert "policy 'bad' in vhost '/'" in text and "are not recognised policy settings" in text
+    assert "policy 'bad' in vhost '/'" in text and "is not a valid ha-mode value" in text
     assert "no vhost 'ghost'" in text
     assert "federation-upstream" in text
     assert "topic permissions" in text

@@ -427,7 +427,7 @@ def test_definitions_import_creates_users_vhosts_permissions_and_topology() -> N
         "policies": 0,
         "operator_policies": 0,
         "global_parameters": 0,
-        "parameters": 0,
+        "parameters": 1,  # the vhost-limits parameter, applied
         "exchanges": 1,
         "queues": 1,
         "bindings": 1,

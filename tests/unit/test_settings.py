@@ -122,6 +122,14 @@ def test_config_file_errors_name_the_line(tmp_path: Path) -> None:
     assert f"{conf} line 1: expected 'key = value'" in _refused(["--config", str(conf)])
     conf.write_text("hearbeat = 5\n")
     assert "unknown setting hearbeat" in _refused(["--config", str(conf)])
+    assert "; did you mean heartbeat?" in _refused(["--config", str(conf)])
+    conf.write_text("zzz = 5\n")
+    assert "the keys amqpd knows are in docs/configuration.md" in _refused(["--config", str(conf)])
+    conf.write_text("management.ssl.port = 15671\n")
+    assert "plain HTTP only" in _refused(["--config", str(conf)])
+    conf.write_text("management.tcp.ip = 0.0.0.0\nprometheus.tcp.ip = ::1\n")
+    honoured = _settings(["--config", str(conf)])
+    assert (honoured.management_host, honoured.prometheus_host) == ("0.0.0.0", "::1")
     conf.write_text("ssl_options.verify = sometimes\n")
     assert "must be verify_peer or verify_none" in _refused(["--config", str(conf)])
     missing = tmp_path / "missing.conf"
@@ -182,8 +190,14 @@ def test_data_dir_checks(tmp_path: Path) -> None:
             check_data_dir(data, ["amqpd.sqlite3"])
     afile = tmp_path / "afile"
     afile.write_text("")
-    with pytest.raises(SettingError, match=r"cannot create it|is not a directory"):
+    with pytest.raises(SettingError, match=r"afile: is not a directory \(it is a file\)$"):
         check_data_dir(afile, ["amqpd.sqlite3"])
+    with pytest.raises(SettingError, match=r"afile is not a directory \(it is a file\)$"):
+        check_data_dir(afile / "sub", ["amqpd.sqlite3"])
+    unwritable = tmp_path / "unwritable"
+    (unwritable / "amqpd.sqlite3").mkdir(parents=True)  # what no mode bit shows
+    with pytest.raises(SettingError, match=r"amqpd.sqlite3 cannot be written \(Is a directory\)"):
+        check_data_dir(unwritable, ["amqpd.sqlite3"])
 
 
 def test_loopback_users_none(tmp_path: Path) -> None:
@@ -194,3 +208,11 @@ def test_loopback_users_none(tmp_path: Path) -> None:
     assert _settings(["--config", str(conf)]).loopback_users == ("guest", "ops")
     conf.write_text("loopback_users.guest = perhaps\n")
     assert "loopback_users.guest = perhaps" in _refused(["--config", str(conf)])
+
+
+def test_a_misspelt_flag_gets_did_you_mean(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        build_parser().parse_args(["--managment-port", "0"])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --managment-port 0; did you mean --management-port?" in err

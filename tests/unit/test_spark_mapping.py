@@ -181,3 +181,24 @@ def test_message_id_modes() -> None:
     assert det_col.build(("v", None), 2).message_id == "p-2"
     random_id = build(without, ("v",), routing_key="q", message_id_mode="uuid").message_id
     assert random_id is not None and len(random_id) == 36
+
+
+def test_hash_ids_depend_on_the_message_only() -> None:
+    """``messageIdMode=hash``: the same row gives the same id in any task, partition, job or
+    application (so a re-run deduplicates); a different body, routing key or exchange gives
+    another; a ``message_id`` column still wins."""
+    fields = [("value", StringType()), ("routing_key", StringType()), ("message_id", StringType())]
+    first = builder(fields, prefix="app-1-0", message_id_mode="hash")
+    again = builder(fields, prefix="app-2-5", message_id_mode="hash")
+    one = first.build(("v", "q", None), 0).message_id
+    assert one is not None and one.startswith("sha256:") and len(one) == 7 + 32
+    assert again.build(("v", "q", None), 99).message_id == one
+    assert first.build(("w", "q", None), 0).message_id != one
+    assert first.build(("v", "r", None), 0).message_id != one
+    assert first.build(("v", "q", "biz-1"), 0).message_id == "biz-1"
+    routed = builder(fields, exchange="x", message_id_mode="hash").build(("v", "q", None), 0)
+    assert routed.message_id not in (None, one)
+    # length-prefixed parts: moving bytes between routing key and body changes the id
+    assert (
+        first.build(("bv", "q", None), 0).message_id != first.build(("v", "qb", None), 0).message_id
+    )

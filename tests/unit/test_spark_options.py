@@ -107,7 +107,7 @@ def test_every_problem_is_reported_at_once() -> None:
         "option maxInFlight must be an integer in 1..1000000, not '0'",
         "option mandatory must be true or false, not 'yes'",
         "option deliveryMode must be an integer in 1..2, not '3'",
-        "option messageIdMode must be one of column, deterministic, uuid, not 'random'",
+        "option messageIdMode must be one of column, deterministic, hash, uuid, not 'random'",
         "option confirmTimeoutMs must be an integer",
     ):
         assert expected in text

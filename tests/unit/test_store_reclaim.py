@@ -91,7 +91,7 @@ def test_the_committer_reclaims_when_idle_and_commits_first(tmp_path: Path) -> N
 
             committed: list[int] = []
             committer = GroupCommitter(
-                store, journal, committed.append, lambda _b, _e: None, idle=idle
+                store, journal, lambda b: committed.append(b.id), lambda _b, _e: None, idle=idle
             )
             async with anyio.create_task_group() as group:
                 group.start_soon(committer.run)

@@ -101,20 +101,26 @@ async def delete_vhost(call: Call) -> Response:
 
 
 # -- users -----------------------------------------------------------------------------------
-def _user_item(user: User) -> dict[str, Any]:
+def _limits(call: Call, user: User) -> dict[str, int] | None:
+    return call.broker.access.state.user_limits.get(user.name)
+
+
+def _user_item(user: User, limits: dict[str, int] | None = None) -> dict[str, Any]:
     return {
         "name": user.name,
         "password_hash": user.password_hash,
         "hashing_algorithm": user.hashing_algorithm,
         "tags": list(user.tags),
-        "limits": {},
+        "limits": dict(sorted((limits or {}).items())),
     }
 
 
 async def list_users(call: Call) -> Response:
     """GET /api/users (administrator)."""
     call.principal.require_admin()
-    return call.listing([_user_item(u) for u in call.broker.access.state.users.values()])
+    return call.listing(
+        [_user_item(u, _limits(call, u)) for u in call.broker.access.state.users.values()]
+    )
 
 
 async def users_without_permissions(call: Call) -> Response:
@@ -123,14 +129,14 @@ async def users_without_permissions(call: Call) -> Response:
     state = call.broker.access.state
     with_permissions = {user for user, _vhost in state.permissions}
     users = [u for u in state.users.values() if u.name not in with_permissions]
-    return call.listing([_user_item(u) for u in users], ("name",))
+    return call.listing([_user_item(u, _limits(call, u)) for u in users], ("name",))
 
 
 async def get_user(call: Call) -> Response:
     """GET /api/users/{name} (administrator)."""
     call.principal.require_admin()
     user = call.broker.access.state.users.get(call.param("name"))
-    return call.item(_user_item(user) if user is not None else None)
+    return call.item(_user_item(user, _limits(call, user)) if user is not None else None)
 
 
 async def put_user(call: Call) -> Response:

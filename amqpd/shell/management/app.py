@@ -30,6 +30,7 @@ from amqpd.shell.management import (
     exchanges,
     limits,
     node,
+    operator_api,
     parameters,
     policies,
     queues,
@@ -75,6 +76,7 @@ def api_routes(host: BrokerHost) -> list[BaseRoute]:
     """Every /api route."""
     return [
         *node.routes(host),
+        *operator_api.routes(host),
         *access.routes(host),
         *limits.routes(host),
         *queues.routes(host),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 from dataclasses import dataclass
 from typing import Final
 
@@ -27,6 +28,8 @@ from amqpd.shell.management.errors import (
     no_credentials,
     not_authorised,
 )
+
+log = logging.getLogger(__name__)
 
 ADMINISTRATOR: Final = "administrator"
 MONITORING: Final = "monitoring"
@@ -100,8 +103,14 @@ def authenticate(access: AccessControl, header: str | None, peer: str | None) ->
     name, password = credentials
     user = access.authenticate(name, password)
     if user is None:
+        log.warning("HTTP access denied: user '%s' - invalid credentials (from %s)", name, peer)
         raise login_failed()
     if access.loopback_only(name) and not (peer is not None and is_loopback_peer(peer)):
+        log.warning(
+            "HTTP access denied: user '%s' - user can only log in via localhost (from %s)",
+            name,
+            peer,
+        )
         raise login_failed()
     if not MANAGEMENT_TAGS.intersection(user.tags):
         raise not_authorised("Not management user")

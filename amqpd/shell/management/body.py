@@ -1,16 +1,33 @@
 """Fields of a request body as RabbitMQ's management API reads them (rabbit_mgmt_util):
 booleans may be JSON booleans or the strings "true" / "false" (rabbitmqadmin sends
 strings), integers may be strings, ``arguments`` is an object (an empty list is accepted),
-and a missing required key is 400 ``[{key_missing,NAME}]``."""
+and a missing required key is 400 ``[{key_missing,NAME}]``.
+
+Every JSON body is parsed by `parse_json`, which bounds its nesting (model/bounded_json.py):
+a deeper document (RabbitMQ accepts any depth) is a 400 with a clear text rather than a
+RecursionError in the parser or in whatever walks the value later."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, Final
 
+from amqpd.model import bounded_json
+from amqpd.model.bounded_json import TOO_DEEP
 from amqpd.shell.management.errors import bad_request
 
 SHORTSTR_MAX: Final = 255
+
+
+def parse_json(raw: bytes, reason: str) -> Any:
+    """The JSON value of a request body; 400 ``reason`` if it is not JSON, 400 ``JSON
+    nested deeper than 100 levels`` past `bounded_json.MAX_DEPTH`."""
+    try:
+        return bounded_json.loads(raw)
+    except UnicodeDecodeError as exc:
+        raise bad_request(reason) from exc
+    except ValueError as exc:
+        raise bad_request(TOO_DEEP if str(exc) == TOO_DEEP else reason) from exc
 
 
 def require(body: Mapping[str, Any], *keys: str) -> None:

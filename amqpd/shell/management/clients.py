@@ -14,6 +14,7 @@ from starlette.routing import BaseRoute
 
 from amqpd.engine import inventory
 from amqpd.shell.host import BrokerHost
+from amqpd.shell.management import ranges
 from amqpd.shell.management.context import Call, no_content, route
 from amqpd.shell.management.errors import not_authorised, not_found
 from amqpd.wire.errors import CONNECTION_FORCED
@@ -29,7 +30,9 @@ def _visible(call: Call, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 async def list_connections(call: Call) -> Response:
     """GET /api/connections."""
-    return call.listing(_visible(call, inventory.connections(call.broker)))
+    return call.listing(
+        ranges.connections(call, _visible(call, inventory.connections(call.broker)))
+    )
 
 
 def _connection(call: Call) -> dict[str, Any]:
@@ -41,7 +44,7 @@ def _connection(call: Call) -> dict[str, Any]:
 
 async def get_connection(call: Call) -> Response:
     """GET /api/connections/{name}."""
-    return call.item(_connection(call))
+    return call.item(ranges.connections(call, [_connection(call)])[0])
 
 
 async def close_connection(call: Call) -> Response:

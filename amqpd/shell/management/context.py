@@ -12,13 +12,12 @@ client's frames; it costs nothing when nothing changed.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import unquote
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -27,6 +26,7 @@ from amqpd.model.broker import Broker
 from amqpd.model.vhost import VirtualHost
 from amqpd.shell.host import BrokerHost
 from amqpd.shell.management import auth, listing
+from amqpd.shell.management.body import parse_json
 from amqpd.shell.management.errors import (
     ApiError,
     bad_request,
@@ -74,10 +74,7 @@ class Call:
         raw = await self.request.body()
         if not raw.strip():
             return {}
-        try:
-            document = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise bad_request(reason) from exc
+        document = parse_json(raw, reason)
         if not isinstance(document, dict):
             raise bad_request(reason)
         return document
@@ -169,6 +166,14 @@ def route(host: BrokerHost, path: str, **handlers: Handler) -> Route:
             return exc.response()
         except AMQPError as exc:
             return from_amqp(exc).response()
+        except ClientDisconnect:  # it went away mid-body: nothing to answer, nothing broken
+            log.info(
+                "management API: client %s disconnected during %s %s",
+                _peer(request),
+                method,
+                request.url.path,
+            )
+            return Response(status_code=400)
         except Exception as exc:  # a bug must not take the listener down, nor leak a trace
             log.exception("management API: %s %s failed", method, request.url.path)
             return ApiError(500, "internal_server_error", str(exc) or type(exc).__name__).response()

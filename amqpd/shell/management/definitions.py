@@ -17,7 +17,9 @@ from amqpd.shell.management.context import Call, no_content, route
 from amqpd.shell.management.errors import bad_request, not_found
 from amqpd.shell.management.render import Json
 
-_TOPOLOGY: Final = ("queues", "exchanges", "bindings")
+# what a per-vhost export / import holds (RabbitMQ: the vhost's parameters, among them its
+# limits and operator policies, its policies and its topology, without the vhost field)
+_TOPOLOGY: Final = ("parameters", "policies", "queues", "exchanges", "bindings")
 
 
 async def _export(call: Call) -> dict[str, Any]:
@@ -56,8 +58,7 @@ async def export_vhost(call: Call) -> Response:
     document = await _export(call)
     out: dict[str, Any] = {
         "rabbit_version": document.get("rabbit_version"),
-        "parameters": [],
-        "policies": [],
+        "rabbitmq_version": document.get("rabbitmq_version"),
     }
     for section in _TOPOLOGY:
         out[section] = [
@@ -76,8 +77,9 @@ async def import_all(call: Call) -> Response:
 
 
 async def import_vhost(call: Call) -> Response:
-    """POST /api/definitions/{vhost}: the document's queues, exchanges and bindings go
-    into this vhost (users, vhosts and permissions are not taken from it)."""
+    """POST /api/definitions/{vhost}: the document's parameters, policies, queues,
+    exchanges and bindings go into this vhost (users, vhosts and permissions are not taken
+    from it)."""
     call.principal.require_admin()
     name = _vhost_name(call)
     document = await call.body("failed_to_parse_json")

@@ -16,6 +16,7 @@ from starlette.routing import BaseRoute
 from amqpd.engine import inventory, operations
 from amqpd.shell.host import BrokerHost
 from amqpd.shell.management import body as fields
+from amqpd.shell.management import ranges
 from amqpd.shell.management.bindings import BINDING_ORDER
 from amqpd.shell.management.context import Call, created, no_content, route
 from amqpd.shell.management.errors import ApiError, bad_request
@@ -37,19 +38,20 @@ async def list_all(call: Call) -> Response:
     items = inventory.exchanges(call.broker)
     if not call.principal.is_admin:
         items = [item for item in items if call.visible(item["vhost"])]
-    return call.listing(items)
+    return call.listing(ranges.exchanges(call, items))
 
 
 async def list_vhost(call: Call) -> Response:
     """GET /api/exchanges/{vhost}."""
     vhost = call.vhost_param()
-    return call.listing(inventory.exchanges(call.broker, vhost.name))
+    return call.listing(ranges.exchanges(call, inventory.exchanges(call.broker, vhost.name)))
 
 
 async def get_exchange(call: Call) -> Response:
     """GET /api/exchanges/{vhost}/{name}."""
     vhost = call.vhost_param()
-    return call.item(inventory.exchange(call.broker, vhost.name, _name(call)))
+    item = inventory.exchange(call.broker, vhost.name, _name(call))
+    return call.item(ranges.exchanges(call, [item])[0] if item is not None else None)
 
 
 async def put_exchange(call: Call) -> Response:

@@ -1,7 +1,7 @@
 """Vhost limits: /api/vhost-limits[/{vhost}] and /api/vhost-limits/{vhost}/{name} (PUT
-``{"value": N}``, DELETE). amqpd enforces ``max-connections`` (the admin command
-``vhosts set-max-connections``); RabbitMQ's other limit, ``max-queues``, is refused with
-RabbitMQ's validation wording rather than accepted and ignored."""
+``{"value": N}``, DELETE). amqpd enforces RabbitMQ's two, ``max-connections`` and
+``max-queues`` (the admin commands ``vhosts set-max-connections`` / ``set-max-queues``);
+any other name is refused with RabbitMQ's validation wording."""
 
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ from typing import Any
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
+from amqpd.model.definitions_rabbit import vhost_limits
 from amqpd.shell.host import BrokerHost
 from amqpd.shell.management.context import Call, no_content, route
 from amqpd.shell.management.errors import bad_request, not_found
 from amqpd.shell.management.render import Json
 
 MAX_CONNECTIONS = "max-connections"
+MAX_QUEUES = "max-queues"
 
 
 def _items(call: Call, vhost: str | None = None) -> list[dict[str, Any]]:
@@ -23,8 +25,9 @@ def _items(call: Call, vhost: str | None = None) -> list[dict[str, Any]]:
     for info in call.broker.access.state.vhosts.values():
         if vhost is not None and info.name != vhost:
             continue
-        if info.max_connections is not None and call.visible(info.name):
-            items.append({"vhost": info.name, "value": {MAX_CONNECTIONS: info.max_connections}})
+        limits = vhost_limits(info)
+        if limits and call.visible(info.name):
+            items.append({"vhost": info.name, "value": limits})
     return items
 
 
@@ -39,13 +42,13 @@ async def list_vhost(call: Call) -> Response:
     return Json(_items(call, vhost.name))
 
 
-async def _set(call: Call, value: int) -> None:
+async def _set(call: Call, name: str, value: int) -> None:
     reply = await call.host.admin_request(
         {
             "group": "vhosts",
-            "command": "set-max-connections",
+            "command": f"set-{name}",
             "name": call.param("vhost"),
-            "max_connections": value,
+            name.replace("-", "_"): value,
         }
     )
     if not reply.ok:
@@ -57,13 +60,14 @@ def _limit_name(call: Call) -> str:
     if call.param("vhost") not in call.broker.access.state.vhosts:
         raise not_found()
     name = call.param("name")
-    if name != MAX_CONNECTIONS:
+    if name not in (MAX_CONNECTIONS, MAX_QUEUES):
         raise bad_request(f'Validation failed\n\nUnrecognised terms [{{<<"{name}">>}}] in limits\n')
     return name
 
 
 async def put_limit(call: Call) -> Response:
-    """PUT /api/vhost-limits/{vhost}/max-connections ``{"value": N}`` (negative: none)."""
+    """PUT /api/vhost-limits/{vhost}/{max-connections|max-queues} ``{"value": N}``
+    (negative: none)."""
     name = _limit_name(call)
     body = await call.body()
     if "value" not in body:
@@ -73,14 +77,13 @@ async def put_limit(call: Call) -> Response:
         raise bad_request(
             f"Validation failed\n\n{name} should be a number, actually was {value!r}\n"
         )
-    await _set(call, value)
+    await _set(call, name, value)
     return no_content()
 
 
 async def delete_limit(call: Call) -> Response:
-    """DELETE /api/vhost-limits/{vhost}/max-connections: no limit."""
-    _limit_name(call)
-    await _set(call, -1)
+    """DELETE /api/vhost-limits/{vhost}/{name}: no limit."""
+    await _set(call, _limit_name(call), -1)
     return no_content()
 
 

@@ -13,6 +13,7 @@ from starlette.routing import BaseRoute
 from amqpd import BUILD
 from amqpd.engine import inventory, operations
 from amqpd.shell.host import BrokerHost
+from amqpd.shell.management import ranges
 from amqpd.shell.management.context import Call, no_content, route
 from amqpd.shell.management.errors import bad_request
 from amqpd.shell.management.messages import content_header
@@ -30,7 +31,7 @@ async def overview(call: Call) -> Response:
     item["amqpd_build"] = BUILD.kind  # "mypyc" or "pure" (amqpd/buildinfo.py)
     if not call.principal.is_monitor:
         _narrow(call, item)
-    return Json(item)
+    return Json(ranges.overview(call, item))
 
 
 def _narrow(call: Call, item: dict[str, Any]) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
-from amqpd.model.parameters import list_parameters, parameter_json
+from amqpd.model.parameters import ParameterNotFound, get_parameter, list_parameters
 from amqpd.shell.host import BrokerHost
 from amqpd.shell.links.federation_status import status_json
 from amqpd.shell.management.context import Call, created, no_content, route
@@ -54,14 +54,11 @@ async def get_one(call: Call) -> Response:
     """GET /api/parameters/{component}/{vhost}/{name}."""
     call.principal.require_policymaker()
     vhost = call.vhost_param()
-    key = (call.param("component"), vhost.name, call.param("name"))
-    value = call.broker.access.state.parameters.get(key, _MISSING)
-    if value is _MISSING:
-        raise not_found()
-    return call.item(parameter_json(*key, value))
-
-
-_MISSING = object()
+    try:
+        item = get_parameter(call.broker, call.param("component"), vhost.name, call.param("name"))
+    except ParameterNotFound as exc:
+        raise not_found() from exc
+    return call.item(item)
 
 
 async def put_one(call: Call) -> Response:

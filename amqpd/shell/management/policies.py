@@ -119,6 +119,7 @@ async def _put(call: Call, operator: bool) -> Response:
             document.get("apply-to", "all"),
             operator,
             priority_text=False,
+            warn=False,  # the admin command that applies it warns
         )
     except PolicyError as exc:
         raise bad_request(str(exc) if operator else _escape_html(str(exc))) from exc

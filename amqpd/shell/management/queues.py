@@ -9,6 +9,7 @@ from starlette.routing import BaseRoute
 from amqpd.engine import inventory, operations
 from amqpd.shell.host import BrokerHost
 from amqpd.shell.management import body as fields
+from amqpd.shell.management import ranges
 from amqpd.shell.management.bindings import BINDING_ORDER
 from amqpd.shell.management.context import Call, created, no_content, route
 from amqpd.shell.management.errors import bad_request, from_amqp
@@ -22,19 +23,20 @@ async def list_all(call: Call) -> Response:
     items = inventory.queues(call.broker)
     if not call.principal.is_admin:
         items = [item for item in items if call.visible(item["vhost"])]
-    return call.listing(items)
+    return call.listing(ranges.queues(call, items))
 
 
 async def list_vhost(call: Call) -> Response:
     """GET /api/queues/{vhost}."""
     vhost = call.vhost_param()
-    return call.listing(inventory.queues(call.broker, vhost.name))
+    return call.listing(ranges.queues(call, inventory.queues(call.broker, vhost.name)))
 
 
 async def get_queue(call: Call) -> Response:
     """GET /api/queues/{vhost}/{name}."""
     vhost = call.vhost_param()
-    return call.item(inventory.queue(call.broker, vhost.name, call.param("name")))
+    item = inventory.queue(call.broker, vhost.name, call.param("name"))
+    return call.item(ranges.queues(call, [item])[0] if item is not None else None)
 
 
 async def put_queue(call: Call) -> Response:

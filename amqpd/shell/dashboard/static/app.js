@@ -1,14 +1,17 @@
-// The single-page dashboard: the login form, hash routing between pages, a refresh every
-// five seconds (RabbitMQ's UI default), and the resource-alarm banner on every page.
+// The single-page dashboard: the login form, hash routing between pages, a refresh at the
+// interval chosen in the header (five seconds by default, as RabbitMQ's UI), the virtual
+// host selector, and the resource-alarm banner on every page.
 
 import { ApiError, api, canMonitor, forget, isAdministrator, loggedIn, remember, session, username } from "./api.js";
 import { bytes, h } from "./dom.js";
-import { adminPage, connectionsPage, exchangesPage } from "./lists.js";
+import { adminPage } from "./admin.js";
+import { exchangePage, exchangesPage } from "./exchanges.js";
+import { setOptions } from "./forms.js";
+import { connectionPage, connectionsPage } from "./lists.js";
 import { overviewPage } from "./overview.js";
 import { queuePage, queuesPage } from "./queues.js";
+import { REFRESH_CHOICES, refreshInterval, selectedVhost, setRefreshInterval, setVhost } from "./settings.js";
 import { shovelsPage } from "./shovels.js";
-
-const REFRESH_MS = 5000;
 const $ = (id) => document.getElementById(id);
 
 let current = null; // {name, page}
@@ -38,17 +41,26 @@ function route() {
       }
       return { name: "queues", page: queuesPage(notify) };
     case "exchanges":
-      return { name: "exchanges", page: exchangesPage() };
+      if (rest.length >= 2) {
+        const vhost = decodeURIComponent(rest[0]);
+        const exchange = decodeURIComponent(rest.slice(1).join("/"));
+        return { name: "exchanges", page: exchangePage(vhost, exchange === "amq.default" ? "" : exchange, notify) };
+      }
+      return { name: "exchanges", page: exchangesPage(notify) };
     case "connections":
+      if (rest.length >= 1 && rest[0]) {
+        return { name: "connections", page: connectionPage(decodeURIComponent(rest.join("/")), notify) };
+      }
+      return { name: "connections", page: connectionsPage(notify) };
     case "channels":
       return { name: "connections", page: connectionsPage(notify) };
     case "shovels":
       return { name: "shovels", page: shovelsPage() };
     case "admin":
     case "users":
-      return { name: "admin", page: adminPage() };
+      return { name: "admin", page: adminPage(notify) };
     default:
-      return { name: "overview", page: overviewPage() };
+      return { name: "overview", page: overviewPage(notify) };
   }
 }
 
@@ -105,10 +117,24 @@ async function refreshAlarms() {
   }
 }
 
+/** The header's vhost selector lists the vhosts the user sees (the choice is kept). */
+async function refreshVhosts() {
+  const vhosts = await api("/vhosts?columns=name");
+  const names = vhosts.map((v) => v.name);
+  if (selectedVhost() && !names.includes(selectedVhost())) setVhost(""); // it was deleted
+  setOptions($("vhost-select"), [["", "All"], ...names.map((n) => [n, n])], selectedVhost());
+}
+
+function schedule(mine) {
+  const every = refreshInterval();
+  if (mine === generation && every > 0) timer = setTimeout(refresh, every);
+}
+
 async function refresh() {
   const mine = generation;
   clearTimeout(timer);
   try {
+    await refreshVhosts();
     await current.page.refresh();
     await refreshAlarms();
     if (mine !== generation) return;
@@ -131,13 +157,9 @@ async function refresh() {
         return;
       }
     }
-    if (error instanceof ApiError && error.status === 404 && current.name === "queues") {
-      window.location.hash = "#/queues"; // the queue is gone
-      return;
-    }
     notify(error.message, true);
   }
-  if (mine === generation) timer = setTimeout(refresh, REFRESH_MS);
+  schedule(mine);
 }
 
 function show() {
@@ -151,6 +173,7 @@ function show() {
     link.classList.toggle("active", link.dataset.page === current.name);
   }
   $("page").replaceChildren(current.page.element);
+  $("refreshed").textContent = "loading";
   refresh();
 }
 
@@ -181,6 +204,24 @@ async function nodeName() {
 $("login").addEventListener("submit", async (event) => {
   await login(event);
   if (loggedIn()) nodeName();
+});
+setOptions($("refresh-select"), REFRESH_CHOICES, refreshInterval());
+function describeRefresh() {
+  const every = refreshInterval();
+  $("refresh-text").textContent = every ? `Refreshed every ${every / 1000} seconds` : "Not refreshed automatically";
+}
+describeRefresh();
+$("refresh-select").addEventListener("change", (event) => {
+  setRefreshInterval(Number(event.target.value));
+  describeRefresh();
+  if (loggedIn() && current) {
+    generation += 1;
+    refresh();
+  }
+});
+$("vhost-select").addEventListener("change", (event) => {
+  setVhost(event.target.value);
+  if (loggedIn()) show(); // the page again, narrowed to that vhost
 });
 $("logout").addEventListener("click", () => {
   forget();

@@ -24,6 +24,49 @@ export class History {
   }
 }
 
+/**
+ * A History from the server's samples (RabbitMQ's ``*_details.samples``, newest first):
+ * ``series`` [{name, samples, rate}]; a ``rate`` series is the change per second between
+ * consecutive samples (counters), the others are the samples themselves (lengths).
+ */
+export function historyFromSamples(series) {
+  const byTime = new Map();
+  for (const { name, samples, rate } of series) {
+    const list = samples || [];
+    for (let i = 0; i < list.length; i += 1) {
+      const { sample, timestamp } = list[i];
+      let value = sample;
+      if (rate) {
+        const older = list[i + 1];
+        if (!older || older.timestamp === timestamp) continue;
+        value = Math.max(0, ((sample - older.sample) * 1000) / (timestamp - older.timestamp));
+      }
+      if (!byTime.has(timestamp)) byTime.set(timestamp, {});
+      byTime.get(timestamp)[name] = value;
+    }
+  }
+  const history = new History();
+  history.samples = [...byTime.keys()].sort((a, b) => a - b).map((t) => ({ t, values: byTime.get(t) }));
+  return history;
+}
+
+/** A chart panel: a canvas and its legend under a title. */
+export function chartBlock(id, title) {
+  const canvas = document.createElement("canvas");
+  canvas.id = id;
+  canvas.className = "chart";
+  canvas.setAttribute("role", "img");
+  canvas.setAttribute("aria-label", title);
+  const legend = document.createElement("div");
+  legend.className = "legend";
+  const heading = document.createElement("h2");
+  heading.textContent = title;
+  const element = document.createElement("section");
+  element.className = "panel chart-panel";
+  element.append(heading, canvas, legend);
+  return { canvas, legend, element };
+}
+
 /** A y scale with at most five round steps (1, 2 or 5 times a power of ten) over ``peak``. */
 function niceScale(peak) {
   if (peak <= 0) return { max: 1, step: 0.5 };

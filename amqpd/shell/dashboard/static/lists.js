@@ -1,66 +1,32 @@
-// Exchanges and bindings, connections and channels (with force-close), and the admin
-// page (users, virtual hosts, permissions, policies and operator policies).
+// Connections and channels (with force-close), and one connection's page: its data-rate
+// chart (the server's history: data_rates_age), details, channels and force-close.
 
-import { api, seg } from "./api.js";
+import { ApiError, api, seg } from "./api.js";
+import { chartBlock, drawChart, historyFromSamples } from "./chart.js";
 import { DataTable, bytes, h, num, rate } from "./dom.js";
-
-function flags(pairs) {
-  return pairs.filter(([on]) => on).map(([, text, title]) => h("abbr", { className: "tag", title }, text));
-}
+import { scoped } from "./settings.js";
 
 function section(title, table) {
   return h("section", { className: "panel" }, h("h2", {}, title), table.element);
 }
 
-export function exchangesPage() {
-  const exchanges = new DataTable(
-    "exchanges",
-    [
-      { key: "vhost", label: "Virtual host" },
-      { key: "name", label: "Name", cell: (e) => (e.name === "" ? "(AMQP default)" : e.name) },
-      { key: "type", label: "Type" },
-      {
-        key: "features",
-        label: "Features",
-        value: (e) => (e.durable ? 1 : 0),
-        cell: (e) => flags([[e.durable, "D", "durable"], [e.auto_delete, "AD", "auto-delete"], [e.internal, "I", "internal"]]),
-      },
-      { key: "in", label: "Message rate in", numeric: true, value: (e) => e.message_stats?.publish_in_details?.rate ?? 0, cell: (e) => rate(e.message_stats?.publish_in_details) },
-      { key: "out", label: "Message rate out", numeric: true, value: (e) => e.message_stats?.publish_out_details?.rate ?? 0, cell: (e) => rate(e.message_stats?.publish_out_details) },
-    ],
-    { filterOn: (e) => e.name, empty: "No exchanges." },
-  );
-  const bindings = new DataTable(
-    "bindings",
-    [
-      { key: "vhost", label: "Virtual host" },
-      { key: "source", label: "From", cell: (b) => (b.source === "" ? "(AMQP default)" : b.source) },
-      { key: "destination", label: "To" },
-      { key: "destination_type", label: "Type" },
-      { key: "routing_key", label: "Routing key" },
-      { key: "arguments", label: "Arguments", value: (b) => JSON.stringify(b.arguments || {}), cell: (b) => JSON.stringify(b.arguments || {}) },
-    ],
-    { filterOn: (b) => `${b.source} ${b.destination} ${b.routing_key}`, empty: "No bindings." },
-  );
-  const element = h("div", {}, h("h1", {}, "Exchanges"), section("All exchanges", exchanges), section("Bindings", bindings));
-  async function refresh() {
-    const [ex, bi] = await Promise.all([api("/exchanges"), api("/bindings")]);
-    exchanges.update(ex);
-    bindings.update(bi);
-  }
-  return { element, refresh };
+export function connectionHref(name) {
+  return `#/connections/${seg(name)}`;
+}
+
+async function closeConnection(name, notify) {
+  const reason = window.prompt(`Close connection ${name}? Reason:`, "Closed via management plugin");
+  if (reason === null) return false;
+  await api(`/connections/${seg(name)}`, { method: "DELETE", headers: { "X-Reason": reason } });
+  notify(`Connection ${name} closed.`);
+  return true;
 }
 
 export function connectionsPage(notify) {
   let refresh = async () => {};
   const close = async (event) => {
-    const { name } = event.currentTarget.dataset;
-    const reason = window.prompt(`Close connection ${name}? Reason:`, "Closed via management plugin");
-    if (reason === null) return;
     try {
-      await api(`/connections/${seg(name)}`, { method: "DELETE", headers: { "X-Reason": reason } });
-      notify(`Connection ${name} closed.`);
-      await refresh();
+      if (await closeConnection(event.currentTarget.dataset.name, notify)) await refresh();
     } catch (error) {
       notify(error.message, true);
     }
@@ -69,7 +35,7 @@ export function connectionsPage(notify) {
     "connections",
     [
       { key: "vhost", label: "Virtual host" },
-      { key: "name", label: "Name", cell: (c) => [c.name, c.user_provided_name ? h("div", { className: "subtle" }, c.user_provided_name) : null] },
+      { key: "name", label: "Name", cell: (c) => [h("a", { href: connectionHref(c.name) }, c.name), c.user_provided_name ? h("div", { className: "subtle" }, c.user_provided_name) : null] },
       { key: "user", label: "User name" },
       { key: "state", label: "State", cell: (c) => h("span", { className: `state ${c.state}` }, c.state) },
       { key: "ssl", label: "TLS", value: (c) => (c.ssl ? 1 : 0), cell: (c) => (c.ssl ? "yes" : "") },
@@ -106,85 +72,101 @@ export function connectionsPage(notify) {
   );
   const element = h("div", {}, h("h1", {}, "Connections"), section("All connections", connections), section("Channels", channels));
   refresh = async () => {
-    const [conns, chans] = await Promise.all([api("/connections"), api("/channels")]);
+    const [conns, chans] = await Promise.all([api(scoped("/connections", "/vhosts/{}/connections")), api(scoped("/channels", "/vhosts/{}/channels"))]);
     connections.update(conns);
     channels.update(chans);
   };
   return { element, refresh };
 }
 
-function policyTable(id, empty) {
-  return new DataTable(
-    id,
-    [
-      { key: "vhost", label: "Virtual host" },
-      { key: "name", label: "Name" },
-      { key: "pattern", label: "Pattern" },
-      { key: "apply-to", label: "Apply to" },
-      { key: "definition", label: "Definition", value: (p) => JSON.stringify(p.definition || {}), cell: (p) => JSON.stringify(p.definition || {}) },
-      { key: "priority", label: "Priority", numeric: true, cell: (p) => num(p.priority) },
-    ],
-    { filterOn: (p) => `${p.vhost} ${p.name} ${p.pattern}`, empty },
-  );
-}
+const DATA_SERIES = [
+  { name: "recv_oct", label: "From client" },
+  { name: "send_oct", label: "To client" },
+];
 
-export function adminPage() {
-  const users = new DataTable(
-    "users",
+export function connectionPage(name, notify) {
+  const path = `/connections/${seg(name)}`;
+  const chart = chartBlock("chart-connection-rates", "Data rates");
+  let history = historyFromSamples([]);
+  const facts = h("tbody");
+  const channels = new DataTable(
+    "connection-channels",
     [
-      { key: "name", label: "Name" },
-      { key: "tags", label: "Tags", value: (u) => [].concat(u.tags || []).join(","), cell: (u) => [].concat(u.tags || []).join(", ") },
-      { key: "password", label: "Has password", value: (u) => (u.password_hash ? 1 : 0), cell: (u) => (u.password_hash ? "yes" : "no") },
+      { key: "name", label: "Channel" },
+      { key: "state", label: "State", cell: (c) => h("span", { className: `state ${c.state}` }, c.state) },
+      { key: "consumer_count", label: "Consumers", numeric: true, cell: (c) => num(c.consumer_count) },
+      { key: "prefetch_count", label: "Prefetch", numeric: true, cell: (c) => num(c.prefetch_count) },
+      { key: "messages_unacknowledged", label: "Unacked", numeric: true, cell: (c) => num(c.messages_unacknowledged) },
+      { key: "publish", label: "Publish", numeric: true, value: (c) => c.message_stats?.publish_details?.rate ?? 0, cell: (c) => rate(c.message_stats?.publish_details) },
     ],
-    { filterOn: (u) => u.name, empty: "No users." },
+    { empty: "No channels." },
   );
-  const vhosts = new DataTable(
-    "vhosts",
-    [
-      { key: "name", label: "Name" },
-      { key: "description", label: "Description" },
-      { key: "messages_ready", label: "Ready", numeric: true, cell: (v) => num(v.messages_ready) },
-      { key: "messages_unacknowledged", label: "Unacked", numeric: true, cell: (v) => num(v.messages_unacknowledged) },
-      { key: "messages", label: "Total", numeric: true, cell: (v) => num(v.messages) },
-    ],
-    { filterOn: (v) => v.name, empty: "No virtual hosts." },
-  );
-  const permissions = new DataTable(
-    "permissions",
-    [
-      { key: "user", label: "User" },
-      { key: "vhost", label: "Virtual host" },
-      { key: "configure", label: "Configure regexp" },
-      { key: "write", label: "Write regexp" },
-      { key: "read", label: "Read regexp" },
-    ],
-    { filterOn: (p) => `${p.user} ${p.vhost}`, empty: "No permissions." },
-  );
-  const policies = policyTable("policies", "No policies.");
-  const operatorPolicies = policyTable("operator-policies", "No operator policies.");
-  const element = h(
+  const present = h(
     "div",
     {},
-    h("h1", {}, "Admin"),
-    section("Users", users),
-    section("Virtual hosts", vhosts),
-    section("Permissions", permissions),
-    section("Policies", policies),
-    section("Operator policies", operatorPolicies),
+    chart.element,
+    h("section", { className: "panel" }, h("h2", {}, "Details"), h("table", { className: "facts" }, facts)),
+    section("Channels", channels),
+    h(
+      "section",
+      { className: "panel" },
+      h("h2", {}, "Close this connection"),
+      h("button", {
+        type: "button",
+        className: "close danger",
+        onclick: async () => {
+          try {
+            if (await closeConnection(name, notify)) window.location.hash = "#/connections";
+          } catch (error) {
+            notify(error.message, true);
+          }
+        },
+      }, "Force close"),
+    ),
   );
-  async function refresh() {
-    const [u, v, p, pol, op] = await Promise.all([
-      api("/users"),
-      api("/vhosts"),
-      api("/permissions"),
-      api("/policies"),
-      api("/operator-policies"),
-    ]);
-    users.update(u);
-    vhosts.update(v);
-    permissions.update(p);
-    policies.update(pol);
-    operatorPolicies.update(op);
+  const missing = h(
+    "section",
+    { className: "panel missing", id: "missing", hidden: true },
+    h("h2", {}, "Not found"),
+    h("p", {}, `Connection '${name}' does not exist (any more).`),
+    h("a", { href: "#/connections" }, "All connections"),
+  );
+  const element = h("div", {}, h("h1", {}, "Connection ", h("b", {}, name)), missing, present);
+  function draw() {
+    if (!present.hidden) drawChart(chart.canvas, chart.legend, history, DATA_SERIES, " B/s");
   }
-  return { element, refresh };
+  async function refresh() {
+    let c;
+    try {
+      c = await api(`${path}?data_rates_age=600&data_rates_incr=5`);
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 404) {
+        missing.hidden = false;
+        present.hidden = true;
+        return;
+      }
+      throw error;
+    }
+    missing.hidden = true;
+    present.hidden = false;
+    history = historyFromSamples(DATA_SERIES.map((s) => ({ name: s.name, samples: c[`${s.name}_details`]?.samples, rate: true })));
+    draw();
+    const client = c.client_properties || {};
+    facts.replaceChildren(
+      ...[
+        ["User name", c.user],
+        ["Virtual host", c.vhost],
+        ["State", c.state],
+        ["Protocol", c.protocol],
+        ["Client", [client.product, client.version, client.platform].filter(Boolean).join(" ")],
+        ["Connected from", `${c.peer_host}:${c.peer_port}`],
+        ["TLS", c.ssl ? "yes" : "no"],
+        ["Heartbeat", `${c.timeout}s`],
+        ["Frame max", `${num(c.frame_max)} bytes`],
+        ["Received / sent", `${bytes(c.recv_oct)} / ${bytes(c.send_oct)}`],
+      ].map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, v))),
+    );
+    channels.update(await api(`${path}/channels`));
+  }
+  return { element, refresh, resize: draw };
 }

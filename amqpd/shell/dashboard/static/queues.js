@@ -1,8 +1,27 @@
-// Queues: the sortable, filterable list with purge and delete, and one queue's page with
-// its details, its consumers and "Get messages".
+// Queues: the list (with its policies) and "Add a new queue"; one queue's page with its
+// charts (the server's history), details, consumers, bindings (add / unbind), "Publish
+// message", "Get messages", "Move messages" (a dynamic shovel, as RabbitMQ's UI creates),
+// purge and delete. A queue that does not exist says so.
 
-import { api, seg } from "./api.js";
+import { ApiError, api, seg } from "./api.js";
+import { chartBlock, drawChart, historyFromSamples } from "./chart.js";
 import { DataTable, bytes, h, num, rate } from "./dom.js";
+import { field, formPanel, input, keyValues, select, setOptions } from "./forms.js";
+import { bindingsTable, publishForm, vhostNames } from "./shared.js";
+import { rangeQuery, scoped, selectedVhost } from "./settings.js";
+
+export const QUEUE_ARGUMENTS = [
+  ["x-message-ttl", "number"],
+  ["x-expires", "number"],
+  ["x-max-length", "number"],
+  ["x-max-length-bytes", "number"],
+  ["x-overflow", "string"],
+  ["x-dead-letter-exchange", "string"],
+  ["x-dead-letter-routing-key", "string"],
+  ["x-single-active-consumer", "boolean"],
+  ["x-max-priority", "number"],
+  ["x-queue-mode", "string"],
+];
 
 function features(queue) {
   const tags = [];
@@ -13,8 +32,19 @@ function features(queue) {
   return tags.map(([text, title]) => h("abbr", { className: "tag", title }, text));
 }
 
+function policies(queue) {
+  return [
+    queue.policy ? h("span", { className: "tag policy", title: "policy" }, queue.policy) : null,
+    queue.operator_policy ? h("span", { className: "tag policy operator", title: "operator policy" }, queue.operator_policy) : null,
+  ];
+}
+
+export function queueHref(vhost, name) {
+  return `#/queues/${seg(vhost)}/${seg(name)}`;
+}
+
 function queueLink(queue) {
-  return h("a", { href: `#/queues/${seg(queue.vhost)}/${seg(queue.name)}` }, queue.name);
+  return h("a", { href: queueHref(queue.vhost, queue.name) }, queue.name);
 }
 
 export async function purgeQueue(vhost, name, notify) {
@@ -29,6 +59,39 @@ export async function deleteQueue(vhost, name, notify) {
   await api(`/queues/${seg(vhost)}/${seg(name)}`, { method: "DELETE" });
   notify(`Queue '${name}' deleted.`);
   return true;
+}
+
+function addQueueForm(notify, after) {
+  const vhost = select("vhost", ["/"]);
+  const type = select("type", [["classic", "Classic"], ["quorum", "Quorum"], ["stream", "Stream"]]);
+  const name = input("name", { required: true, autocomplete: "off" });
+  const durable = select("durable", [["true", "Durable"], ["false", "Transient"]]);
+  const autoDelete = select("auto_delete", [["false", "No"], ["true", "Yes"]]);
+  const args = keyValues("arguments", QUEUE_ARGUMENTS);
+  const panel = formPanel({
+    id: "add-queue",
+    title: "Add a new queue",
+    button: "Add queue",
+    notify,
+    after,
+    fields: [
+      h("div", { className: "grid" }, field("Virtual host", vhost), field("Type", type), field("Name", name), field("Durability", durable), field("Auto delete", autoDelete)),
+      field("Arguments", args.element),
+    ],
+    submit: async () => {
+      const argumentsValue = args.value();
+      if (type.value !== "classic") argumentsValue["x-queue-type"] = type.value;
+      await api(`/queues/${seg(vhost.value)}/${seg(name.value)}`, {
+        method: "PUT",
+        body: { durable: durable.value === "true", auto_delete: autoDelete.value === "true", arguments: argumentsValue },
+      });
+      const text = `Queue '${name.value}' declared in virtual host '${vhost.value}'.`;
+      name.value = "";
+      args.reset();
+      return text;
+    },
+  });
+  return { panel, vhost };
 }
 
 export function queuesPage(notify) {
@@ -48,32 +111,15 @@ export function queuesPage(notify) {
       { key: "name", label: "Name", cell: queueLink },
       { key: "type", label: "Type" },
       { key: "features", label: "Features", value: (q) => Object.keys(q.arguments || {}).length, cell: features },
+      { key: "policy", label: "Policy", value: (q) => q.policy || q.operator_policy || "", cell: policies },
       { key: "state", label: "State" },
       { key: "messages_ready", label: "Ready", numeric: true, cell: (q) => num(q.messages_ready) },
       { key: "messages_unacknowledged", label: "Unacked", numeric: true, cell: (q) => num(q.messages_unacknowledged) },
       { key: "messages", label: "Total", numeric: true, cell: (q) => num(q.messages) },
       { key: "consumers", label: "Consumers", numeric: true, cell: (q) => num(q.consumers) },
-      {
-        key: "incoming",
-        label: "Incoming",
-        numeric: true,
-        value: (q) => q.message_stats?.publish_details?.rate ?? 0,
-        cell: (q) => rate(q.message_stats?.publish_details),
-      },
-      {
-        key: "deliver",
-        label: "Deliver / get",
-        numeric: true,
-        value: (q) => q.message_stats?.deliver_get_details?.rate ?? 0,
-        cell: (q) => rate(q.message_stats?.deliver_get_details),
-      },
-      {
-        key: "ack",
-        label: "Ack",
-        numeric: true,
-        value: (q) => q.message_stats?.ack_details?.rate ?? 0,
-        cell: (q) => rate(q.message_stats?.ack_details),
-      },
+      { key: "incoming", label: "Incoming", numeric: true, value: (q) => q.message_stats?.publish_details?.rate ?? 0, cell: (q) => rate(q.message_stats?.publish_details) },
+      { key: "deliver", label: "Deliver / get", numeric: true, value: (q) => q.message_stats?.deliver_get_details?.rate ?? 0, cell: (q) => rate(q.message_stats?.deliver_get_details) },
+      { key: "ack", label: "Ack", numeric: true, value: (q) => q.message_stats?.ack_details?.rate ?? 0, cell: (q) => rate(q.message_stats?.ack_details) },
       {
         key: "actions",
         label: "",
@@ -87,9 +133,12 @@ export function queuesPage(notify) {
     { filterOn: (q) => q.name, empty: "No queues." },
   );
   table.sortKey = "name";
-  const element = h("div", {}, h("h1", {}, "Queues"), h("section", { className: "panel" }, table.element));
+  const add = addQueueForm(notify, () => refresh());
+  const element = h("div", {}, h("h1", {}, "Queues"), h("section", { className: "panel" }, table.element), add.panel);
   refresh = async () => {
-    table.update(await api("/queues"));
+    const [queues, vhosts] = await Promise.all([api(scoped("/queues")), vhostNames()]);
+    table.update(queues);
+    setOptions(add.vhost, vhosts, add.vhost.value === "/" && selectedVhost() ? selectedVhost() : add.vhost.value);
   };
   return { element, refresh };
 }
@@ -127,27 +176,28 @@ function showMessages(target, messages) {
   );
 }
 
-export function queuePage(vhost, name, notify) {
-  const path = `/queues/${seg(vhost)}/${seg(name)}`;
-  const facts = h("div");
-  const consumers = h("tbody");
+const DEPTH_SERIES = [
+  { name: "ready", label: "Ready", stack: true },
+  { name: "unacked", label: "Unacked", stack: true },
+  { name: "total", label: "Total" },
+];
+const RATE_SERIES = [
+  { name: "publish", label: "Publish" },
+  { name: "deliver_get", label: "Deliver / get" },
+  { name: "redeliver", label: "Redelivered" },
+  { name: "ack", label: "Consumer ack" },
+];
+
+function getForm(path, notify, after) {
   const output = h("div", { id: "messages" });
   const count = h("input", { type: "number", name: "count", min: 1, value: 1 });
-  const ackmode = h(
-    "select",
-    { name: "ackmode" },
-    h("option", { value: "ack_requeue_true" }, "Nack message requeue true"),
-    h("option", { value: "ack_requeue_false" }, "Automatic ack"),
-    h("option", { value: "reject_requeue_true" }, "Reject requeue true"),
-    h("option", { value: "reject_requeue_false" }, "Reject requeue false"),
-  );
-  const encoding = h(
-    "select",
-    { name: "encoding" },
-    h("option", { value: "auto" }, "Automatic string/base64"),
-    h("option", { value: "base64" }, "base64"),
-  );
-  let refresh = async () => {};
+  const ackmode = select("ackmode", [
+    ["ack_requeue_true", "Nack message requeue true"],
+    ["ack_requeue_false", "Automatic ack"],
+    ["reject_requeue_true", "Reject requeue true"],
+    ["reject_requeue_false", "Reject requeue false"],
+  ]);
+  const encoding = select("encoding", [["auto", "Automatic string/base64"], ["base64", "base64"]]);
   const form = h(
     "form",
     {
@@ -161,7 +211,7 @@ export function queuePage(vhost, name, notify) {
             body: { count: Number(count.value) || 1, ackmode: ackmode.value, encoding: encoding.value, truncate: 50000 },
           });
           showMessages(output, messages);
-          await refresh();
+          await after();
         } catch (error) {
           notify(error.message, true);
         }
@@ -172,6 +222,89 @@ export function queuePage(vhost, name, notify) {
     h("label", {}, "Messages ", count),
     h("button", { type: "submit" }, "Get message(s)"),
   );
+  return h("section", { className: "panel" }, h("h2", {}, "Get messages"), h("p", { className: "subtle" }, "Getting messages from a queue is a destructive action."), form, output);
+}
+
+/** RabbitMQ's "Move messages": a dynamic shovel that empties this queue into another. */
+function moveForm(vhost, name, notify) {
+  const destination = input("destination", { required: true, autocomplete: "off", list: "queue-names" });
+  return formPanel({
+    id: "move-messages",
+    title: "Move messages",
+    button: "Move messages",
+    notify,
+    fields: [
+      h("p", { className: "subtle" }, "Creates a dynamic shovel that moves the messages in this queue (as many as it holds now) to another queue of this virtual host, then removes itself."),
+      field("Destination queue", destination),
+    ],
+    submit: async () => {
+      const uri = `amqp:///${seg(vhost)}`;
+      const shovel = `Move from ${name}`;
+      await api(`/parameters/shovel/${seg(vhost)}/${seg(shovel)}`, {
+        method: "PUT",
+        body: {
+          component: "shovel",
+          vhost,
+          name: shovel,
+          value: {
+            "src-uri": uri,
+            "src-queue": name,
+            "src-protocol": "amqp091",
+            "src-prefetch-count": 1000,
+            "src-delete-after": "queue-length",
+            "dest-protocol": "amqp091",
+            "dest-uri": uri,
+            "dest-add-forward-headers": false,
+            "ack-mode": "on-confirm",
+            "dest-queue": destination.value,
+          },
+        },
+      });
+      return `Moving the messages of '${name}' to '${destination.value}' (shovel '${shovel}').`;
+    },
+  });
+}
+
+export function queuePage(vhost, name, notify) {
+  const path = `/queues/${seg(vhost)}/${seg(name)}`;
+  const facts = h("div");
+  const consumers = h("tbody");
+  const queued = chartBlock("chart-queue-depth", "Queued messages");
+  const rates = chartBlock("chart-queue-rates", "Message rates");
+  let depthHistory = historyFromSamples([]);
+  let rateHistory = historyFromSamples([]);
+  const queueNames = h("datalist", { id: "queue-names" });
+  let refresh = async () => {};
+  const bindings = bindingsTable("queue-bindings", { vhost, notify, after: () => refresh(), show: "source" });
+  const bindParts = {
+    source: input("source", { required: true, autocomplete: "off", list: "exchange-names" }),
+    key: input("routing_key", { autocomplete: "off" }),
+    args: keyValues("binding-arguments"),
+  };
+  const bindForm = formPanel({
+    id: "add-binding",
+    title: "Add binding to this queue",
+    button: "Bind",
+    notify,
+    after: () => refresh(),
+    fields: [
+      h("div", { className: "grid" }, field("From exchange", bindParts.source), field("Routing key", bindParts.key)),
+      field("Arguments", bindParts.args.element),
+    ],
+    submit: async () => {
+      const { source, key, args } = bindParts;
+      await api(`/bindings/${seg(vhost)}/e/${seg(source.value)}/q/${seg(name)}`, {
+        method: "POST",
+        body: { routing_key: key.value, arguments: args.value() },
+      });
+      const text = `Queue '${name}' bound to exchange '${source.value}'.`;
+      key.value = "";
+      args.reset();
+      return text;
+    },
+  });
+  const exchangeNames = h("datalist", { id: "exchange-names" });
+  const publish = publishForm({ vhost, exchange: "", routingKey: name, notify, after: () => refresh(), title: "Publish message", note: "Published to the default exchange with this queue's name as the routing key." });
   const buttons = h(
     "div",
     { className: "toolbar" },
@@ -196,43 +329,97 @@ export function queuePage(vhost, name, notify) {
       },
     }, "Delete queue"),
   );
-  const element = h(
+  const present = h(
     "div",
     {},
-    h("h1", {}, "Queue ", h("b", {}, name), h("span", { className: "subtle" }, ` in virtual host ${vhost}`)),
+    h("div", { className: "charts" }, queued.element, rates.element),
     h("section", { className: "panel" }, h("h2", {}, "Details"), facts),
     h(
       "section",
       { className: "panel" },
       h("h2", {}, "Consumers"),
       h(
-        "table",
-        { className: "list" },
-        h("thead", {}, h("tr", {}, ["Channel", "Consumer tag", "Ack required", "Exclusive", "Prefetch"].map((t) => h("th", {}, t)))),
-        consumers,
+        "div",
+        { className: "table-wrap" },
+        h(
+          "table",
+          { className: "list", id: "consumers" },
+          h("thead", {}, h("tr", {}, ["Channel", "Consumer tag", "Ack required", "Exclusive", "Prefetch"].map((t) => h("th", {}, t)))),
+          consumers,
+        ),
       ),
     ),
-    h("section", { className: "panel" }, h("h2", {}, "Get messages"), h("p", { className: "subtle" }, "Getting messages from a queue is a destructive action."), form, output),
+    h("section", { className: "panel" }, h("h2", {}, "Bindings"), bindings.element),
+    bindForm,
+    publish,
+    getForm(path, notify, () => refresh()),
+    moveForm(vhost, name, notify),
     h("section", { className: "panel" }, h("h2", {}, "Purge and delete"), buttons),
+    queueNames,
+    exchangeNames,
   );
+  const missing = h(
+    "section",
+    { className: "panel missing", id: "missing", hidden: true },
+    h("h2", {}, "Not found"),
+    h("p", {}, `Queue '${name}' does not exist in virtual host '${vhost}'. It may have been deleted.`),
+    h("a", { href: "#/queues" }, "All queues"),
+  );
+  const element = h(
+    "div",
+    {},
+    h("h1", {}, "Queue ", h("b", {}, name), h("span", { className: "subtle" }, ` in virtual host ${vhost}`)),
+    missing,
+    present,
+  );
+  function draw() {
+    if (present.hidden) return;
+    drawChart(queued.canvas, queued.legend, depthHistory, DEPTH_SERIES);
+    drawChart(rates.canvas, rates.legend, rateHistory, RATE_SERIES, "/s");
+  }
   refresh = async () => {
-    const q = await api(path);
+    let q;
+    try {
+      q = await api(`${path}?${rangeQuery("lengths", "msg_rates")}`);
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 404) {
+        missing.hidden = false;
+        present.hidden = true;
+        return;
+      }
+      throw error;
+    }
+    missing.hidden = true;
+    present.hidden = false;
+    depthHistory = historyFromSamples([
+      { name: "ready", samples: q.messages_ready_details?.samples },
+      { name: "unacked", samples: q.messages_unacknowledged_details?.samples },
+      { name: "total", samples: q.messages_details?.samples },
+    ]);
+    const stats = q.message_stats || {};
+    rateHistory = historyFromSamples(RATE_SERIES.map(({ name: series }) => ({ name: series, samples: stats[`${series}_details`]?.samples, rate: true })));
+    draw();
     facts.replaceChildren(
       definitionList([
         ["Type", q.type],
         ["Features", h("span", {}, features(q))],
+        ["Policy", h("span", {}, policies(q))],
         ["State", q.state],
         ["Consumers", num(q.consumers)],
         ["Consumer capacity", q.consumer_utilisation === null || q.consumer_utilisation === undefined ? "" : `${Math.round(q.consumer_utilisation * 100)}%`],
         ["Messages (ready / unacked / total)", `${num(q.messages_ready)} / ${num(q.messages_unacknowledged)} / ${num(q.messages)}`],
         ["Message body bytes", bytes(q.message_bytes)],
         ["Arguments", JSON.stringify(q.arguments || {})],
+        ["Effective policy definition", JSON.stringify(q.effective_policy_definition || {})],
       ]),
     );
-    // RabbitMQ puts them in the queue's consumer_details; otherwise ask /api/consumers
-    const details =
-      q.consumer_details ||
-      (await api(`/consumers/${seg(vhost)}`)).filter((c) => c.queue && c.queue.name === name);
+    const [details, bound, queues, exchanges] = await Promise.all([
+      // RabbitMQ puts them in the queue's consumer_details; otherwise ask /api/consumers
+      q.consumer_details || api(`/consumers/${seg(vhost)}`).then((all) => all.filter((c) => c.queue && c.queue.name === name)),
+      api(`${path}/bindings`),
+      api(`/queues/${seg(vhost)}?columns=name`),
+      api(`/exchanges/${seg(vhost)}?columns=name`),
+    ]);
     consumers.replaceChildren(
       ...(details.length
         ? details.map((c) =>
@@ -248,6 +435,9 @@ export function queuePage(vhost, name, notify) {
           )
         : [h("tr", {}, h("td", { colspan: 5, className: "empty" }, "No consumers."))]),
     );
+    bindings.update(bound);
+    queueNames.replaceChildren(...queues.filter((x) => x.name !== name).map((x) => h("option", { value: x.name })));
+    exchangeNames.replaceChildren(...exchanges.filter((x) => x.name).map((x) => h("option", { value: x.name })));
   };
-  return { element, refresh };
+  return { element, refresh, resize: draw };
 }

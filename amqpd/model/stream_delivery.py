@@ -1,0 +1,400 @@
+"""Delivering a stream's messages (amqpd/model/stream.py) straight from its chunk bytes.
+
+Theory of operation
+-------------------
+A consumer's `StreamReader` holds its position in the log (the log's reader) and the
+undecoded payload of the chunk it read last, with where each entry starts in it
+(`entry_positions`: lengths only, no per-message objects). `StreamReader.take` hands out
+a `StreamRun`: up to the consumer's credit of consecutive entries of that chunk which the
+consumer's filter takes (``x-stream-filter``: the chunk's bloom filter was checked by the
+log reader, each entry's ``x-stream-filter-value`` is checked here exactly).
+
+The channel gives a run its delivery tags (contiguous) and asks it for its frames
+(`StreamRun.frames`): for each entry one byte string holding basic.deliver (consumer tag,
+tag, redelivered false, then the stored exchange and routing key shortstrs copied as they
+are), the publisher's content header with ``x-stream-offset`` (a long) spliced in last in
+its headers table (`with_offset`, as RabbitMQ puts it) and the body frame(s). The unacked
+records hold a `StreamDelivery` (offset and reader; the acking consumer's tracked offset
+is stored from it) whose message is a shared placeholder: a stream keeps no body in
+memory once sent.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final, Protocol, final
+
+from amqpd.model.message import Message, QueueEntry
+from amqpd.wire.properties import HEADERS, RawProperties
+from persistence.stream.format import (
+    ENTRY_LENGTHS,
+    FILTER_LENGTH,
+    bloom_bits,
+    filter_value_at,
+    skip_entries,
+)
+
+OFFSET_HEADER: Final = "x-stream-offset"
+_OFFSET_ENTRY: Final = b"\x0fx-stream-offsetl"
+_ENTRY_SIZE: Final = len(_OFFSET_ENTRY) + 8
+_FLAGS: Final = struct.Struct(">H")
+_TABLE_SIZE: Final = struct.Struct(">I")
+_OFFSET_VALUE: Final = struct.Struct(">q")
+_NEW_TABLE: Final = _TABLE_SIZE.pack(_ENTRY_SIZE) + _OFFSET_ENTRY
+_FRAME_HEADER: Final = struct.Struct(">BHI")
+_TAG_NOT_REDELIVERED: Final = struct.Struct(">QB")
+_DELIVER_METHOD: Final = b"\x00\x3c\x00\x3c"
+_FRAME_END: Final = b"\xce"
+_FRAME_OVERHEAD: Final = 8
+_NO_MESSAGE: Final = Message("", "", b"\x00", b"\x00", b"", None, True)
+
+
+class LogReaderPort(Protocol):
+    """A position in a stream's log (persistence.stream.log.LogReader)."""
+
+    offset: int
+
+    def next_raw(
+        self, masks: list[int] | None = None, match_unfiltered: bool = False
+    ) -> tuple[bytes, int, int]:
+        """The chunk at ``offset``, undecoded: (its payload, its first offset, the reader's
+        offset before); see persistence/stream/log.py."""
+        ...
+
+
+@final
+class StreamReader:
+    """A consumer's place in the stream: the log reader and the rest of its last chunk."""
+
+    __slots__ = (
+        "count",
+        "cursor",
+        "filters",
+        "first",
+        "index",
+        "masks",
+        "match_unfiltered",
+        "payload",
+        "pending",
+        "position",
+        "tracking",
+    )
+
+    def __init__(
+        self,
+        position: LogReaderPort,
+        filters: tuple[bytes, ...] | None,
+        match_unfiltered: bool,
+        tracking: str | None,
+    ) -> None:
+        self.position = position
+        self.payload = b""  # the chunk read last
+        self.first = 0  # the offset of its first entry
+        self.count = 0  # its entries
+        self.index = 0  # the next entry to look at
+        self.cursor = 0  # where that entry starts in ``payload``
+        self.pending: StreamRun | None = None  # handed out; ``cursor`` is where it ends
+        self.filters = filters
+        self.masks = None if filters is None else [bloom_bits(value) for value in filters]
+        self.match_unfiltered = match_unfiltered
+        self.tracking = tracking  # the consumer tag under which acked offsets are stored
+
+    @property
+    def offset(self) -> int:
+        """The next offset this reader looks at."""
+        if self.index < self.count:
+            return self.first + self.index
+        return self.position.offset
+
+    def take(self, end: int, limit: int) -> StreamRun | None:
+        """Up to ``limit`` (> 0) entries below offset ``end`` that the filter takes, from
+        one chunk; None if there is none now."""
+        filters = self.filters
+        while True:
+            pending = self.pending
+            if pending is not None:  # its frames found where it ends
+                self.cursor = pending.end_position()
+                self.pending = None
+            index = self.index
+            if index >= self.count:
+                if not self._read(end):
+                    return None
+                continue
+            first = self.first
+            stop = min(self.count, end - first)
+            if index >= stop:
+                return None  # the next entry is not durable yet
+            payload = self.payload
+            if filters is None:
+                taken = min(stop - index, limit)
+                run = StreamRun(payload, self.cursor, taken, first + index, self)
+                self.index = index + taken
+                self.pending = run
+                return run
+            starts: list[int] = []
+            offsets: list[int] = []
+            pos = self.cursor
+            while index < stop and len(starts) < limit:
+                after = skip_entries(payload, pos, 1)
+                value = filter_value_at(payload, pos, after)
+                if (value is None and self.match_unfiltered) or value in filters:
+                    starts.append(pos)
+                    offsets.append(first + index)
+                pos = after
+                index += 1
+            self.index = index
+            self.cursor = pos
+            if starts:
+                run = StreamRun(payload, starts[0], len(starts), offsets[0], self)
+                run.starts = starts
+                run.offsets = offsets
+                return run
+
+    def _read(self, end: int) -> bool:
+        """Read the next chunk; False if the log has nothing more below ``end`` now."""
+        position = self.position
+        before = position.offset
+        if before >= end:
+            return False
+        payload, first, start = position.next_raw(self.masks, self.match_unfiltered)
+        if not payload:
+            self.payload, self.first, self.count, self.index, self.cursor = b"", 0, 0, 0, 0
+            return position.offset != before  # a skipped chunk (filter): look further
+        self.payload = payload
+        self.first = first
+        self.count = position.offset - first  # the log reader moved past the chunk
+        self.index = start - first
+        self.cursor = skip_entries(payload, 0, start - first)
+        return True
+
+
+@final
+class StreamDelivery(QueueEntry):
+    """A delivered stream message awaiting its ack (``seq`` is its offset)."""
+
+    __slots__ = ("reader",)
+
+    def __init__(self, offset: int, reader: StreamReader) -> None:
+        super().__init__(_NO_MESSAGE, offset)
+        self.reader = reader
+
+
+@final
+class StreamRun:
+    """Entries of one chunk about to be delivered to one consumer (see the module's
+    theory of operation): ``count`` consecutive entries from byte ``start`` of
+    ``payload`` (offsets from ``first``), or those at ``starts`` with ``offsets``
+    (a filtered run)."""
+
+    __slots__ = ("count", "end", "first", "offsets", "payload", "reader", "start", "starts")
+
+    def __init__(
+        self, payload: bytes, start: int, count: int, first: int, reader: StreamReader
+    ) -> None:
+        self.payload = payload
+        self.start = start
+        self.count = count
+        self.first = first
+        self.reader = reader
+        self.starts: list[int] | None = None
+        self.offsets: list[int] | None = None
+        self.end = -1  # where the run ends in ``payload`` (consecutive runs, once known)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def offset_list(self) -> list[int]:
+        """The offsets of the run's entries."""
+        offsets = self.offsets
+        if offsets is not None:
+            return offsets
+        return list(range(self.first, self.first + self.count))
+
+    def end_position(self) -> int:
+        """Where the entry after a consecutive run starts in ``payload``."""
+        if self.end < 0:
+            self.end = skip_entries(self.payload, self.start, self.count)
+        return self.end
+
+    def entries(self) -> list[QueueEntry]:
+        """One unacked record's entry per delivery: its own (with its offset) for a
+        consumer whose acks store its offset, else one shared by the run (nothing is done
+        with it on ack)."""
+        reader = self.reader
+        if reader.tracking is None:
+            return [StreamDelivery(self.first, reader)] * self.count
+        return [StreamDelivery(offset, reader) for offset in self.offset_list()]
+
+    def frames(
+        self, channel: int, consumer_tag: bytes, first_tag: int, frame_max: int
+    ) -> list[bytes]:
+        """Each delivery's frames as one byte string (tags from ``first_tag`` on). What
+        does not change between consecutive entries with the same exchange, routing key,
+        content header and body size (most of a run, usually) is built once: the method
+        frame's head, the stored names up to the patched header's offset value, and from
+        there to the body."""
+        payload = self.payload
+        parts: list[bytes] = []
+        prefix = _DELIVER_METHOD + consumer_tag
+        method_fixed = len(prefix) + 9
+        body_max = frame_max - _FRAME_OVERHEAD
+        pack_frame = _FRAME_HEADER.pack
+        pack_tag = _TAG_NOT_REDELIVERED.pack
+        pack_offset = _OFFSET_VALUE.pack
+        unpack_len = ENTRY_LENGTHS.unpack_from
+        tag = first_tag
+        last_names = last_header = b""
+        last_body_len = -1
+        method_head = middle = tail = b""
+        starts = self.starts
+        pos = self.start
+        unpack_filter = FILTER_LENGTH.unpack_from
+        for number, offset in enumerate(self.offset_list()):
+            if starts is not None:
+                pos = starts[number]
+            names_end = pos + 1 + payload[pos]
+            names_end += 1 + payload[names_end]
+            (header_len,) = unpack_len(payload, names_end)
+            header_end = names_end + 4 + header_len
+            (body_len,) = unpack_len(payload, header_end)
+            body_start = header_end + 4
+            body_end = body_start + body_len
+            names = payload[pos:names_end]
+            (filter_len,) = unpack_filter(payload, body_end)
+            pos = body_end + 2 + filter_len  # the next entry
+            header = payload[names_end + 4 : header_end]
+            if names != last_names or header != last_header or body_len != last_body_len:
+                if body_len > body_max:  # several body frames: built apart
+                    parts.append(
+                        _one_delivery(
+                            channel,
+                            prefix,
+                            tag,
+                            names,
+                            header,
+                            offset,
+                            payload,
+                            body_start,
+                            body_len,
+                            body_max,
+                        )
+                    )
+                    last_body_len = -1
+                    tag += 1
+                    continue
+                last_names, last_header, last_body_len = names, header, body_len
+                before, after = offset_split(header)
+                method_head = pack_frame(1, channel, method_fixed + len(names)) + prefix
+                patched = len(before) + 8 + len(after)
+                middle = names + _FRAME_END + pack_frame(2, channel, patched) + before
+                tail = after + _FRAME_END
+                if body_len:
+                    tail += pack_frame(3, channel, body_len)
+            if body_len:
+                parts.append(
+                    b"".join(
+                        (
+                            method_head,
+                            pack_tag(tag, 0),
+                            middle,
+                            pack_offset(offset),
+                            tail,
+                            payload[body_start:body_end],
+                            _FRAME_END,
+                        )
+                    )
+                )
+            else:
+                parts.append(
+                    b"".join((method_head, pack_tag(tag, 0), middle, pack_offset(offset), tail))
+                )
+            tag += 1
+        if starts is None:
+            self.end = pos
+        return parts
+
+
+def _one_delivery(
+    channel: int,
+    prefix: bytes,
+    tag: int,
+    names: bytes,
+    header: bytes,
+    offset: int,
+    payload: bytes,
+    body_start: int,
+    body_len: int,
+    body_max: int,
+) -> bytes:
+    """One delivery whose body takes several frames."""
+    pack_frame = _FRAME_HEADER.pack
+    patched = with_offset(header, offset)
+    pieces = [
+        pack_frame(1, channel, len(prefix) + 9 + len(names)),
+        prefix,
+        _TAG_NOT_REDELIVERED.pack(tag, 0),
+        names,
+        _FRAME_END,
+        pack_frame(2, channel, len(patched)),
+        patched,
+        _FRAME_END,
+    ]
+    start = body_start
+    body_end = body_start + body_len
+    while start < body_end:
+        size = min(body_max, body_end - start)
+        pieces += (pack_frame(3, channel, size), payload[start : start + size], _FRAME_END)
+        start += size
+    return b"".join(pieces)
+
+
+def offset_split(header: bytes) -> tuple[bytes, bytes]:
+    """``header`` patched by `with_offset`, cut where the offset's 8 bytes go."""
+    zeros = with_offset(header, 0)
+    ones = with_offset(header, -1)  # the offset's bytes are all that differ
+    at = 0
+    while zeros[at] == ones[at]:
+        at += 1
+    return zeros[:at], zeros[at + 8 :]
+
+
+def with_offset(header: bytes, offset: int) -> bytes:
+    """``header`` with ``x-stream-offset`` (a long) last in its headers table, as RabbitMQ
+    puts it: spliced in after the two shortstrs that may precede the table (the
+    publisher's bytes stay as they are)."""
+    flags = (header[12] << 8) | header[13]
+    if not flags & 1:  # one property-flags word (always, for basic)
+        pos = 14
+        if flags & 0x8000:  # content_type
+            pos += 1 + header[pos]
+        if flags & 0x4000:  # content_encoding
+            pos += 1 + header[pos]
+        if not flags & 0x2000:  # no headers table: add one
+            return b"".join(
+                (
+                    header[:12],
+                    _FLAGS.pack(flags | 0x2000),
+                    header[14:pos],
+                    _NEW_TABLE,
+                    _OFFSET_VALUE.pack(offset),
+                    header[pos:],
+                )
+            )
+        (size,) = _TABLE_SIZE.unpack_from(header, pos)
+        end = pos + 4 + size
+        if header.find(_OFFSET_ENTRY, pos + 4, end) < 0:
+            return b"".join(
+                (
+                    header[:pos],
+                    _TABLE_SIZE.pack(size + _ENTRY_SIZE),
+                    header[pos + 4 : end],
+                    _OFFSET_ENTRY,
+                    _OFFSET_VALUE.pack(offset),
+                    header[end:],
+                )
+            )
+    props = RawProperties(header)  # the publisher sent an x-stream-offset: replace it
+    kept = [item for key, item in props.table_entries() if key != OFFSET_HEADER]
+    body = b"".join(kept) + _OFFSET_ENTRY + _OFFSET_VALUE.pack(offset)
+    props.fields[HEADERS] = _TABLE_SIZE.pack(len(body)) + body
+    return props.encode()

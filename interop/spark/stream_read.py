@@ -1,0 +1,205 @@
+"""Reading one ``OffsetRange`` of a stream in a Spark task, as Arrow record batches.
+
+Theory of operation. The task consumes the stream from ``x-stream-offset = start`` (manual
+acks, per-consumer prefetch) and walks the deliveries in offset order:
+
+- an offset below ``start`` is skipped (RabbitMQ starts at the chunk that holds ``start``);
+- an offset in ``[start, end)`` becomes a row;
+- the task is done at the first offset ``>= end - 1`` (offsets need not be contiguous, so
+  ``end - 1`` itself may not exist; a later offset then ends the range).
+
+Deliveries are acknowledged (``multiple``) every half prefetch, which is what gives the
+consumer credit. At the end the connection is closed, never ``basic.reject``-ed.
+
+Data loss: if the first delivery is past ``start``, either ``start`` fell into a gap of the
+offsets (RabbitMQ skips one per segment) or retention removed it. The task then asks for the
+stream's first offset (``x-stream-offset = first``): past ``start`` means offsets
+``[start, first)`` are gone, which fails the task when ``failOnDataLoss`` (the default) and is
+logged otherwise. The rows are a function of the range alone, so a retried task returns the
+same rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa  # type: ignore[import-untyped]
+
+from interop.spark.source_options import SourceOptions
+from interop.spark.stream_client import OFFSET_HEADER, PikaConsumer, StreamClient, StreamError
+from interop.spark.stream_ranges import OffsetRange
+from interop.spark.stream_socket import SocketConsumer
+
+__all__ = ["ARROW_SCHEMA", "DDL_SCHEMA", "DataLossError", "read_range"]
+
+log = logging.getLogger("interop.spark")
+
+DDL_SCHEMA = (
+    "stream string, offset long, timestamp timestamp, routing_key string, "
+    "message_id string, headers map<string,string>, value binary"
+)
+ARROW_SCHEMA = pa.schema(
+    [
+        ("stream", pa.string()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("routing_key", pa.string()),
+        ("message_id", pa.string()),
+        ("headers", pa.map_(pa.string(), pa.string())),
+        ("value", pa.binary()),
+    ]
+)
+BATCH_ROWS = 10_000
+
+
+class DataLossError(StreamError):
+    """Retention removed offsets a query still needed (``failOnDataLoss=true``)."""
+
+
+def read_range(options: SourceOptions, part: OffsetRange, name: str) -> Iterator[pa.RecordBatch]:
+    """Yield the messages of ``part`` as record batches of up to ``BATCH_ROWS`` rows.
+
+    Raises:
+        StreamError: The connection failed or was lost, the stream is gone, or nothing
+            arrived for ``readTimeoutMs`` while offsets of the range were still missing.
+        DataLossError: Offsets of the range were removed and ``failOnDataLoss`` is true.
+    """
+    timeout = options.connect_timeout_ms / 1000
+    consumer: SocketConsumer | PikaConsumer
+    if options.url.lower().startswith("amqps://"):
+        consumer = PikaConsumer(options.url, timeout, name)
+    else:
+        consumer = SocketConsumer(options.url, timeout, name)
+    try:
+        consumer.open(part.stream, part.start, options.prefetch)
+        yield from _walk(consumer, options, part, name)
+    finally:
+        consumer.close()
+
+
+def _walk(
+    consumer: SocketConsumer | PikaConsumer, options: SourceOptions, part: OffsetRange, name: str
+) -> Iterator[pa.RecordBatch]:
+    columns = _Columns(part.stream)
+    ack_every = max(1, options.prefetch // 2)
+    timeout = options.read_timeout_ms / 1000
+    start, end = part.start, part.end
+    last = start - 1
+    first = True
+    done = False
+    unacked = 0
+    while not done:
+        deliveries = consumer.poll(timeout)
+        if not deliveries:
+            raise StreamError(
+                f"no message from stream {part.stream!r} for {timeout * 1000:.0f} ms "
+                f"(readTimeoutMs) while reading offsets {start}..{end - 1} "
+                f"(last offset read {last}): was the stream deleted or truncated?"
+            )
+        if first:
+            first = False
+            _check_start(options, part, deliveries[0][0], name)
+        for delivery in deliveries:
+            offset = delivery[0]
+            if start <= offset < end:
+                columns.add(delivery)
+                last = offset
+            unacked += 1
+            if offset >= end - 1:
+                done = True
+                break
+        if not done and unacked >= ack_every:
+            consumer.ack(delivery[1])
+            unacked = 0
+        while len(columns) >= BATCH_ROWS:
+            yield columns.flush(BATCH_ROWS)
+    if len(columns):
+        yield columns.flush(len(columns))
+
+
+def _check_start(options: SourceOptions, part: OffsetRange, offset: int, name: str) -> None:
+    """The first delivery is past ``start``: a gap in the offsets, or data loss?"""
+    if offset <= part.start:
+        return
+    client = StreamClient(options.url, options.connect_timeout_ms / 1000, name).open()
+    try:
+        first = client.probe(part.stream, "first", 1, options.read_timeout_ms / 1000)
+    finally:
+        client.close()
+    if first is None or first <= part.start:
+        return  # a gap in the offsets, nothing removed
+    lost = f"{part.start}..{min(first, part.end) - 1}"
+    text = (
+        f"stream {part.stream!r}: offsets {lost} were removed (retention: the stream now "
+        f"starts at {first}) before this query read them"
+    )
+    if options.fail_on_data_loss:
+        raise DataLossError(
+            text + "; set failOnDataLoss=false to skip them and go on", refused=True
+        )
+    log.warning("amqp-stream source: %s; skipped (failOnDataLoss=false)", text)
+
+
+class _Columns:
+    """Column lists of the rows read so far."""
+
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        self.offsets: list[int] = []
+        self.timestamps: list[int | None] = []
+        self.keys: list[str] = []
+        self.ids: list[str | None] = []
+        self.headers: list[list[tuple[str, str | None]]] = []
+        self.values: list[bytes] = []
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def add(self, delivery: tuple[Any, ...]) -> None:
+        offset, _tag, routing_key, stamp, message_id, headers, body = delivery
+        self.offsets.append(offset)
+        self.timestamps.append(None if stamp is None else stamp * 1_000_000)
+        self.keys.append(routing_key)
+        self.ids.append(None if message_id is None else str(message_id))
+        self.headers.append([(k, _text(v)) for k, v in headers.items() if k != OFFSET_HEADER])
+        self.values.append(body)
+
+    def flush(self, rows: int) -> pa.RecordBatch:
+        """A record batch of the first ``rows`` rows (removed from the lists)."""
+        size = rows
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.array([self.stream] * size, pa.string()),
+                pa.array(self.offsets[:rows], pa.int64()),
+                pa.array(self.timestamps[:rows], pa.timestamp("us", tz="UTC")),
+                pa.array(self.keys[:rows], pa.string()),
+                pa.array(self.ids[:rows], pa.string()),
+                pa.array(self.headers[:rows], pa.map_(pa.string(), pa.string())),
+                pa.array(self.values[:rows], pa.binary()),
+            ],
+            schema=ARROW_SCHEMA,
+        )
+        for column in (
+            self.offsets,
+            self.timestamps,
+            self.keys,
+            self.ids,
+            self.headers,
+            self.values,
+        ):
+            del column[:rows]
+        return batch
+
+
+def _text(value: Any) -> str | None:
+    """A header value as a string: text as is, bytes decoded as UTF-8 (replacing what is
+    not), anything else with ``str`` (numbers, booleans, timestamps, decimals)."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, str):
+        return value
+    return str(value)

@@ -1,0 +1,180 @@
+"""Rows/s of the ``amqp-stream`` source into Parquet, beside the ``amqp`` sink's write rate.
+
+Not part of the pytest run. Start a broker with streams (RabbitMQ >= 3.9, or amqpd once it
+has them), then for example:
+
+    .venv/bin/python tests/perf/spark_source.py --url amqp://guest:guest@127.0.0.1:5697/%2F
+
+Per round: the sink writes ``--rows`` rows (a ~75-byte JSON body, ``headers`` map,
+``message_id``) into ``--streams`` fresh streams, one DataFrame partition per stream (the
+sink's rate); then ``spark.read.format("amqp-stream")`` writes all of them to Parquet (batch
+read rate) and a ``readStream`` with ``Trigger.AvailableNow`` does the same on a fresh
+checkpoint (streaming rate, ``--max-per-trigger`` rows per micro-batch). Each Parquet output
+is counted. A warm-up round (``--warmup-rows``) runs first: the first job of a session pays
+for Python worker start-up. ``--consumer-only`` also times the task's socket consumer alone
+(no Spark) on the first stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pika
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from interop.spark import AmqpDataSource, AmqpStreamDataSource
+from interop.spark.stream_socket import SocketConsumer
+
+
+def fresh_streams(url: str, names: list[str]) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        ch = conn.channel()
+        for name in names:
+            ch.queue_delete(name)
+            ch.queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
+    finally:
+        conn.close()
+
+
+def write(spark: SparkSession, url: str, names: list[str], rows: int) -> float:
+    """The sink writes ``rows`` rows spread over the streams; returns seconds."""
+    frame = spark.range(rows, numPartitions=len(names)).select(
+        F.to_json(
+            F.struct(
+                F.col("id").alias("order"),
+                (F.col("id") % 97).alias("customer"),
+                F.lit("2024-05-06T07:08:09Z").alias("at"),
+                F.lit("created").alias("status"),
+            )
+        ).alias("value"),
+        F.concat(F.lit("bench-"), F.col("id").cast("string")).alias("message_id"),
+        F.element_at(
+            F.array(*[F.lit(n) for n in names]), (F.col("id") % len(names) + 1).cast("int")
+        ).alias("routing_key"),
+        F.create_map(F.lit("source"), F.lit("spark")).alias("headers"),
+    )
+    started = time.perf_counter()
+    frame.write.format("amqp").option("url", url).mode("append").save()
+    return time.perf_counter() - started
+
+
+def read_batch(spark: SparkSession, url: str, names: list[str], out: Path) -> tuple[float, int]:
+    started = time.perf_counter()
+    (
+        spark.read.format("amqp-stream")
+        .option("url", url)
+        .option("streams", ",".join(names))
+        .load()
+        .write.mode("overwrite")
+        .parquet(str(out))
+    )
+    seconds = time.perf_counter() - started
+    return seconds, spark.read.parquet(str(out)).count()
+
+
+def read_stream(
+    spark: SparkSession, url: str, names: list[str], out: Path, per_trigger: int
+) -> tuple[float, int]:
+    started = time.perf_counter()
+    query = (
+        spark.readStream.format("amqp-stream")
+        .option("url", url)
+        .option("streams", ",".join(names))
+        .option("startingOffsets", "earliest")
+        .option("maxMessagesPerTrigger", str(per_trigger))
+        .load()
+        .writeStream.format("parquet")
+        .option("path", str(out / "data"))
+        .option("checkpointLocation", str(out / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    seconds = time.perf_counter() - started
+    return seconds, spark.read.parquet(str(out / "data")).count()
+
+
+def consumer_only(url: str, stream: str, rows: int) -> float:
+    """msgs/s of the task's socket consumer alone (reads ``rows`` messages)."""
+    consumer = SocketConsumer(url, 10.0, "bench").open(stream, "first", 2000)
+    seen = unacked = 0
+    started = time.perf_counter()
+    try:
+        while seen < rows:
+            batch = consumer.poll(30.0)
+            if not batch:
+                break
+            seen += len(batch)
+            unacked += len(batch)
+            if unacked >= 1000:
+                consumer.ack(batch[-1][1])
+                unacked = 0
+    finally:
+        consumer.close()
+    return seen / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--warmup-rows", type=int, default=10_000)
+    parser.add_argument("--streams", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--max-per-trigger", type=int, default=50_000)
+    parser.add_argument("--consumer-only", action="store_true")
+    args = parser.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    spark = (
+        SparkSession.builder.master(f"local[{max(2, args.streams)}]")
+        .appName("spark-source-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(AmqpDataSource)
+    spark.dataSource.register(AmqpStreamDataSource)
+    names = [f"bench-src-{i}" for i in range(args.streams)]
+    work = Path(tempfile.mkdtemp(prefix="spark-source-bench-"))
+    print(f"load average at start: {os.getloadavg()}")
+    try:
+        for label, rows in [("warm-up", args.warmup_rows)] + [
+            (f"round {r + 1}", args.rows) for r in range(args.rounds)
+        ]:
+            fresh_streams(args.url, names)
+            shutil.rmtree(work / "batch", ignore_errors=True)
+            shutil.rmtree(work / "stream", ignore_errors=True)
+            written = write(spark, args.url, names, rows)
+            batch_s, batch_n = read_batch(spark, args.url, names, work / "batch")
+            stream_s, stream_n = read_stream(
+                spark, args.url, names, work / "stream", args.max_per_trigger
+            )
+            assert batch_n == rows and stream_n == rows, (batch_n, stream_n, rows)
+            line = (
+                f"{label}: {rows} rows, {len(names)} streams | sink write {rows / written:,.0f}"
+                f" rows/s | batch read -> parquet {rows / batch_s:,.0f} rows/s | "
+                f"readStream availableNow -> parquet {rows / stream_s:,.0f} rows/s"
+            )
+            if args.consumer_only and label != "warm-up":
+                alone = consumer_only(args.url, names[0], rows // len(names))
+                line += f" | socket consumer alone {alone:,.0f} msgs/s"
+            print(line, flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        spark.stop()
+    print(f"load average at end: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""Stream deliveries built from chunk bytes (amqpd/model/stream_delivery.py): byte for byte
+what the general encoders (codec.encode_deliver, with_offset, codec.encode_content) give."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pamqp import commands, header
+
+from amqpd.model.stream_delivery import StreamReader, with_offset
+from amqpd.wire import codec
+from persistence.stream.log import StreamLog
+
+_FRAME_MAX = 4096
+
+
+def _header(body_size: int, properties: commands.Basic.Properties) -> bytes:
+    return header.ContentHeader(0, body_size, properties).marshal()
+
+
+_HEADERS = [
+    _header(5, commands.Basic.Properties()),
+    _header(5, commands.Basic.Properties(content_type="text/plain", headers={"a": 1})),
+    _header(5, commands.Basic.Properties(headers={"x-stream-offset": 7, "b": "c"})),
+    _header(5, commands.Basic.Properties(content_encoding="gzip", correlation_id="id")),
+]
+
+
+def _expected(
+    tag: int, offset: int, exchange: bytes, key: bytes, head: bytes, body: bytes
+) -> bytes:
+    first = codec.encode_deliver(1, b"\x03ctg", tag, False, exchange, key)
+    return b"".join([first, *codec.encode_content(1, with_offset(head, offset), body, _FRAME_MAX)])
+
+
+def test_run_frames_match_the_general_encoders(tmp_path: Path) -> None:
+    log = StreamLog(tmp_path / "s")
+    stored = []
+    bodies = [b"hello", b"hello", b"", b"x" * 10_000, b"hello", b"hi", b"hi"]
+    for number in range(60):
+        body = bodies[number % len(bodies)]
+        head = _HEADERS[(number // 3) % len(_HEADERS)]
+        key = b"\x02rk" if number % 5 else b"\x03key"
+        exchange = b"\x00" if number % 7 else b"\x02ex"
+        offset = log.append(exchange, key, head, body, None, 1000)
+        stored.append((offset, exchange, key, head, body))
+        if number == 20:
+            log.flush()  # two chunks
+    log.flush()
+    reader = StreamReader(log.reader(3), None, False, None)
+    got: list[bytes] = []
+    tag = 1
+    while (run := reader.take(log.next_offset, 7)) is not None:
+        assert len(run) <= 7
+        got += run.frames(1, b"\x03ctg", tag, _FRAME_MAX)
+        tag += len(run)
+    expected = [_expected(tag, *entry) for tag, entry in enumerate(stored[3:], start=1)]
+    assert got == expected
+    assert reader.offset == log.next_offset
+
+
+def test_filtered_runs_skip_other_values_and_stop_at_end(tmp_path: Path) -> None:
+    log = StreamLog(tmp_path / "s")
+    for number in range(30):
+        value = b"red" if number % 3 == 0 else b"blue"
+        log.append(b"\x00", b"\x01k", _HEADERS[0], b"hello", value, 1000)
+    log.flush()
+    reader = StreamReader(log.reader(0), (b"red",), False, "tracker")
+    run = reader.take(20, 100)
+    assert run is not None
+    assert run.offset_list() == [0, 3, 6, 9, 12, 15, 18]
+    assert [entry.seq for entry in run.entries()] == [0, 3, 6, 9, 12, 15, 18]
+    assert reader.take(20, 100) is None  # offset 20 on is not visible yet
+    run = reader.take(30, 100)
+    assert run is not None and run.offset_list() == [21, 24, 27]
