@@ -44,7 +44,7 @@ class Router(Protocol):
     """
 
     type_name: ClassVar[str]
-    uses_headers: ClassVar[bool]
+    uses_headers: bool
 
     def validate_binding(self, routing_key: str, arguments: Arguments) -> None:
         """Check that a binding could be added, without adding it.

@@ -20,7 +20,7 @@ class DirectRouter(BindingRouter):
     """
 
     type_name: ClassVar[str] = "direct"
-    uses_headers: ClassVar[bool] = False
+    uses_headers = False
 
     def __init__(self) -> None:
         """Create a router with no bindings."""

@@ -17,7 +17,7 @@ class FanoutRouter(BindingRouter):
     """Router of ``fanout`` exchanges; binding keys and arguments are ignored."""
 
     type_name: ClassVar[str] = "fanout"
-    uses_headers: ClassVar[bool] = False
+    uses_headers = False
 
     def __init__(self) -> None:
         """Create a router with no bindings."""

@@ -76,7 +76,7 @@ class FederationUpstreamRouter(FanoutRouter):
     """Router of ``x-federation-upstream`` exchanges (see the module comment)."""
 
     type_name: ClassVar[str] = "x-federation-upstream"
-    uses_headers: ClassVar[bool] = True
+    uses_headers = True
 
     def __init__(self, arguments: Arguments | None = None) -> None:
         """Create a router with no bindings, configured by the exchange's arguments."""

@@ -23,7 +23,7 @@ class HeadersRouter(BindingRouter):
     """
 
     type_name: ClassVar[str] = "headers"
-    uses_headers: ClassVar[bool] = True
+    uses_headers = True
 
     def __init__(self) -> None:
         """Create a router with no bindings."""

@@ -23,7 +23,7 @@ class BindingRouter(ABC):
     """Abstract base of the built-in routers (see :class:`exchanges.base.Router`)."""
 
     type_name: ClassVar[str] = ""
-    uses_headers: ClassVar[bool] = False
+    uses_headers: bool = False
 
     def __init__(self) -> None:
         """Create a router with no bindings."""

@@ -24,7 +24,7 @@ class TopicRouter(BindingRouter):
     """
 
     type_name: ClassVar[str] = "topic"
-    uses_headers: ClassVar[bool] = False
+    uses_headers = False
 
     def __init__(self, cache_size: int = DEFAULT_CACHE_SIZE) -> None:
         """Create a router with no bindings.
