@@ -86,6 +86,9 @@ _.collect  # prometheus_client Collector.collect, called by generate_latest (she
 # -- amqpd.model.federation: the queue links' accessor (the fedqueues branch uses it)
 _.upstream_queue  # Upstream.upstream_queue (queue links)
 
+# -- amqpd.buildinfo: the import system calls it
+_.find_spec  # SourceFinder.find_spec, a sys.meta_path finder (loads compiled modules' sources)
+
 # -- amqpd.shell.streams: where a memory-only broker's streams are (tests and operators)
 _.storage_root  # StreamFiles.storage_root (tests/integration/test_streams.py)
 

@@ -9,7 +9,7 @@ thread-safe and perform no I/O.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator, Mapping
-from typing import Protocol, TypeAlias, runtime_checkable
+from typing import ClassVar, Protocol, TypeAlias, runtime_checkable
 
 __all__ = ["Arguments", "Destination", "InvalidBinding", "Router"]
 
@@ -43,7 +43,7 @@ class Router(Protocol):
             broker decodes message headers only in that case.
     """
 
-    type_name: str
+    type_name: ClassVar[str]
     uses_headers: bool
 
     def validate_binding(self, routing_key: str, arguments: Arguments) -> None:

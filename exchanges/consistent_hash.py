@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from collections.abc import Hashable, Mapping
-from typing import Final
+from typing import ClassVar, Final
 
 from exchanges.base import Arguments, Destination, InvalidBinding
 from exchanges.binding_table import Binding
@@ -136,7 +136,7 @@ class ConsistentHashRouter(BindingRouter):
     ``headers`` mapping of `route` under the property's name.
     """
 
-    type_name = "x-consistent-hash"
+    type_name: ClassVar[str] = "x-consistent-hash"
     uses_headers = False
 
     def __init__(self, arguments: Arguments | None = None) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping
 from decimal import Decimal
-from typing import Final
+from typing import ClassVar, Final
 
 from exchanges.base import Arguments, Destination, Router
 
@@ -98,7 +98,7 @@ class DelayedRouter:
     routing (a delayed message is routed through this router when its delay ends).
     """
 
-    type_name = DELAYED_TYPE
+    type_name: ClassVar[str] = DELAYED_TYPE
 
     def __init__(self, inner: Router) -> None:
         """Wrap the router of the ``x-delayed-type`` exchange type."""

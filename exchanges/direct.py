@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import ClassVar
 
 from exchanges.base import Destination
 from exchanges.binding_table import Binding
@@ -18,7 +19,7 @@ class DirectRouter(BindingRouter):
     Routing is one dict lookup; the result list is cached per key.
     """
 
-    type_name = "direct"
+    type_name: ClassVar[str] = "direct"
     uses_headers = False
 
     def __init__(self) -> None:

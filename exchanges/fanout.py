@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import ClassVar
 
 from exchanges.base import Destination
 from exchanges.binding_table import Binding
@@ -15,7 +16,7 @@ __all__ = ["FanoutRouter"]
 class FanoutRouter(BindingRouter):
     """Router of ``fanout`` exchanges; binding keys and arguments are ignored."""
 
-    type_name = "fanout"
+    type_name: ClassVar[str] = "fanout"
     uses_headers = False
 
     def __init__(self) -> None:

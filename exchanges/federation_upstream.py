@@ -12,7 +12,7 @@ the upstream of any federating broker, RabbitMQ's plugin included.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
+from typing import ClassVar, Final
 
 from exchanges.base import Arguments, Destination
 from exchanges.fanout import FanoutRouter
@@ -75,7 +75,7 @@ def should_forward(
 class FederationUpstreamRouter(FanoutRouter):
     """Router of ``x-federation-upstream`` exchanges (see the module comment)."""
 
-    type_name = "x-federation-upstream"
+    type_name: ClassVar[str] = "x-federation-upstream"
     uses_headers = True
 
     def __init__(self, arguments: Arguments | None = None) -> None:

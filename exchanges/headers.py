@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import ClassVar
 
 from exchanges.base import Arguments, Destination
 from exchanges.binding_table import Binding, BindingId
@@ -21,7 +22,7 @@ class HeadersRouter(BindingRouter):
     patterns are pre-compiled so a test is a few dict lookups.
     """
 
-    type_name = "headers"
+    type_name: ClassVar[str] = "headers"
     uses_headers = True
 
     def __init__(self) -> None:

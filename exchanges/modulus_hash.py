@@ -11,7 +11,7 @@ most keys: that is the price of its simplicity, as in the plugin.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
+from typing import ClassVar, Final
 
 from exchanges.base import Destination
 from exchanges.binding_table import Binding
@@ -27,7 +27,7 @@ _CACHE_LIMIT: Final = 4096
 class ModulusHashRouter(BindingRouter):
     """Router of ``x-modulus-hash`` exchanges (see the module comment)."""
 
-    type_name = "x-modulus-hash"
+    type_name: ClassVar[str] = "x-modulus-hash"
     uses_headers = False
 
     def __init__(self) -> None:

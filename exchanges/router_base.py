@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
+from typing import ClassVar
 
 from exchanges.base import Arguments, Destination
 from exchanges.binding_table import Binding, BindingTable
@@ -21,7 +22,7 @@ __all__ = ["BindingRouter"]
 class BindingRouter(ABC):
     """Abstract base of the built-in routers (see :class:`exchanges.base.Router`)."""
 
-    type_name: str = ""
+    type_name: ClassVar[str] = ""
     uses_headers: bool = False
 
     def __init__(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import ClassVar
 
 from exchanges.base import Destination
 from exchanges.binding_table import Binding
@@ -22,7 +23,7 @@ class TopicRouter(BindingRouter):
     first); the whole cache is dropped whenever a bind/unbind changes routing.
     """
 
-    type_name = "topic"
+    type_name: ClassVar[str] = "topic"
     uses_headers = False
 
     def __init__(self, cache_size: int = DEFAULT_CACHE_SIZE) -> None:

@@ -30,6 +30,7 @@ import datetime
 import decimal
 import struct
 import zoneinfo
+from collections.abc import Iterable
 from typing import Any
 
 __all__ = ["decode", "encode"]
@@ -103,7 +104,9 @@ def _str(out: bytearray, value: str) -> None:
 def _table(out: bytearray, table: dict[str, Any], canonical: bool) -> None:
     if not isinstance(table, dict):
         raise TypeError(f"a field table must be a dict, not {type(table).__name__}")
-    items = sorted(table.items()) if canonical else table.items()
+    # Keys typed object: compiled (mypyc), unpacking into a str would raise its own TypeError
+    # before the check below could name the problem.
+    items: Iterable[tuple[object, Any]] = sorted(table.items()) if canonical else table.items()
     out += _U32.pack(len(table))
     for key, item in items:
         if not isinstance(key, str):

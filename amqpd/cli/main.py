@@ -13,7 +13,7 @@ from typing import NoReturn, TypeVar
 
 import anyio
 
-from amqpd import __version__
+from amqpd import BUILD, __version__
 from amqpd.cli import admin, ctl
 from amqpd.cli.config_file import read_config
 from amqpd.cli.logs import configure_logging, reopen_logs
@@ -81,7 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=SUBCOMMANDS,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"amqpd {__version__}")
+    parser.add_argument(
+        "--version", action="version", version=f"amqpd {__version__} ({BUILD.describe()})"
+    )
     parser.add_argument(
         "--config",
         type=Path,
@@ -120,6 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SettingError, ValueError) as exc:
         print(f"amqpd: {exc}", file=sys.stderr)
         return 2
+    if BUILD.stale:
+        log.warning("running the core as %s", BUILD.describe())
     broker_config = BrokerConfig(
         heartbeat=args.heartbeat,
         max_message_size=args.max_message_size,

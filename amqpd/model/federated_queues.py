@@ -30,10 +30,10 @@ whose demand flipped. Many flips within one step collapse into the last state.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from amqpd.model.queue import Queue
+# A runtime import, not under TYPE_CHECKING: the compiled (mypyc) DemandChange dataclass needs
+# the Queue class when the module loads (queue.py does not import this module: no cycle).
+from amqpd.model.queue import Queue
 
 __all__ = ["DemandChange", "FederatedQueues"]
 

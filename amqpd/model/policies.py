@@ -163,9 +163,9 @@ def validate(
     else:
         try:
             re.compile(pattern)
-        except re.error as exc:
+        except re.error as bad:  # not "exc": compiled, one name has one type per function
             errors.append(
-                f'pattern should be regular expression but is invalid: {{"{exc.msg}",{exc.pos}}}'
+                f'pattern should be regular expression but is invalid: {{"{bad.msg}",{bad.pos}}}'
             )
     if priority_text and isinstance(priority, str) and re.fullmatch(r"-?[0-9]+", priority):
         priority = int(priority)

@@ -83,7 +83,22 @@ class MessageStats(Counters):
         "redeliver",
         "return_unroutable",
     )
-    FIELDS: ClassVar[tuple[str, ...]] = __slots__
+    # Spelled out, not read from __slots__: a compiled (mypyc) class has no __slots__.
+    FIELDS: ClassVar[tuple[str, ...]] = (
+        "ack",
+        "confirm",
+        "deliver",
+        "deliver_no_ack",
+        "drop_unroutable",
+        "get",
+        "get_empty",
+        "get_no_ack",
+        "publish",
+        "publish_in",
+        "publish_out",
+        "redeliver",
+        "return_unroutable",
+    )
 
     def __init__(self) -> None:
         super().__init__()

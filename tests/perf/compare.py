@@ -11,6 +11,8 @@ written to docs/perf-YYYY-MM-DD.md.
     .venv/bin/python tests/perf/compare.py                   # everything, ~15-20 min
     .venv/bin/python tests/perf/compare.py --only W1,W2 --reps 3 --duration 5
     .venv/bin/python tests/perf/compare.py --profile W1,W2   # + a py-spy run of amqpd
+    .venv/bin/python tests/perf/compare.py --only W1,W2,WL --no-rabbitmq \\
+        --broker-code worktree --baseline HEAD     # compiled (worktree) vs pure (git HEAD)
 """
 
 from __future__ import annotations
@@ -274,6 +276,19 @@ def _workloads() -> list[Workload]:
                 ["-x", "1", "-y", "1", "-r", "30000", *consume], "consumed_rate", "deliver"
             ),
             profile_args=["-x", "1", "-y", "1", "-r", "30000", *consume],
+        ),
+        Workload(
+            "WL",
+            "LavinMQ's benchmark shape: transient, 16 B, 1 producer + 1 no-ack consumer",
+            [
+                Figure("e2e msgs/s", "rate", "≥ 1.0x"),
+                Figure("sent msgs/s", "sent"),
+                Figure("broker CPU s / 100k msgs", "cpu100k", "≤ 1.0x", CPU),
+                RSS,
+                HWM,
+            ],
+            perf_workload(["-x", "1", "-y", "1", "-s", "16", "-a"], "consumed_rate", "deliver"),
+            profile_args=["-x", "1", "-y", "1", "-s", "16", "-a"],
         ),
         Workload(
             "W2",

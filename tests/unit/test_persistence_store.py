@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import sqlite3
@@ -635,7 +636,7 @@ def test_store_matches_reference_model(
 
 def vars_of(m: MessageRecord) -> list[Any]:
     """The stored columns (body_size is only set by a windowed load)."""
-    return [getattr(m, f) for f in MessageRecord.__slots__ if f != "body_size"]
+    return [getattr(m, f.name) for f in dataclasses.fields(m) if f.name != "body_size"]
 
 
 def test_dedup_window_round_trip_and_cascade(backend: Backend) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
+from amqpd import BUILD
 from amqpd.engine import inventory, operations
 from amqpd.shell.host import BrokerHost
 from amqpd.shell.management import ranges
@@ -27,6 +28,7 @@ async def overview(call: Call) -> Response:
     """GET /api/overview. Users without the monitoring tag get object and queue totals of
     their own vhosts, connections and channels (RabbitMQ narrows them the same way)."""
     item = inventory.overview(call.broker, call.host.node_sample())
+    item["amqpd_build"] = BUILD.kind  # "mypyc" or "pure" (amqpd/buildinfo.py)
     if not call.principal.is_monitor:
         _narrow(call, item)
     return Json(ranges.overview(call, item))
