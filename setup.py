@@ -76,6 +76,7 @@ MYPYC_MODULES: tuple[str, ...] = (
     "amqpd/model/stream.py",
     "amqpd/model/stream_args.py",
     "amqpd/model/stream_delivery.py",
+    "amqpd/model/stream_dedup.py",  # subclasses the compiled Deduplicator
     "amqpd/model/vhost.py",
     # engine
     "amqpd/engine/channel.py",
