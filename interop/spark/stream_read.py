@@ -17,6 +17,14 @@ stream's first offset (``x-stream-offset = first``): past ``start`` means offset
 ``[start, first)`` are gone, which fails the task when ``failOnDataLoss`` (the default) and is
 logged otherwise. The rows are a function of the range alone, so a retried task returns the
 same rows.
+
+Stalls: a consumer can wait for ever on offsets retention removed while it attached (seen
+against RabbitMQ: no delivery at all from ``x-stream-offset = 0`` after the first segments
+went). So after ``STALL_PROBE_S`` without a delivery the task probes the stream's first
+offset; past the next offset it needs, the offsets in between are gone: data loss as above,
+and with ``failOnDataLoss=false`` the task resubscribes at the first offset (or ends, if
+retention took the rest of the range). Only ``readTimeoutMs`` without a delivery while the
+needed offsets still exist fails the task with "no message".
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 BATCH_ROWS = 10_000
+STALL_PROBE_S = 5.0
 
 
 class DataLossError(StreamError):
@@ -66,71 +75,118 @@ def read_range(options: SourceOptions, part: OffsetRange, name: str) -> Iterator
             arrived for ``readTimeoutMs`` while offsets of the range were still missing.
         DataLossError: Offsets of the range were removed and ``failOnDataLoss`` is true.
     """
-    timeout = options.connect_timeout_ms / 1000
-    consumer: SocketConsumer | PikaConsumer
-    if options.url.lower().startswith("amqps://"):
-        consumer = PikaConsumer(options.url, timeout, name)
-    else:
-        consumer = SocketConsumer(options.url, timeout, name)
-    try:
-        consumer.open(part.stream, part.start, options.prefetch)
-        yield from _walk(consumer, options, part, name)
-    finally:
-        consumer.close()
-
-
-def _walk(
-    consumer: SocketConsumer | PikaConsumer, options: SourceOptions, part: OffsetRange, name: str
-) -> Iterator[pa.RecordBatch]:
     columns = _Columns(part.stream)
-    ack_every = max(1, options.prefetch // 2)
-    timeout = options.read_timeout_ms / 1000
-    start, end = part.start, part.end
-    last = start - 1
-    first = True
-    done = False
-    unacked = 0
-    while not done:
-        deliveries = consumer.poll(timeout)
-        if not deliveries:
-            raise StreamError(
-                f"no message from stream {part.stream!r} for {timeout * 1000:.0f} ms "
-                f"(readTimeoutMs) while reading offsets {start}..{end - 1} "
-                f"(last offset read {last}): was the stream deleted or truncated?"
-            )
-        if first:
-            first = False
-            _check_start(options, part, deliveries[0][0], name)
-        for delivery in deliveries:
-            offset = delivery[0]
-            if start <= offset < end:
-                columns.add(delivery)
-                last = offset
-            unacked += 1
-            if offset >= end - 1:
-                done = True
-                break
-        if not done and unacked >= ack_every:
-            consumer.ack(delivery[1])
-            unacked = 0
-        while len(columns) >= BATCH_ROWS:
-            yield columns.flush(BATCH_ROWS)
-    if len(columns):
-        yield columns.flush(len(columns))
+    walk = _Walk(options, part, name, columns)
+    position = part.start
+    while position < part.end:
+        consumer = _consumer(options, name)
+        try:
+            consumer.open(part.stream, position, options.prefetch)
+            yield from walk.run(consumer)
+        finally:
+            consumer.close()
+        if walk.resume_at is None:
+            break
+        position, walk.resume_at = walk.resume_at, None
+    while len(columns):
+        yield columns.flush(min(BATCH_ROWS, len(columns)))
+
+
+def _consumer(options: SourceOptions, name: str) -> SocketConsumer | PikaConsumer:
+    timeout = options.connect_timeout_ms / 1000
+    if options.url.lower().startswith("amqps://"):
+        return PikaConsumer(options.url, timeout, name)
+    return SocketConsumer(options.url, timeout, name)
+
+
+class _Walk:
+    """The deliveries of one range, in offset order, over one or more subscriptions."""
+
+    def __init__(
+        self, options: SourceOptions, part: OffsetRange, name: str, columns: _Columns
+    ) -> None:
+        self.options = options
+        self.part = part
+        self.name = name
+        self.columns = columns
+        self.last = part.start - 1  # the highest offset of the range read so far
+        self.resume_at: int | None = None  # resubscribe here after data loss was skipped
+
+    def run(self, consumer: SocketConsumer | PikaConsumer) -> Iterator[pa.RecordBatch]:
+        """Walk one subscription until the range is done or it must resubscribe."""
+        options, part, columns = self.options, self.part, self.columns
+        ack_every = max(1, options.prefetch // 2)
+        timeout = options.read_timeout_ms / 1000
+        start, end = part.start, part.end
+        first = self.last < start
+        unacked = 0
+        waited = 0.0
+        while True:
+            wait = min(STALL_PROBE_S, timeout - waited)
+            deliveries = consumer.poll(wait)
+            if not deliveries:
+                waited += wait
+                if self._removed_ahead():
+                    return
+                if waited >= timeout:
+                    raise StreamError(
+                        f"no message from stream {part.stream!r} for {timeout * 1000:.0f} ms "
+                        f"(readTimeoutMs) while reading offsets {start}..{end - 1} "
+                        f"(last offset read {self.last}): was the stream deleted or truncated?"
+                    )
+                continue
+            waited = 0.0
+            if first:
+                first = False
+                _check_start(options, part, deliveries[0][0], self.name)
+            for delivery in deliveries:
+                offset = delivery[0]
+                if self.last < offset < end and offset >= start:
+                    columns.add(delivery)
+                    self.last = offset
+                unacked += 1
+                if offset >= end - 1:
+                    return
+            if unacked >= ack_every:
+                consumer.ack(deliveries[-1][1])
+                unacked = 0
+            while len(columns) >= BATCH_ROWS:
+                yield columns.flush(BATCH_ROWS)
+
+    def _removed_ahead(self) -> bool:
+        """After a stall: did retention remove the next offsets this range needs? Raises
+        ``DataLossError`` (``failOnDataLoss``) or sets ``resume_at`` and answers True."""
+        part = self.part
+        needed = max(part.start, self.last + 1)
+        first = _first_offset(self.options, part.stream, self.name)
+        if first is None or first <= needed:
+            return False
+        _lost(self.options, part, needed, first)
+        self.resume_at = first if first < part.end else None
+        return True
+
+
+def _first_offset(options: SourceOptions, stream: str, name: str) -> int | None:
+    client = StreamClient(options.url, options.connect_timeout_ms / 1000, name).open()
+    try:
+        return client.probe(stream, "first", 1, options.read_timeout_ms / 1000)
+    finally:
+        client.close()
 
 
 def _check_start(options: SourceOptions, part: OffsetRange, offset: int, name: str) -> None:
     """The first delivery is past ``start``: a gap in the offsets, or data loss?"""
     if offset <= part.start:
         return
-    client = StreamClient(options.url, options.connect_timeout_ms / 1000, name).open()
-    try:
-        first = client.probe(part.stream, "first", 1, options.read_timeout_ms / 1000)
-    finally:
-        client.close()
+    first = _first_offset(options, part.stream, name)
     if first is None or first <= part.start:
         return  # a gap in the offsets, nothing removed
-    lost = f"{part.start}..{min(first, part.end) - 1}"
+    _lost(options, part, part.start, first)
+
+
+def _lost(options: SourceOptions, part: OffsetRange, needed: int, first: int) -> None:
+    """Offsets ``needed..first-1`` of ``part`` are gone: fail, or log and go on."""
+    lost = f"{needed}..{min(first, part.end) - 1}"
     text = (
         f"stream {part.stream!r}: offsets {lost} were removed (retention: the stream now "
         f"starts at {first}) before this query read them"

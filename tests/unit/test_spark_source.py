@@ -248,3 +248,76 @@ def test_an_empty_stream_is_waited_for_only_where_the_count_may_lag() -> None:
     client.conn = None  # not connected: no claim
     assert not client.exact_counts
     client.ioloop.close()
+
+
+class StallingConsumer:
+    """A subscription that delivers ``offsets`` from where it was opened, then nothing."""
+
+    opened: list[int]
+
+    def __init__(self, stored: list[int]) -> None:
+        self.stored = stored
+        self.queue: list[int] = []
+
+    def open(self, _stream: str, offset: int, _prefetch: int) -> StallingConsumer:
+        StallingConsumer.opened.append(offset)
+        self.queue = [o for o in self.stored if o >= offset]
+        return self
+
+    def poll(self, _timeout: float) -> list[tuple[Any, ...]]:
+        batch, self.queue = self.queue[:7], self.queue[7:]
+        return [(o, o + 1, "rk", None, f"m{o}", {}, b"x") for o in batch]
+
+    def ack(self, _tag: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("first", [40, 100])
+def test_a_reader_stalled_by_retention_reports_the_loss_or_resumes_at_the_first_offset(
+    monkeypatch: pytest.MonkeyPatch, first: int
+) -> None:
+    """RabbitMQ can leave a consumer at a removed offset with no delivery at all: the
+    reader probes the stream's first offset instead of waiting out ``readTimeoutMs``."""
+    from interop.spark import stream_read
+
+    stored = list(range(first, 120))  # retention removed everything below ``first``
+    monkeypatch.setattr(stream_read, "STALL_PROBE_S", 0.001)
+    monkeypatch.setattr(stream_read, "_first_offset", lambda *_args: first)
+    # each query's first subscription (at 0) stalls; a resubscription delivers what is stored
+    consumers = iter([StallingConsumer([]), StallingConsumer([]), StallingConsumer(stored)])
+    monkeypatch.setattr(stream_read, "_consumer", lambda *_args: next(consumers))
+    StallingConsumer.opened = []
+    options = {"url": URL, "streams": "s", "readTimeoutMs": "60000"}
+    part = OffsetRange("s", 0, 100)
+    strict = parse_source_options(options, batch=True)
+    with pytest.raises(stream_read.DataLossError, match=f"offsets 0..{min(first, 100) - 1} were"):
+        list(stream_read.read_range(strict, part, "t"))
+    lenient = parse_source_options({**options, "failOnDataLoss": "false"}, batch=True)
+    batches = list(stream_read.read_range(lenient, part, "t"))
+    offsets = [o for b in batches for o in b.column("offset").to_pylist()]
+    assert offsets == list(range(first, 100))
+    assert StallingConsumer.opened == [0, 0] + ([first] if first < 100 else [])
+
+
+def test_a_stalled_reader_whose_offsets_still_exist_fails_after_read_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from interop.spark import stream_read
+
+    monkeypatch.setattr(stream_read, "STALL_PROBE_S", 0.001)
+    probes: list[int] = []
+
+    def first_offset(*_args: Any) -> int:
+        probes.append(0)
+        return 0  # nothing removed: the reader must keep waiting
+
+    monkeypatch.setattr(stream_read, "_first_offset", first_offset)
+    monkeypatch.setattr(stream_read, "_consumer", lambda *_a: StallingConsumer(list(range(5))))
+    StallingConsumer.opened = []
+    options = parse_source_options({"url": URL, "streams": "s", "readTimeoutMs": "20"}, batch=True)
+    with pytest.raises(StreamError, match=r"no message .* for 20 ms .* \(last offset read 4\)"):
+        list(stream_read.read_range(options, OffsetRange("s", 0, 10), "t"))
+    assert len(probes) >= 2 and StallingConsumer.opened == [0]
