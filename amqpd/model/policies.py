@@ -20,6 +20,10 @@ object (`select`), merges a policy with an operator policy (`merge`:
 * ``alternate-exchange`` (exchanges): the exchange argument if there is one, else the
   policy (``rabbit_policy:get_arg``);
 * ``queue-mode``: accepted, no effect (amqpd pages long queues out on its own);
+* streams (model/stream_args.py ``stream_policy_settings``, RabbitMQ's
+  ``rabbit_stream_queue`` ``args_policy_lookup``): ``max-length-bytes`` and
+  ``stream-max-segment-size-bytes`` the lower of argument and policy, ``max-age`` the
+  shorter; ``queue-leader-locator`` and ``initial-cluster-size`` checked and kept (one node);
 * classic mirroring (``ha-mode`` ...) and ``queue-master-locator``: checked, kept and
   ignored with a warning (model/ha_policy.py: a single node has nothing to mirror);
 * ``federation-upstream-set`` / ``federation-upstream`` / ``federation-upstream-pattern``:
@@ -41,6 +45,7 @@ from typing import Any, Final
 
 from amqpd.model.ha_policy import HA_KEYS, check_ha, ignored_keys
 from amqpd.model.queue_args import QueueSettings, parse_queue_arguments
+from amqpd.model.stream_args import parse_age
 from persistence.access import PolicyRecord
 
 __all__ = [
@@ -72,6 +77,11 @@ _STRINGS: Final = {
 }
 _CHOICES: Final = {
     "queue-mode": (("default", "lazy"), "a valid queue-mode value"),
+    "queue-version": ((1, 2), "a valid queue-version value"),
+    "queue-leader-locator": (
+        ("client-local", "random", "least-leaders"),
+        "a valid queue leader locator value",
+    ),
     "overflow": (("drop-head", "reject-publish", "reject-publish-dlx"), "a valid overflow value"),
 }
 # Federation (model/federation.py validates them; importing it here would be a cycle)
@@ -80,7 +90,19 @@ FEDERATION_KEYS: Final = (
     "federation-upstream",
     "federation-upstream-pattern",
 )
-POLICY_KEYS: Final = (*_NON_NEGATIVE_INT, "expires", *_STRINGS, *_CHOICES, *FEDERATION_KEYS)
+_STREAM_INT: Final = {
+    "stream-max-segment-size-bytes": "a valid segment size",
+    "initial-cluster-size": "a valid cluster size",
+}
+POLICY_KEYS: Final = (
+    *_NON_NEGATIVE_INT,
+    *_STREAM_INT,
+    "expires",
+    "max-age",
+    *_STRINGS,
+    *_CHOICES,
+    *FEDERATION_KEYS,
+)
 
 log = logging.getLogger(__name__)
 
@@ -113,9 +135,13 @@ def _failed(text: str) -> PolicyError:
 
 def _check_key(key: str, value: Any) -> None:
     is_int = isinstance(value, int) and not isinstance(value, bool)
-    if key in _NON_NEGATIVE_INT:
+    if key in _NON_NEGATIVE_INT or key in _STREAM_INT:
         if not (is_int and value >= 0):
-            raise _failed(f"{erlang_term(value)} is not {_NON_NEGATIVE_INT[key]}")
+            what = _NON_NEGATIVE_INT.get(key) or _STREAM_INT[key]
+            raise _failed(f"{erlang_term(value)} is not {what}")
+    elif key == "max-age":
+        if not (isinstance(value, str) and parse_age(value) is not None):
+            raise _failed(f"{erlang_term(value)} is not a valid max age")
     elif key == "expires":
         if not (is_int and value >= 1):
             raise _failed(f"{erlang_term(value)} is not a valid queue expiry")
@@ -124,7 +150,7 @@ def _check_key(key: str, value: Any) -> None:
             raise _failed(f"{erlang_term(value)} is not {_STRINGS[key]}")
     else:
         allowed, what = _CHOICES[key]
-        if value not in allowed:
+        if value not in allowed or isinstance(value, bool):
             raise _failed(f"{erlang_term(value)} is not {what}")
 
 

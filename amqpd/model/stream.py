@@ -36,6 +36,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol, cast
 
 from amqpd.model.message import Clock, Message, QueueEntry
+from amqpd.model.policies import merge
 from amqpd.model.queue import Consumer, Queue
 from amqpd.model.queue_args import InvalidQueueArgument
 from amqpd.model.stream_args import (
@@ -43,6 +44,7 @@ from amqpd.model.stream_args import (
     StreamSettings,
     not_supported,
     parse_consumer_args,
+    stream_policy_settings,
     stream_settings,
 )
 from amqpd.model.stream_delivery import LogReaderPort, StreamDelivery, StreamReader, StreamRun
@@ -73,6 +75,7 @@ class StreamLogPort(Protocol):
         now_ms: int,
     ) -> int: ...
     def flush(self) -> None: ...
+    def resize_segments(self, max_segment_bytes: int | None) -> None: ...
     def sync_targets(self) -> tuple[list[int], int]: ...
     def synced(self, upto: int) -> None: ...
     def reader(self, offset: int) -> LogReaderPort: ...
@@ -111,7 +114,7 @@ class StreamLogs(Protocol):
 class StreamQueue(Queue):
     """An append-only log queue (see the module's theory of operation)."""
 
-    __slots__ = ("_readers", "dirty", "log", "stream_settings")
+    __slots__ = ("_readers", "argument_settings", "dirty", "log", "stream_settings")
 
     def __init__(
         self,
@@ -122,7 +125,8 @@ class StreamQueue(Queue):
         clock: Clock | None = None,
     ) -> None:
         super().__init__(name, vhost_name, True, None, False, arguments, clock)
-        self.stream_settings: StreamSettings = stream_settings(arguments)
+        self.argument_settings = stream_settings(arguments)  # policies apply on top
+        self.stream_settings: StreamSettings = self.argument_settings
         self.log: StreamLogPort = logs.open(
             vhost_name, name, self.stream_settings.max_segment_bytes
         )
@@ -296,9 +300,21 @@ class StreamQueue(Queue):
         return None
 
     def reconfigure(self, settings: Any) -> None:
-        """Policies do not change a stream's arguments (RabbitMQ's stream policies
-        are not supported yet)."""
+        """The policies changed (the vhost sets ``policy`` / ``operator_policy`` first):
+        retention and the segment size follow at once (model/stream_args.py
+        ``stream_policy_settings``). RabbitMQ 3.10 updates retention live too (the
+        coordinator's ``policy_changed``) but a new segment size only when the stream's
+        member restarts; a single node has no reason to wait."""
         self.settings = settings
+        definition = merge(self.policy, self.operator_policy)
+        wanted = stream_policy_settings(self.argument_settings, self.arguments, definition)
+        if wanted == self.stream_settings:
+            return
+        self.stream_settings = wanted
+        self.log.resize_segments(wanted.max_segment_bytes)
+        if self.needs_ticks:
+            self.watch()
+        self._retain()
 
 
 def new_stream_queue(

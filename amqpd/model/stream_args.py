@@ -11,6 +11,7 @@ from __future__ import annotations
 import calendar
 import datetime
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -241,4 +242,31 @@ def prefetch_not_set(queue_name: str, vhost: str) -> AMQPError:
     """RabbitMQ's refusal of a stream consumer without a per-consumer prefetch (406)."""
     return precondition_failed(
         f"consumer prefetch count is not set for 'queue '{queue_name}' in vhost '{vhost}''"
+    )
+
+
+def stream_policy_settings(
+    base: StreamSettings, arguments: Mapping[str, Any], definition: Mapping[str, Any]
+) -> StreamSettings:
+    """A stream's settings from its arguments (``base``) and its merged policy definition,
+    as RabbitMQ 3.10's ``rabbit_stream_queue`` looks them up (``args_policy_lookup``): a
+    setting given by only one of them is taken from it; given by both, the lower size
+    (``max-length-bytes``, ``stream-max-segment-size-bytes``) and the shorter age
+    (``max-age``) win. Policies were validated, so their values parse."""
+
+    def lower(argument: int | None, policy: Any) -> int | None:
+        if isinstance(policy, bool) or not isinstance(policy, int):
+            return argument
+        return policy if argument is None else min(argument, policy)
+
+    age = definition.get("max-age")
+    policy_age = parse_age(age) if isinstance(age, str) else None
+    segment = lower(
+        base.max_segment_bytes if "x-stream-max-segment-size-bytes" in arguments else None,
+        definition.get("stream-max-segment-size-bytes"),
+    )
+    return StreamSettings(
+        lower(base.max_bytes, definition.get("max-length-bytes")),
+        lower(base.max_age, policy_age),
+        segment or None,
     )

@@ -416,7 +416,10 @@ class VirtualHost:
                 self.watch_queues,
                 self.dirty_streams,
             )
-            return with_stream_dedup(stream)  # x-message-deduplication (model/stream_dedup.py)
+            stream = with_stream_dedup(stream)  # x-message-deduplication (model/stream_dedup.py)
+            if self.policies or self.operator_policies:
+                self._apply_queue_policy(stream)  # max-age, max-length-bytes, segment size
+            return stream
         queue = Queue(name, self.name, durable, owner, auto_delete, arguments, self.clock)
         queue.watch_set = self.watch_queues
         queue.dead_letter_counts = self.dead_letters
@@ -448,7 +451,7 @@ class VirtualHost:
             self.operator_policies,
         )
         queue.policy, queue.operator_policy = policy, operator
-        if settings != queue.settings:
+        if settings != queue.settings or queue.settings.queue_type == "stream":
             has_dlx = settings.dead_letter_exchange is not None
             queue.dead_letter = self.dead_letter if has_dlx else None
             queue.reconfigure(settings)

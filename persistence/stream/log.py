@@ -256,6 +256,11 @@ class StreamLog:
         self._firsts.append(first_offset)
         return segment
 
+    def resize_segments(self, max_segment_bytes: int | None) -> None:
+        """A new segment size (a policy changed): the next chunk that would pass it rolls."""
+        size = DEFAULT_SEGMENT_BYTES if max_segment_bytes is None else max_segment_bytes
+        self.max_segment_bytes = max(size, 1)
+
     def sync_targets(self) -> tuple[list[int], int]:
         """Flush, then the file descriptors to fsync (each a duplicate the caller closes,
         so the log may roll or close meanwhile) and the offset durable once they are."""

@@ -97,6 +97,12 @@ def publish(client: Client, queue: str, count: int) -> None:
             "ha-sync-batch-size takes an integer greater than 0, 0 given",
         ),
         ({"queue-master-locator": "x"}, '<<"x">> invalid queue-master-locator value'),
+        ({"max-age": "1 day"}, '<<"1 day">> is not a valid max age'),
+        ({"max-age": 60}, "60 is not a valid max age"),
+        ({"stream-max-segment-size-bytes": -1}, "-1 is not a valid segment size"),
+        ({"initial-cluster-size": "3"}, '<<"3">> is not a valid cluster size'),
+        ({"queue-leader-locator": "x"}, '<<"x">> is not a valid queue leader locator value'),
+        ({"queue-version": 3}, "3 is not a valid queue-version value"),
         ({}, "no policy provided"),
     ],
 )
@@ -127,6 +133,18 @@ def test_mirroring_keys_are_kept_and_ignored_with_a_warning(
     )
     with pytest.raises(PolicyError, match="are not recognised policy settings"):
         validate("/", "op", ".*", {"ha-mode": "all"}, operator=True)  # as RabbitMQ: not here
+
+
+def test_stream_and_queue_type_keys_are_accepted() -> None:
+    definition = {
+        "max-age": "7D",
+        "stream-max-segment-size-bytes": 500_000_000,
+        "initial-cluster-size": 3,
+        "queue-leader-locator": "least-leaders",
+        "queue-version": 2,
+        "max-length-bytes": 20_000_000_000,
+    }
+    assert validate("/", "streams", "^s\\.", definition, apply_to="queues").definition == definition
 
 
 def test_operator_policies_allow_only_limits() -> None:

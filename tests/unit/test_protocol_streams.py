@@ -479,3 +479,56 @@ def test_retention_by_size_removes_whole_old_segments(tmp_path: Path) -> None:
     _consume(client, **{"x-stream-offset": 0})  # below the oldest kept: the oldest
     offsets = [offset for _t, offset, _b, _h in _deliveries(client)]
     assert offsets == list(range(first, 100))
+
+
+def test_stream_retention_and_segment_size_from_a_policy(tmp_path: Path) -> None:
+    """RabbitMQ's stream policies: max-length-bytes and stream-max-segment-size-bytes (the
+    lower of argument and policy), max-age (the shorter), applied to a stream declared
+    before or after the policy, live, and undone when the policy goes."""
+    from amqpd.model.policy_admin import clear_policy, set_policy
+
+    broker = _broker(tmp_path)
+    client = connect(broker)
+    _declare(client, "early", **{"x-max-length-bytes": 10_000_000})
+    definition = {"max-length-bytes": 3000, "stream-max-segment-size-bytes": 1000}
+    set_policy(broker, "/", "retain", {"pattern": "^(early|late)$", "definition": definition})
+    _declare(client, "late")
+    _declare(client, "other")  # no policy
+    for _round in range(20):
+        for name in ("early", "late", "other"):
+            for _ in range(5):
+                client.publish(1, name, b"x" * 50)
+        _commit(broker)
+    client.methods()
+    queues = broker.vhosts["/"].queues
+    for name in ("early", "late"):
+        stream = queues[name]
+        assert isinstance(stream, StreamQueue)
+        assert stream.stream_settings.max_bytes == 3000
+        assert stream.log.first_offset > 0 and stream.log.size_bytes <= 3000
+    other = queues["other"]
+    assert isinstance(other, StreamQueue) and other.log.first_offset == 0
+    clear_policy(broker, "/", "retain")
+    early = queues["early"]
+    assert isinstance(early, StreamQueue)
+    assert early.stream_settings.max_bytes == 10_000_000  # back to its argument
+    assert early.stream_settings.max_segment_bytes is None
+
+
+def test_stream_max_age_from_a_policy_takes_the_shorter_age(tmp_path: Path) -> None:
+    from amqpd.model.policy_admin import set_policy
+
+    broker = _broker(tmp_path)
+    client = connect(broker)
+    _declare(client, "long", **{"x-max-age": "7D"})
+    _declare(client, "short", **{"x-max-age": "10s"})
+    _declare(client, "none")
+    set_policy(broker, "/", "age", {"pattern": ".*", "definition": {"max-age": "1h"}})
+    queues = broker.vhosts["/"].queues
+    ages = {}
+    for name in ("long", "short", "none"):
+        stream = queues[name]
+        assert isinstance(stream, StreamQueue)
+        ages[name] = stream.stream_settings.max_age
+        assert stream.needs_ticks  # retention by age is checked on the tick
+    assert ages == {"long": 3600, "short": 10, "none": 3600}
