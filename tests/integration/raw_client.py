@@ -110,8 +110,14 @@ class RawClient:
         self.close()
 
     # -- handshake ---------------------------------------------------------------------------
-    def start(self, user: str = "guest", password: str = "guest") -> None:
-        """Protocol header, Connection.Start, Start-Ok (PLAIN) — stops before Tune."""
+    def start(
+        self,
+        user: str = "guest",
+        password: str = "guest",
+        capabilities: dict[str, bool] | None = None,
+    ) -> None:
+        """Protocol header, Connection.Start, Start-Ok (PLAIN) — stops before Tune.
+        ``capabilities``: announced beside the default ones (e.g. connection.blocked)."""
         self.send_bytes(PROTOCOL_HEADER)
         start = self.expect(commands.Connection.Start, channel=0)
         self.server_properties = dict(start.server_properties or {})
@@ -120,7 +126,7 @@ class RawClient:
             commands.Connection.StartOk(
                 client_properties={
                     "product": "amqpd raw test client",
-                    "capabilities": dict(CLIENT_CAPABILITIES),
+                    "capabilities": {**CLIENT_CAPABILITIES, **(capabilities or {})},
                 },
                 mechanism="PLAIN",
                 response=f"\0{user}\0{password}",

@@ -9,13 +9,16 @@ from pathlib import Path
 import pika
 import pika.exceptions
 import pytest
+from pamqp import commands
 
 from amqpd.shell.server import Server
 from persistence.errors import StoreError
 from persistence.records import Batch
 from tests.conftest import running_server
+from tests.integration.raw_client import RawClient
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
+RAW_PERSISTENT = commands.Basic.Properties(delivery_mode=2)
 
 
 class FailingStore:
@@ -60,14 +63,19 @@ def test_storage_failure_nacks_blocks_and_recovers(tmp_path: Path) -> None:
             sub.queue_bind(queue, "amq.fanout")
 
         conn = pika.BlockingConnection(params)
-        blocked: list[str] = []
-        conn.add_on_connection_blocked_callback(
-            lambda _c, frame: blocked.append(frame.method.reason)
-        )
-        conn.add_on_connection_unblocked_callback(lambda _c, _frame: blocked.append("unblocked"))
         ch = conn.channel()
         ch.confirm_delivery()
         ch.basic_publish("amq.fanout", "", b"before", PERSISTENT)  # acked: all written
+        # The publisher during the failure writes each message in one write: while an alarm
+        # is on, the broker (like RabbitMQ's reader) stops reading after the first chunk
+        # that carried content, so a message split over two reads would wait unread.
+        raw = RawClient.connect(server.port)
+        raw.start(capabilities={"connection.blocked": True})
+        raw.tune()
+        raw.send_method(0, commands.Connection.Open(virtual_host="/"))
+        raw.expect(commands.Connection.OpenOk, channel=0)
+        raw.open_channel(1)
+        raw.rpc(1, commands.Confirm.Select(), commands.Confirm.SelectOk)
 
         faulty.failing = True
         tx_conn = pika.BlockingConnection(params)
@@ -79,20 +87,22 @@ def test_storage_failure_nacks_blocks_and_recovers(tmp_path: Path) -> None:
         assert info.value.reply_code == 541 and "storage" in info.value.reply_text
         tx_conn.close()  # it published nothing since: not blocked
 
-        with pytest.raises(pika.exceptions.NackError):
-            ch.basic_publish("amq.fanout", "", b"during", PERSISTENT)
-        conn.process_data_events(time_limit=0)  # pika runs blocked callbacks here
-        assert blocked == ["low on disk"]  # RabbitMQ's disk alarm reason, sent once
+        raw.publish(1, b"during", "amq.fanout", properties=RAW_PERSISTENT)
+        replies = [raw.read_frame(timeout=30)[1] for _ in range(2)]
+        nacks = [r for r in replies if isinstance(r, commands.Basic.Nack)]
+        blocked = [r for r in replies if isinstance(r, commands.Connection.Blocked)]
+        assert len(nacks) == 1 and nacks[0].delivery_tag == 1, replies
+        assert [b.reason for b in blocked] == ["low on disk"]  # RabbitMQ's disk alarm reason
 
         consumed: list[bytes] = []
         sub.basic_consume("watched", lambda _ch, _m, _p, body: consumed.append(body), True)
         faulty.failing = False  # the broker's probe (an empty batch) commits: unblocked
-        _until(conn, lambda: blocked[-1] == "unblocked")
+        raw.expect(commands.Connection.Unblocked, channel=0, timeout=30)
+        raw.close()
         ch.basic_publish("amq.fanout", "", b"after", PERSISTENT)
         _until(watcher, lambda: len(consumed) >= 2)
         watcher.process_data_events(time_limit=0.2)  # nothing else arrives
         assert consumed == [b"before", b"after"]  # a nacked message is never delivered
-        assert blocked == ["low on disk", "unblocked"]
         conn.close()
         watcher.close()
     with running_server(data_dir=tmp_path) as server:
