@@ -507,3 +507,20 @@ def test_decode_method_matches_pamqp(
 
 def test_decode_method_of_unknown_index_is_none() -> None:
     assert codec.decode_method(0x003C03E7, b"\x00\x3c\x03\xe7") is None
+
+
+@pytest.mark.parametrize("queue", ["", "q", "café", "x" * 255])
+@pytest.mark.parametrize("no_ack", [False, True])
+def test_basic_get_fast_decode_matches_pamqp(queue: str, no_ack: bool) -> None:
+    payload = pamqp_frame.marshal(commands.Basic.Get(queue=queue, no_ack=no_ack), 1)[7:-1]
+    method = codec.decode_method(codec.method_index(payload), payload)
+    assert isinstance(method, commands.Basic.Get)
+    assert (method.ticket, method.queue, method.no_ack) == (0, queue, no_ack)
+
+
+def test_a_cut_short_basic_get_is_a_syntax_error() -> None:
+    payload = pamqp_frame.marshal(commands.Basic.Get(queue="abc"), 1)[7:-1]
+    for cut in (5, 8, len(payload) - 1):
+        with pytest.raises(AMQPError) as info:
+            codec.decode_method(codec.BASIC_GET, payload[:cut])
+        assert info.value.reply_code == 502 and "basic.get" in info.value.reply_text
