@@ -81,6 +81,8 @@ MYPYC_MODULES: tuple[str, ...] = (
     # engine
     "amqpd/engine/channel.py",
     "amqpd/engine/connection.py",
+    "amqpd/engine/connection_open.py",
+    "amqpd/engine/connection_timers.py",
     "amqpd/engine/consuming.py",
     "amqpd/engine/content.py",
     "amqpd/engine/handshake.py",

@@ -34,7 +34,8 @@ from typing import Any, Final
 from amqpd import RABBITMQ_VERSION, __version__
 from amqpd.engine.channel import Channel, ChannelState, Mode
 from amqpd.engine.churn import churn_rates
-from amqpd.engine.connection import Connection, State
+from amqpd.engine.connection import Connection
+from amqpd.engine.connection_open import State
 from amqpd.engine.stream_inventory import stream_consumer_fields, stream_fields
 from amqpd.model.broker import Broker
 from amqpd.model.policies import merge
