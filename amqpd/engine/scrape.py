@@ -18,14 +18,10 @@ from dataclasses import dataclass
 from typing import Final
 
 from amqpd.engine.channel import Channel, Mode
+from amqpd.engine.client_inventory import channel_name, connection_name, open_connections
 from amqpd.engine.connection import Connection
-from amqpd.engine.inventory import (
-    channel_name,
-    connection_name,
-    node_totals,
-    open_connections,
-    unacked_by_queue,
-)
+from amqpd.engine.inventory import unacked_by_queue
+from amqpd.engine.node_inventory import node_totals
 from amqpd.model.broker import Broker
 from amqpd.model.statistics import NodeSample
 
