@@ -80,6 +80,7 @@ MYPYC_MODULES: tuple[str, ...] = (
     "amqpd/model/vhost.py",
     # engine
     "amqpd/engine/channel.py",
+    "amqpd/engine/channel_modes.py",
     "amqpd/engine/connection.py",
     "amqpd/engine/connection_open.py",
     "amqpd/engine/connection_timers.py",

@@ -16,7 +16,8 @@ from amqpd.engine.api_format import (
     node_name,
     split_address,
 )
-from amqpd.engine.channel import Channel, ChannelState, Mode
+from amqpd.engine.channel import Channel, ChannelState
+from amqpd.engine.channel_modes import Mode
 from amqpd.engine.connection import Connection
 from amqpd.engine.connection_open import State
 from amqpd.engine.stream_inventory import stream_consumer_fields
@@ -146,7 +147,7 @@ def _channel(broker: Broker, channel: Channel, connection: Connection) -> dict[s
     peer_host, peer_port = split_address(connection.peer)
     unacked = channel.unacked
     confirm = channel.confirm
-    tx = channel._tx  # the open transaction's buffered work, if any
+    tx = channel.tx  # the open transaction's buffered work, if any
     if channel.state is not ChannelState.OPEN:
         state = "closing"
     elif not channel.flow_active:
