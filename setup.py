@@ -80,7 +80,10 @@ MYPYC_MODULES: tuple[str, ...] = (
     "amqpd/model/vhost.py",
     # engine
     "amqpd/engine/channel.py",
+    "amqpd/engine/channel_modes.py",
     "amqpd/engine/connection.py",
+    "amqpd/engine/connection_open.py",
+    "amqpd/engine/connection_timers.py",
     "amqpd/engine/consuming.py",
     "amqpd/engine/content.py",
     "amqpd/engine/handshake.py",

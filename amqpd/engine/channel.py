@@ -13,14 +13,15 @@ Mode is one of plain / confirm / tx, switched once: confirm numbers every publis
 hands the confirmation to a `ConfirmTracker` (settled at the end of the received chunk, or
 once the storage batch holding a persistent message is durable: `BatchWaits` records which).
 tx buffers publishes and settlements in a `Transaction` until tx.commit applies them in one
-synchronous step, so no consumer can observe half a commit.
+synchronous step, so no consumer can observe half a commit (amqpd/engine/channel_modes.py
+handles the mode switches and the tx methods).
 
 Deliveries (basic.deliver and basic.get-ok share `hand_out`) get channel-wide delivery tags
 from the `UnackedStore`, which keeps unacked ones in tag order until ack / nack / reject /
 recover / close, and owns the qos credit: a consumer may receive while both its own prefetch
 (qos global=false) and the channel's (global=true) allow, as in RabbitMQ. Exchange and queue
-methods are handled by `Topology`; consume / cancel / get / qos / flow by `ConsumerMethods`
-(amqpd/engine/consuming.py).
+methods are handled by `Topology`; consume / cancel / get / qos / flow / reject / recover by
+`ConsumerMethods` (amqpd/engine/consuming.py).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any, Protocol
 from pamqp import commands as spec
 from pamqp.base import Frame as Method
 
+from amqpd.engine.channel_modes import Mode, ModeMethods
 from amqpd.engine.consuming import ConsumerMethods
 from amqpd.engine.content import PendingPublish, route_and_enqueue, storage_batch
 from amqpd.engine.permissions import check_method
@@ -62,7 +64,6 @@ from amqpd.wire.errors import (
     NOT_IMPLEMENTED,
     UNEXPECTED_FRAME,
     AMQPError,
-    precondition_failed,
 )
 from amqpd.wire.properties import with_delivery_count
 from confirms.tracker import ConfirmTracker
@@ -79,14 +80,6 @@ class ChannelState(enum.Enum):
 
 
 _OPEN = ChannelState.OPEN
-
-
-class Mode(enum.Enum):
-    """Publishing guarantee mode; changes at most once (plain -> confirm or plain -> tx)."""
-
-    PLAIN = "plain"
-    CONFIRM = "confirm"
-    TX = "tx"
 
 
 class ChannelHost(ExclusiveOwner, Protocol):
@@ -124,23 +117,17 @@ class Channel:
         self._pending: PendingPublish | None = None
         self.confirm: ConfirmTracker | None = None
         self.publish_seq = 0
-        self._tx: Transaction | None = None
+        self.tx: Transaction | None = None  # the open transaction (tx mode)
         self.stats = MessageStats()  # counters for the management API
         reply_queues = connection.broker.reply_queues
         self.reply_to = DirectReplyTo(self.vhost, reply_queues)
         self.topology = Topology(self.vhost, connection, reply_queues, self.send_method)
         self.consuming = ConsumerMethods(self)
         self._handlers: dict[int, Callable[[Any], None]] = {
-            spec.Basic.Reject.index: self._on_basic_reject,
             **self.consuming.handlers(),
-            spec.Basic.Recover.index: self._on_basic_recover,
-            spec.Basic.RecoverAsync.index: self._on_basic_recover_async,
             spec.Channel.FlowOk.index: self._ignore,
             spec.Basic.CancelOk.index: self._ignore,
-            spec.Confirm.Select.index: self._on_confirm_select,
-            spec.Tx.Select.index: self._on_tx_select,
-            spec.Tx.Commit.index: self._on_tx_commit,
-            spec.Tx.Rollback.index: self._on_tx_rollback,
+            **ModeMethods(self).handlers(),  # confirm.select, tx.* (engine/channel_modes.py)
             **self.topology.handlers(),
             spec.Queue.Delete.index: self._on_queue_delete,
         }
@@ -173,10 +160,10 @@ class Channel:
                 tag, bits = codec.decode_ack(index, payload)
                 records = self.unacked.take(tag, bool(bits & 1))
                 if index == codec.BASIC_ACK:
-                    self._settle(records, Settlement.ACK)
+                    self.settle(records, Settlement.ACK)
                 else:
                     refuse_stream_settlement(records, "basic.nack and basic.reject")
-                    self._settle(records, Settlement.REQUEUE if bits & 2 else Settlement.DISCARD)
+                    self.settle(records, Settlement.REQUEUE if bits & 2 else Settlement.DISCARD)
                 return
             if index == spec.Channel.Close.index:
                 self._on_channel_close()
@@ -287,9 +274,9 @@ class Channel:
         for consumer in list(self.consumers.values()):
             self.consuming.remove_consumer(consumer)
         self.consumers.clear()
-        if self._tx is not None:
-            self.unacked.restore(self._tx.rollback())
-            self._tx = None
+        if self.tx is not None:
+            self.unacked.restore(self.tx.rollback())
+            self.tx = None
         self.unacked.requeue_all()
         self.conn.broker.statistics.closed.add(self.stats)  # node totals outlive the channel
         self.stats = MessageStats()  # (release may run twice: closing, then connection close)
@@ -333,10 +320,10 @@ class Channel:
             pending.exchange, message, mandatory, pending.expiration_ms, self.mode is not Mode.PLAIN
         )
         if self.mode is Mode.TX:
-            assert self._tx is not None
-            self._tx.publishes.append(publish)
+            assert self.tx is not None
+            self.tx.publishes.append(publish)
             return
-        queues = self._route_and_enqueue(publish)
+        queues = self.route_publish(publish)
         if self.mode is Mode.CONFIRM:
             confirm = self.confirm
             assert confirm is not None
@@ -351,7 +338,7 @@ class Channel:
                 self.conn.broker.batch_waits.confirm(batch, self, seq)
             self.conn.confirms_pending(self)
 
-    def _route_and_enqueue(self, publish: BufferedPublish) -> list[Queue] | None:
+    def route_publish(self, publish: BufferedPublish) -> list[Queue] | None:
         """Route and enqueue (see `route_and_enqueue`); return an unroutable mandatory one."""
         conn = self.conn
         queues = route_and_enqueue(publish, self.vhost, conn.broker.reply_queue, conn.flow_queues)
@@ -518,51 +505,23 @@ class Channel:
                 queue.dispatch()
 
     # ------------------------------------------------------------------------------------
-    # Acknowledgements
+    # Acknowledgements (basic.reject and basic.recover: amqpd/engine/consuming.py)
     # ------------------------------------------------------------------------------------
-    def _on_basic_reject(self, method: spec.Basic.Reject) -> None:
-        records = self.unacked.take(method.delivery_tag or 0, False)
-        refuse_stream_settlement(records, "basic.nack and basic.reject")
-        self._settle(records, Settlement.REQUEUE if method.requeue else Settlement.DISCARD)
-
-    def _settle(self, records: list[Unacked], kind: Settlement) -> None:
+    def settle(self, records: list[Unacked], kind: Settlement) -> None:
+        """Ack, requeue or discard taken deliveries (buffered in tx mode)."""
         if not records:
             return
         if kind is Settlement.ACK:
             self.stats.ack += len(records)
-        if self._tx is not None:
-            self._tx.settlements.append((records, kind))
+        if self.tx is not None:
+            self.tx.settlements.append((records, kind))
             return
         self.unacked.settle(records, kind, self.conn.broker.clock.now)
         self.resume_deliveries()
 
-    def _on_basic_recover_async(self, method: spec.Basic.RecoverAsync) -> None:
-        if not method.requeue:
-            raise AMQPError(NOT_IMPLEMENTED, "requeue=false")
-        refuse_stream_settlement(self.unacked.records(), "basic.recover")
-        records = self.unacked.take_all()
-        self.unacked.settle(records, Settlement.REQUEUE, self.conn.broker.clock.now)
-
-    def _on_basic_recover(self, method: spec.Basic.Recover) -> None:
-        if not method.requeue:
-            raise AMQPError(NOT_IMPLEMENTED, "requeue=false")
-        refuse_stream_settlement(self.unacked.records(), "basic.recover")
-        records = self.unacked.take_all()
-        self.send_method(spec.Basic.RecoverOk())
-        self.unacked.settle(records, Settlement.REQUEUE, self.conn.broker.clock.now)
-
     # ------------------------------------------------------------------------------------
-    # Confirm and tx modes
+    # Confirm mode (its switch and tx: amqpd/engine/channel_modes.py)
     # ------------------------------------------------------------------------------------
-    def _on_confirm_select(self, method: spec.Confirm.Select) -> None:
-        if self.mode is Mode.TX:
-            raise precondition_failed("cannot switch from tx to confirm mode")
-        if self.mode is not Mode.CONFIRM:
-            self.mode = Mode.CONFIRM
-            self.confirm = ConfirmTracker()
-        if not method.nowait:
-            self.send_method(spec.Confirm.SelectOk())
-
     def take_confirm_frames(self) -> list[bytes]:
         """Encoded basic.ack / basic.nack frames for everything settled since the last call."""
         if self.confirm is None or self.state is not ChannelState.OPEN:
@@ -574,38 +533,6 @@ class Channel:
             else:
                 out.append(codec.encode_nack(self.number, item.delivery_tag, item.multiple))
         return out
-
-    def _on_tx_select(self, _method: spec.Tx.Select) -> None:
-        if self.mode is Mode.CONFIRM:
-            raise precondition_failed("cannot switch from confirm to tx mode")
-        self.mode = Mode.TX
-        if self._tx is None:
-            self._tx = Transaction()
-        self.send_method(spec.Tx.SelectOk())
-
-    def _on_tx_commit(self, _method: spec.Tx.Commit) -> None:
-        if self._tx is None:
-            raise precondition_failed("channel is not transactional")
-        work = self._tx.take()
-        for publish in work.publishes:
-            self._route_and_enqueue(publish)
-        now = self.conn.broker.clock.now
-        for records, kind in work.settlements:
-            self.unacked.settle(records, kind, now)
-        journal = self.conn.broker.journal
-        waits = self.conn.broker.batch_waits
-        if journal is not None and (journal.pending or waits.has_commit_oks(self)):
-            # Commit-Ok once everything journaled so far (this commit included) is durable.
-            waits.commit_ok(journal.barrier(), self)
-        else:
-            self.send_method(spec.Tx.CommitOk())
-        self.resume_deliveries()
-
-    def _on_tx_rollback(self, _method: spec.Tx.Rollback) -> None:
-        if self._tx is None:
-            raise precondition_failed("channel is not transactional")
-        self.unacked.restore(self._tx.rollback())
-        self.send_method(spec.Tx.RollbackOk())
 
 
 _METHOD_NAMES: dict[int, str] = {}

@@ -12,7 +12,7 @@ next chunk now is the engine's decision too (``read_delay``): a connection block
 resource alarm waits until the outbox lists it under ``resume``; a publisher flooding queues
 that are far behind their consumers waits up to FLOW_MAX_PAUSE per chunk.
 
-Handshake states, each accepting exactly one method on channel 0::
+States (the opening handshake's are in amqpd/engine/connection_open.py)::
 
     AWAIT_HEADER --"AMQP0091"--> AWAIT_START_OK --start-ok--> AWAIT_TUNE_OK
         --tune-ok--> AWAIT_OPEN --open--> OPEN --close/close-ok--> CLOSED
@@ -20,26 +20,24 @@ Handshake states, each accepting exactly one method on channel 0::
 
 After the client's Connection.Close we answer Close-Ok and stay CLOSED but readable (input
 discarded) until the client closes the socket or up to 30 s pass, as RabbitMQ does.
-
-A wrong protocol header is answered with ours and the socket closed. A handshake that has
-not reached OPEN within ``handshake_timeout`` is dropped. Once open, heartbeats are sent
-when we have been silent for half the negotiated interval and the peer is dropped after two
-intervals without a single byte from it. Each tick announces the connection's next deadline
-on the broker's clock, so the shell wakes in time for it (`Clock.wake`). Hard errors (5xx,
-320) close the connection, soft ones only the channel (see amqpd/errors.py).
+The handshake timeout, heartbeats and close timeouts are amqpd/engine/connection_timers.py;
+each tick announces the connection's next deadline on the broker's clock, so the shell
+wakes in time for it (`Clock.wake`). Hard errors (5xx, 320) close the connection, soft ones
+only the channel (see amqpd/errors.py).
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import math
 from typing import TYPE_CHECKING, Any, Final
 
 from pamqp import commands as spec
 
-from amqpd.engine import handshake
+from amqpd.engine import connection_open, handshake
 from amqpd.engine.channel import Channel, ChannelState
+from amqpd.engine.connection_open import HANDSHAKE, State
+from amqpd.engine.connection_timers import ConnectionTimers
 from amqpd.engine.content import FLOW_BACKLOG
 from amqpd.engine.outbox import Outbox
 from amqpd.model import user_limits
@@ -47,7 +45,6 @@ from amqpd.model.auth import Authz, Permission, is_loopback_peer
 from amqpd.model.statistics import IOStats
 from amqpd.wire import codec
 from amqpd.wire.errors import (
-    ACCESS_REFUSED,
     CHANNEL_ERROR,
     COMMAND_INVALID,
     CONNECTION_FORCED,
@@ -66,31 +63,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CLOSE_TIMEOUT: Final = 3.0
-CLOSING_TIMEOUT: Final = 30.0  # rabbit_reader: the longest wait for a closed client's EOF
-HEARTBEAT_MARGIN: Final = 0.01  # the dead-peer check is "more than two intervals"
 FLOW_MAX_PAUSE: Final = 0.05  # seconds a flooding publisher may be left unread per chunk
 FLOW_POLL: Final = 0.001  # seconds between checks whether its queues caught up
-
-
-class State(enum.Enum):
-    """Connection lifecycle."""
-
-    AWAIT_HEADER = "await-header"
-    AWAIT_START_OK = "await-start-ok"
-    AWAIT_TUNE_OK = "await-tune-ok"
-    AWAIT_OPEN = "await-open"
-    OPEN = "open"
-    CLOSING = "closing"
-    CLOSED = "closed"
-
-
-# The one channel-0 method each handshake state accepts.
-HANDSHAKE: Final[dict[State, int]] = {
-    State.AWAIT_START_OK: spec.Connection.StartOk.index,
-    State.AWAIT_TUNE_OK: spec.Connection.TuneOk.index,
-    State.AWAIT_OPEN: spec.Connection.Open.index,
-}
 
 
 # Placeholder permissions until connection.open grants real ones (no channel exists before).
@@ -131,19 +105,12 @@ class Connection:
         self.should_close = False  # the shell closes the socket once output is flushed
         # rabbit_reader: frame_min_size until Tune-Ok, so an unauthenticated peer cannot make
         # the broker buffer more than that per frame
-        self._reader = codec.FrameReader(handshake.FRAME_MIN_SIZE)
-        self._header = b""
+        self.frame_reader = codec.FrameReader(handshake.FRAME_MIN_SIZE)
+        self.protocol_header = b""  # its bytes received so far (engine/connection_open.py)
         self._out: list[bytes] = []
-        self._received = False
-        self._sent = False
-        self._last_rx = now
-        self._last_tx = now
-        self._last_tick = now
+        self.timers = ConnectionTimers(now)  # engine/connection_timers.py
         self.next_deadline = math.inf  # when tick() next has something to do
-        self._wake(now + config.handshake_timeout)
-        self._close_deadline = 0.0
-        self._linger_until = math.inf  # after the client's Connection.Close (see _linger)
-        self._close_armed = False
+        self.wake(now + config.handshake_timeout)
         self._desynchronised = False
         self._confirm_channels: dict[Channel, None] = {}
         self._released = False
@@ -151,7 +118,7 @@ class Connection:
         # peer_cert_user for a TLS connection with a verified client certificate.
         self.loopback = is_loopback_peer(peer)
         self.peer_cert_user: str | None = None
-        self._mechanisms = ""  # the SASL mechanisms Connection.Start offered
+        self.mechanisms = ""  # the SASL mechanisms Connection.Start offered
         self.authz = _NO_ACCESS
         self.paused = False  # blocked by a resource alarm: the shell stops reading
         self._published = False  # a content frame arrived in the current chunk
@@ -194,7 +161,7 @@ class Connection:
         out = self._out
         if not out:
             return b""
-        self._sent = True
+        self.timers.sent = True
         data = b"".join(out)
         stats = self.stats
         stats.send_oct += len(data)
@@ -225,7 +192,7 @@ class Connection:
     @property
     def input_buffered(self) -> int:
         """Bytes received and not yet parsed (engine/memory.py)."""
-        return self._reader.buffered
+        return self.frame_reader.buffered
 
     @property
     def output_pending(self) -> bool:
@@ -242,17 +209,17 @@ class Connection:
             return
         if now is not None:
             self._clock.now = now
-        self._received = True
+        self.timers.received = True
         stats = self.stats
         stats.recv_oct += len(data)
         stats.recv_cnt += 1
         if self._desynchronised:
             return  # after a framing error nothing more can be parsed; wait for the close
         if self.state is State.AWAIT_HEADER:
-            data = self._receive_protocol_header(data)
+            data = connection_open.receive_protocol_header(self, data)
             if not data:
                 return
-        reader = self._reader
+        reader = self.frame_reader
         reader.feed(data)
         try:
             while not self.should_close:
@@ -274,30 +241,6 @@ class Connection:
             self._published = False
             if self.broker.alarms.active and self.state is State.OPEN:
                 self._block()
-
-    def _receive_protocol_header(self, data: bytes) -> bytes:
-        needed = 8 - len(self._header)
-        self._header += data[:needed]
-        rest = data[needed:]
-        if len(self._header) < 8:
-            if not codec.PROTOCOL_HEADER.startswith(self._header):
-                self._refuse_protocol()
-            return b""
-        if self._header != codec.PROTOCOL_HEADER:
-            self._refuse_protocol()
-            return b""
-        self.state = State.AWAIT_START_OK
-        config = self.broker.config
-        self._mechanisms = handshake.offered_mechanisms(config.auth_mechanisms, self.peer_cert_user)
-        properties = handshake.server_properties(config.server_properties, self.broker.cluster_name)
-        start = handshake.start_method(properties, self._mechanisms)
-        self.send(codec.encode_method(0, start))
-        return rest
-
-    def _refuse_protocol(self) -> None:
-        self.send(codec.PROTOCOL_HEADER)
-        self._set_should_close()
-        self.state = State.CLOSED
 
     def _handle_frame(self, frame_type: int, number: int, payload: bytes) -> None:
         if frame_type == codec.FRAME_METHOD:
@@ -383,7 +326,7 @@ class Connection:
         state = self.state
         if state is State.CLOSING:
             if index == spec.Connection.CloseOk.index:
-                self._finish()
+                self.finish()
             elif index == spec.Connection.Close.index:
                 self.send(codec.encode_method(0, spec.Connection.CloseOk()))
             return
@@ -402,18 +345,18 @@ class Connection:
         if method is None:
             raise AMQPError(COMMAND_INVALID, f"unknown method {index >> 16}.{index & 0xFFFF}")
         if isinstance(method, spec.Connection.StartOk):
-            self._on_start_ok(method)
+            connection_open.start_ok(self, method)
         elif isinstance(method, spec.Connection.TuneOk):
-            self._on_tune_ok(method)
+            connection_open.tune_ok(self, method)
         elif isinstance(method, spec.Connection.Open):
-            self._on_open(method)
+            connection_open.open_vhost(self, method)
         elif isinstance(method, spec.Connection.Close):
             self.close_reason = "client closed the connection"
             self.release()
             self.send(codec.encode_method(0, spec.Connection.CloseOk()))
-            self._linger()
+            self.timers.linger(self)
         elif isinstance(method, spec.Connection.CloseOk):
-            self._finish()
+            self.finish()
         elif isinstance(method, spec.Connection.UpdateSecret):
             self.send(codec.encode_method(0, spec.Connection.UpdateSecretOk()))
         elif isinstance(method, spec.Connection.Blocked | spec.Connection.Unblocked):
@@ -429,81 +372,6 @@ class Connection:
             raise AMQPError(
                 COMMAND_INVALID, f"unexpected {method.name.lower()}", index >> 16, index & 0xFFFF
             )
-
-    def _on_start_ok(self, method: spec.Connection.StartOk) -> None:
-        self.client_properties = dict(method.client_properties or {})
-        mechanism = self.auth_mechanism = method.mechanism
-        user, password = handshake.credentials(
-            mechanism, method.response, self.peer_cert_user, self._mechanisms
-        )
-        refusal = handshake.login_refusal(self.broker.access, user, password, self.loopback)
-        churn = self.broker.statistics.churn
-        if refusal is None:
-            churn.auth_succeeded += 1
-        else:
-            churn.auth_failed += 1
-            log.warning("%s login refused from %s: %s", mechanism, self.peer, refusal)
-            error = AMQPError(
-                ACCESS_REFUSED,
-                f"Login was refused using authentication mechanism {mechanism}. "
-                "For details see the broker logfile.",
-                10,
-                11,
-            )
-            if self.client_capability("authentication_failure_close"):
-                raise error
-            self._set_should_close()  # a client without the capability sees the socket go
-            self.state = State.CLOSED
-            return
-        self.user = user
-        self.state = State.AWAIT_TUNE_OK
-        self.send(
-            codec.encode_method(
-                0,
-                spec.Connection.Tune(
-                    channel_max=self.channel_max,
-                    frame_max=self.frame_max,
-                    heartbeat=self.heartbeat,
-                ),
-            )
-        )
-
-    def _on_tune_ok(self, method: spec.Connection.TuneOk) -> None:
-        frame_max, channel_max = handshake.negotiate(method, self.broker.config)
-        self.frame_max = frame_max
-        self.channel_max = channel_max
-        self.heartbeat = method.heartbeat
-        self._reader.frame_max = frame_max
-        self.state = State.AWAIT_OPEN
-        if self.heartbeat:
-            self._wake(self._clock.now + self.heartbeat / 2)
-
-    def _on_open(self, method: spec.Connection.Open) -> None:
-        vhost = self.broker.vhosts.get(method.virtual_host)
-        if vhost is None:
-            raise AMQPError(NOT_ALLOWED, f"vhost '{method.virtual_host}' not found", 10, 40)
-        refused = f"access to vhost '{vhost.name}' refused for user '{self.user}'"
-        limit_error = self.broker.connection_limit_error(vhost.name, refused)
-        if limit_error is not None:  # rabbit_reader: node, then vhost connection limit
-            raise AMQPError(NOT_ALLOWED, limit_error, 10, 40)
-        users = (connection.user for connection in self.broker.connections)
-        limit_error = user_limits.connection_refused(self.broker, self.user, users)
-        if limit_error is not None:  # then the user's (model/user_limits.py)
-            raise AMQPError(NOT_ALLOWED, limit_error, 10, 40)
-        authz = self.broker.access.authz(self.user, vhost.name)
-        if authz is None:
-            raise AMQPError(NOT_ALLOWED, refused, 10, 40)
-        self.authz = authz
-        self.vhost = vhost
-        self.state = State.OPEN
-        self.broker.connection_opened(self)
-        log.info(
-            "connection %s: user '%s' authenticated and granted access to vhost '%s'",
-            self.audit_label(),
-            self.user,
-            vhost.name,
-        )
-        self.send(codec.encode_method(0, spec.Connection.OpenOk()))
 
     def notify_blocked(self, reason: str | None) -> None:
         """Connection.Blocked / Unblocked, for clients with the connection.blocked capability."""
@@ -529,7 +397,7 @@ class Connection:
             self.notify_blocked(None)
         if self.paused:
             self.paused = False
-            self._received = True  # the heartbeat clock restarts now, not at the block
+            self.timers.received = True  # the heartbeat clock restarts now, not at the block
             self.outbox.resume[self] = None
 
     def read_delay(self, now: float) -> float | None:
@@ -589,7 +457,7 @@ class Connection:
             return
         self.close_reason = f"{reply_code} {reply_text}"
         if self.state is State.AWAIT_HEADER:
-            self._finish()
+            self.finish()
             return
         self.release()
         self.state = State.CLOSING
@@ -613,24 +481,13 @@ class Connection:
             f"CONNECTION_FORCED - broker forced connection closure with reason '{reason}'",
         )
 
-    def _linger(self) -> None:
-        """The client closed: Close-Ok is sent; like rabbit_reader (close_connection), keep
-        reading and discarding what the client still sends until it closes the socket, at
-        most the negotiated heartbeat or CLOSING_TIMEOUT. Closing at once while its earlier
-        frames are still arriving makes the kernel reset the connection, and the client
-        (amqplib, Go's amqp091) never sees the Close-Ok."""
-        self.state = State.CLOSED
-        heartbeat = self.heartbeat
-        timeout = heartbeat if 0 < heartbeat < CLOSING_TIMEOUT else CLOSING_TIMEOUT
-        self._linger_until = self._clock.now + timeout
-        self._wake(self._linger_until)
-
-    def _finish(self) -> None:
+    def finish(self) -> None:
+        """Close now: release everything; the socket goes once the output is flushed."""
         self.release()
         self.state = State.CLOSED
-        self._set_should_close()
+        self.set_should_close()
 
-    def _set_should_close(self) -> None:
+    def set_should_close(self) -> None:
         """Ask the shell to close the socket once the output is flushed."""
         self.should_close = True
         self._pending_output[self] = None
@@ -652,12 +509,12 @@ class Connection:
         """The socket is gone: clean up without sending anything."""
         self.release()
         self.state = State.CLOSED
-        self._set_should_close()
+        self.set_should_close()
 
     # ------------------------------------------------------------------------------------
     # Time
     # ------------------------------------------------------------------------------------
-    def _wake(self, when: float) -> None:
+    def wake(self, when: float) -> None:
         """This connection's timers want a tick at ``when`` (`next_deadline`; also told to
         the clock, so a sleeping shell re-plans)."""
         if when < self.next_deadline:
@@ -666,63 +523,8 @@ class Connection:
 
     def tick(self, now: float) -> None:
         """Advance timers: handshake timeout, heartbeats, close handshake timeout; then
-        set ``next_deadline``, when this connection next wants a tick.
-
-        Heartbeats follow rabbit_heartbeat: we send one when we have been silent for half
-        the negotiated interval, so a heartbeat=1 client never waits a second. Output is
-        noted per write, not timed: what was written since the last tick is taken to have
-        gone out at that tick (the earlier bound), so silence is never underestimated."""
-        last_tick = self._last_tick
-        self._last_tick = now
-        if self._received:
-            self._received = False
-            self._last_rx = now
-        if self._sent:
-            self._sent = False
-            self._last_tx = last_tick
-        self.next_deadline = math.inf
-        wake = self._wake
-        state = self.state
-        if state is State.OPEN:
-            heartbeat = self.heartbeat
-            if heartbeat:
-                if self.paused:  # we are the ones not reading (rabbit_heartbeat:pause_monitor)
-                    self._last_rx = now
-                if now - self._last_rx > 2 * heartbeat:
-                    log.info(
-                        "missed heartbeats from %s, timeout: %ds; closing", self.peer, heartbeat
-                    )
-                    self.connection_lost()
-                    return
-                if self._out:
-                    wake(now + heartbeat / 2)  # output queued: silent from now at most
-                elif now - self._last_tx >= heartbeat / 2:
-                    self.send(codec.HEARTBEAT_FRAME)
-                    wake(now + heartbeat / 2)
-                else:
-                    wake(self._last_tx + heartbeat / 2)
-                wake(self._last_rx + 2 * heartbeat + HEARTBEAT_MARGIN)
-        elif state is State.CLOSING:
-            if not self._close_armed:
-                self._close_armed = True
-                self._close_deadline = now + CLOSE_TIMEOUT
-            elif now >= self._close_deadline:
-                self._finish()
-                return
-            wake(self._close_deadline)
-        elif state is State.CLOSED:
-            if not self.should_close:
-                if now >= self._linger_until:
-                    self._set_should_close()
-                else:
-                    wake(self._linger_until)
-        else:
-            deadline = self.created + self.broker.config.handshake_timeout
-            if now >= deadline:
-                log.info("handshake timeout from %s; closing", self.peer)
-                self._finish()
-            else:
-                wake(deadline)
+        set ``next_deadline``, when this connection next wants a tick (connection_timers)."""
+        self.timers.tick(self, now)
 
     # ------------------------------------------------------------------------------------
     # Confirms

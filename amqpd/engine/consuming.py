@@ -1,11 +1,12 @@
 """Consumer-side channel methods: basic.consume (and ``x-browse``), basic.cancel,
-basic.get, basic.qos and channel.flow (sans-IO).
+basic.get, basic.qos, channel.flow, basic.reject and basic.recover (sans-IO).
 
 Part of a `Channel` (amqpd/engine/channel.py), which dispatches these methods here as it
 dispatches exchange and queue methods to `Topology`. Deliveries themselves (the model's
-consumer sink: ``has_credit`` / ``deliver``), acknowledgements and modes stay in the
-channel; a consumer is registered with the channel and its queue here and removed here
-(cancel, channel close, connection loss).
+consumer sink: ``has_credit`` / ``deliver``), basic.ack / basic.nack (a fast path) and
+settling stay in the channel, the modes are amqpd/engine/channel_modes.py; a consumer is
+registered with the channel and its queue here and removed here (cancel, channel close,
+connection loss).
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from pamqp import commands as spec
 from pamqp.base import Frame as Method
 
 from amqpd.engine.reply_to import REPLY_TO_QUEUE, DirectReplyTo
-from amqpd.engine.stream_consuming import check_stream_consume
+from amqpd.engine.stream_consuming import check_stream_consume, refuse_stream_settlement
 from amqpd.engine.topology import Topology
-from amqpd.engine.unacked import UnackedStore
+from amqpd.engine.unacked import Settlement, Unacked, UnackedStore
 from amqpd.model.message import QueueEntry
 from amqpd.model.queue import Consumer, ConsumerSink, Queue
 from amqpd.model.selective import BROWSE_ARGUMENT, browse_entries, consumer_selector
@@ -62,6 +63,7 @@ class ConsumingChannel(ConsumerSink, Protocol):
     def send_method(self, method: Method) -> None: ...
     def send_content(self, first: bytes, header: bytes, payload: bytes) -> None: ...
     def resume_deliveries(self) -> None: ...
+    def settle(self, records: list[Unacked], kind: Settlement) -> None: ...
     def hand_out(
         self, queue: Queue, entry: QueueEntry, consumer: Consumer | None, no_ack: bool
     ) -> tuple[int, bytes]: ...
@@ -81,7 +83,34 @@ class ConsumerMethods:
             spec.Basic.Get.index: self._on_basic_get,
             spec.Basic.Qos.index: self._on_basic_qos,
             spec.Channel.Flow.index: self._on_channel_flow,
+            spec.Basic.Reject.index: self._on_basic_reject,
+            spec.Basic.Recover.index: self._on_basic_recover,
+            spec.Basic.RecoverAsync.index: self._on_basic_recover_async,
         }
+
+    def _on_basic_reject(self, method: spec.Basic.Reject) -> None:
+        channel = self._channel
+        records = channel.unacked.take(method.delivery_tag or 0, False)
+        refuse_stream_settlement(records, "basic.nack and basic.reject")
+        channel.settle(records, Settlement.REQUEUE if method.requeue else Settlement.DISCARD)
+
+    def _on_basic_recover_async(self, method: spec.Basic.RecoverAsync) -> None:
+        if not method.requeue:
+            raise AMQPError(NOT_IMPLEMENTED, "requeue=false")
+        unacked = self._channel.unacked
+        refuse_stream_settlement(unacked.records(), "basic.recover")
+        records = unacked.take_all()
+        unacked.settle(records, Settlement.REQUEUE, self._channel.vhost.clock.now)
+
+    def _on_basic_recover(self, method: spec.Basic.Recover) -> None:
+        if not method.requeue:
+            raise AMQPError(NOT_IMPLEMENTED, "requeue=false")
+        channel = self._channel
+        unacked = channel.unacked
+        refuse_stream_settlement(unacked.records(), "basic.recover")
+        records = unacked.take_all()
+        channel.send_method(spec.Basic.RecoverOk())
+        unacked.settle(records, Settlement.REQUEUE, channel.vhost.clock.now)
 
     def _on_basic_consume(self, method: spec.Basic.Consume) -> None:
         channel = self._channel

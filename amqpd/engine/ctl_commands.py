@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from amqpd.engine import inventory
+from amqpd.engine import client_inventory, inventory, node_inventory
 from amqpd.model.admin_commands import AdminError
 from amqpd.model.broker import Broker
 from amqpd.model.statistics import NodeSample
@@ -205,19 +205,19 @@ LISTINGS: Final[Mapping[str, _Listing]] = {
         "Listing bindings for vhost {}...",
     ),
     "list-connections": _Listing(
-        lambda broker, _vhost: inventory.connections(broker),
+        lambda broker, _vhost: client_inventory.connections(broker),
         _CONNECTION_GETTERS,
         ("user", "peer_host", "peer_port", "state"),
         "Listing connections ...",
     ),
     "list-channels": _Listing(
-        lambda broker, _vhost: inventory.channels(broker),
+        lambda broker, _vhost: client_inventory.channels(broker),
         _CHANNEL_GETTERS,
         ("pid", "user", "consumer_count", "messages_unacknowledged"),
         "Listing channels ...",
     ),
     "list-consumers": _Listing(
-        inventory.consumers,
+        client_inventory.consumers,
         _CONSUMER_GETTERS,
         (
             "queue_name",
@@ -275,7 +275,7 @@ def list_table(broker: Broker, listing: _Listing, request: Mapping[str, Any]) ->
 def close_connection(broker: Broker, name: str, reason: object) -> str:
     """Close a client connection as ``rabbitmqctl close_connection`` does: 320
     CONNECTION_FORCED with the given reason."""
-    connection = inventory.find_connection(broker, name)
+    connection = client_inventory.find_connection(broker, name)
     if connection is None:
         raise AdminError(f"no connection named '{name}'")
     text = str(reason) if reason else "Closed via amqpd ctl"
@@ -285,8 +285,8 @@ def close_connection(broker: Broker, name: str, reason: object) -> str:
 
 def status(broker: Broker, node: NodeSample) -> Item:
     """The node, its alarms and object totals (``rabbitmqctl status``)."""
-    [info] = inventory.nodes(broker, node)
-    overview = inventory.overview(broker, node)
+    [info] = node_inventory.nodes(broker, node)
+    overview = node_inventory.overview(broker, node)
     return {
         "node": node.name,
         "role": node.role,

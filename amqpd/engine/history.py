@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-from amqpd.engine.inventory import open_connections
+from amqpd.engine.client_inventory import open_connections
 from amqpd.model.broker import Broker
 from amqpd.model.history import Series
 

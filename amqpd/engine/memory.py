@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from amqpd.engine.inventory import open_connections
+from amqpd.engine.client_inventory import open_connections
 from amqpd.model.broker import Broker
 
 ENTRY_BYTES: Final = 320  # a QueueEntry + a Message (slotted objects) + the deque slot

@@ -17,7 +17,9 @@ from __future__ import annotations
 from typing import Final
 
 from amqpd.engine import churn, history
-from amqpd.engine.inventory import UTILISATION_WINDOW, node_totals, open_connections
+from amqpd.engine.client_inventory import open_connections
+from amqpd.engine.inventory import UTILISATION_WINDOW
+from amqpd.engine.node_inventory import node_totals
 from amqpd.model.broker import Broker
 from amqpd.model.queue import Queue
 from amqpd.model.statistics import depth_rates

@@ -17,15 +17,12 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
-from amqpd.engine.channel import Channel, Mode
+from amqpd.engine.channel import Channel
+from amqpd.engine.channel_modes import Mode
+from amqpd.engine.client_inventory import channel_name, connection_name, open_connections
 from amqpd.engine.connection import Connection
-from amqpd.engine.inventory import (
-    channel_name,
-    connection_name,
-    node_totals,
-    open_connections,
-    unacked_by_queue,
-)
+from amqpd.engine.inventory import unacked_by_queue
+from amqpd.engine.node_inventory import node_totals
 from amqpd.model.broker import Broker
 from amqpd.model.statistics import NodeSample
 
@@ -152,7 +149,7 @@ def _channels(
 
 def _channel(broker: Broker, node: NodeSample, vhosts: Collection[str] | None) -> Iterator[Row]:
     for connection, channel in _channels(broker, vhosts):
-        unacked, confirm, tx = channel.unacked, channel.confirm, channel._tx
+        unacked, confirm, tx = channel.unacked, channel.confirm, channel.tx
         yield Row(
             {"channel": channel_name(channel, connection)},
             {

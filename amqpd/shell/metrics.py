@@ -49,7 +49,7 @@ from starlette.routing import Route
 
 from amqpd import __version__
 from amqpd.engine import scrape
-from amqpd.engine.inventory import MANAGEMENT_VERSION, PRODUCT_NAME
+from amqpd.engine.node_inventory import MANAGEMENT_VERSION, PRODUCT_NAME
 from amqpd.model.global_parameters import CLUSTER_ID
 from amqpd.shell.host import BrokerHost
 from amqpd.shell.metrics_store import store_families

@@ -36,7 +36,7 @@ class FailingStore:
 
 
 def _inject(server: Server) -> FailingStore:
-    committer = server._committer  # the store boundary: the group committer's store
+    committer = server.store.committer  # the store boundary: the group committer's store
     assert committer is not None
     faulty = FailingStore(committer._store)
     committer._store = faulty  # type: ignore[assignment]

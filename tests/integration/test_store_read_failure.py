@@ -39,7 +39,7 @@ def _ready(port: int, queue: str) -> int:
 
 def test_a_body_read_failure_is_contained_and_dead_lettering_resumes(tmp_path: Path) -> None:
     with running_server(tick_interval=0.1, data_dir=tmp_path) as server:
-        reader = server._body_reader
+        reader = server.store.body_reader
         assert reader is not None
         server.broker.set_body_loader(Unreadable())
         with pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port)) as conn:

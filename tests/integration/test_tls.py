@@ -242,7 +242,7 @@ def test_py_amqp_with_a_client_certificate_logs_in_with_plain_by_default(
 def test_a_failed_tls_handshake_is_logged_with_its_reason(
     pki: Pki, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="amqpd.shell.server")
+    caplog.set_level(logging.INFO, logger="amqpd.shell.peers")
     with tls_server(pki, tmp_path, verify_peer=True, fail_if_no_peer_cert=True) as server:
         rogue = client_context(pki.ca, pki.rogue_cert, pki.rogue_key)
         with pytest.raises(pika.exceptions.AMQPConnectionError):

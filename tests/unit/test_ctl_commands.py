@@ -10,7 +10,7 @@ from pamqp import commands
 
 from amqpd.cli import ctl
 from amqpd.cli.main import build_parser
-from amqpd.engine import ctl_commands, inventory
+from amqpd.engine import client_inventory, ctl_commands
 from amqpd.model.admin_commands import AdminError
 from amqpd.model.broker import Broker
 from amqpd.model.statistics import NodeSample
@@ -47,7 +47,7 @@ def test_listing_uses_rabbitmqctl_columns() -> None:
 def test_close_connection_sends_320_with_the_reason() -> None:
     broker = Broker()
     client = connect(broker)
-    [item] = inventory.connections(broker)
+    [item] = client_inventory.connections(broker)
     text = ctl_commands.execute(
         broker, {"command": "close-connection", "name": item["name"], "reason": "bye"}, NodeSample()
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pamqp import body, commands, header
 
-from amqpd.engine.connection import State
+from amqpd.engine.connection_open import State
 from amqpd.model.broker import Broker, BrokerConfig
 from tests.unit.engine_driver import Client
 
@@ -304,7 +304,7 @@ def test_nothing_is_buffered_after_a_framing_error() -> None:
     assert isinstance(close, commands.Connection.Close) and close.reply_code == 501
     for _ in range(100):
         client.feed(b"\x00" * 65536)
-    assert client.conn._reader.buffered == 0
+    assert client.conn.frame_reader.buffered == 0
 
 
 def test_publisher_flooding_a_consumed_queue_is_flagged_for_flow_control() -> None:

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands, frame
 
-from amqpd.engine.connection import State
+from amqpd.engine.connection_open import State
 from amqpd.model.broker import Broker
 from amqpd.wire import codec
 from amqpd.wire.errors import ReplyCode

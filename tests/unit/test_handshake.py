@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pamqp import commands
 
-from amqpd.engine import handshake, inventory
+from amqpd.engine import handshake, node_inventory
 from amqpd.model.broker import Broker, BrokerConfig
 from amqpd.model.statistics import NodeSample
 from tests.unit.engine_driver import Client
@@ -81,7 +81,7 @@ def test_offered_mechanisms_follow_rabbitmqs_order_and_external_needs_a_certific
 
 def test_the_management_node_lists_the_offered_mechanisms_as_enabled() -> None:
     broker = Broker(BrokerConfig(auth_mechanisms=("PLAIN", "EXTERNAL")))
-    [node] = inventory.nodes(broker, NodeSample(name="n"))
+    [node] = node_inventory.nodes(broker, NodeSample(name="n"))
     assert {m["name"]: m["enabled"] for m in node["auth_mechanisms"]} == {
         "PLAIN": True,
         "AMQPLAIN": False,

@@ -7,7 +7,7 @@ import json
 
 from pamqp import commands
 
-from amqpd.engine import inventory
+from amqpd.engine import client_inventory, inventory, node_inventory
 from amqpd.engine.rates import RateSampler
 from amqpd.model.broker import Broker
 from amqpd.model.statistics import NodeSample
@@ -81,21 +81,21 @@ def test_connections_channels_consumers() -> None:
     client.send(1, commands.Confirm.Select())
     client.send(1, commands.Basic.Consume(queue="q1", consumer_tag="c1"))
     client.received()
-    [conn] = inventory.connections(broker)
+    [conn] = client_inventory.connections(broker)
     assert conn["name"] == "127.0.0.1:5672 -> 127.0.0.1:5672"
     assert conn["peer_host"] == "127.0.0.1" and conn["peer_port"] == 5672
     assert conn["user"] == "guest" and conn["vhost"] == "/" and conn["channels"] == 1
     assert conn["protocol"] == "AMQP 0-9-1" and conn["auth_mechanism"] == "PLAIN"
     assert conn["recv_oct"] > 0 and conn["send_oct"] > 0 and conn["recv_cnt"] > 0
     assert conn["state"] == "running"
-    assert inventory.connection(broker, conn["name"]) == conn
-    assert inventory.find_connection(broker, conn["name"]) is client.conn
-    [channel] = inventory.channels(broker)
+    assert client_inventory.connection(broker, conn["name"]) == conn
+    assert client_inventory.find_connection(broker, conn["name"]) is client.conn
+    [channel] = client_inventory.channels(broker)
     assert channel["name"] == conn["name"] + " (1)"
     assert channel["confirm"] and not channel["transactional"]
     assert channel["prefetch_count"] == 10 and channel["consumer_count"] == 1
     assert channel["connection_details"]["name"] == conn["name"]
-    [consumer] = inventory.consumers(broker, "/")
+    [consumer] = client_inventory.consumers(broker, "/")
     assert consumer["consumer_tag"] == "c1"
     assert consumer["queue"] == {"name": "q1", "vhost": "/"}
     assert consumer["ack_required"] and consumer["prefetch_count"] == 10
@@ -114,7 +114,7 @@ def test_sampler_rates_totals_and_utilisation() -> None:
     assert item is not None
     assert item["message_stats"]["publish_details"] == {"rate": 2.0}
     assert item["messages_details"] == {"rate": 2.0}
-    overview = inventory.overview(broker, NodeSample(name="amqpd@test"))
+    overview = node_inventory.overview(broker, NodeSample(name="amqpd@test"))
     assert overview["message_stats"]["publish"] == 10
     assert overview["message_stats"]["publish_details"] == {"rate": 2.0}
     assert overview["queue_totals"]["messages"] == 10
@@ -129,14 +129,14 @@ def test_sampler_rates_totals_and_utilisation() -> None:
     # totals survive the channel closing
     client.send(1, commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0))
     client.received()
-    totals = inventory.overview(broker, NodeSample())["message_stats"]
+    totals = node_inventory.overview(broker, NodeSample())["message_stats"]
     assert totals["publish"] == 10 and totals["deliver_no_ack"] == 10
     json.dumps(overview)
 
 
 def test_nodes_shape() -> None:
     broker = Broker()
-    [node] = inventory.nodes(broker, NodeSample(name="n", mem_used=5, fd_total=1024))
+    [node] = node_inventory.nodes(broker, NodeSample(name="n", mem_used=5, fd_total=1024))
     assert node["name"] == "n" and node["type"] == "disc" and node["running"]
     assert node["mem_used"] == 5 and node["fd_total"] == 1024
     assert node["mem_alarm"] is False and node["disk_free_alarm"] is False

@@ -18,7 +18,7 @@ from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 from pamqp.heartbeat import Heartbeat
 
-from amqpd.engine.connection import State
+from amqpd.engine.connection_open import State
 from amqpd.model.broker import Broker, BrokerConfig
 from amqpd.wire.codec import PROTOCOL_HEADER
 from tests.unit.engine_driver import Client

@@ -12,7 +12,7 @@ from typing import Any
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
-from amqpd.engine import inventory
+from amqpd.engine import client_inventory
 from amqpd.shell.host import BrokerHost
 from amqpd.shell.management import ranges
 from amqpd.shell.management.context import Call, no_content, route
@@ -31,12 +31,12 @@ def _visible(call: Call, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 async def list_connections(call: Call) -> Response:
     """GET /api/connections."""
     return call.listing(
-        ranges.connections(call, _visible(call, inventory.connections(call.broker)))
+        ranges.connections(call, _visible(call, client_inventory.connections(call.broker)))
     )
 
 
 def _connection(call: Call) -> dict[str, Any]:
-    item = inventory.connection(call.broker, call.param("name"))
+    item = client_inventory.connection(call.broker, call.param("name"))
     if item is None or not call.sees_client(item["user"]):
         raise not_found()
     return item
@@ -52,7 +52,7 @@ async def close_connection(call: Call) -> Response:
     item = _connection(call)
     if item["user"] != call.principal.name and not call.principal.is_admin:
         raise not_authorised("Not administrator user")
-    connection = inventory.find_connection(call.broker, item["name"])
+    connection = client_inventory.find_connection(call.broker, item["name"])
     if connection is None:
         raise not_found()
     raw = call.request.headers.get("x-reason")  # latin-1 as received: the bytes are UTF-8
@@ -66,7 +66,7 @@ async def connection_channels(call: Call) -> Response:
     name = _connection(call)["name"]
     items = [
         item
-        for item in inventory.channels(call.broker)
+        for item in client_inventory.channels(call.broker)
         if item["connection_details"]["name"] == name
     ]
     return call.listing(items)
@@ -74,14 +74,16 @@ async def connection_channels(call: Call) -> Response:
 
 async def list_channels(call: Call) -> Response:
     """GET /api/channels."""
-    return call.listing(_visible(call, inventory.channels(call.broker)))
+    return call.listing(_visible(call, client_inventory.channels(call.broker)))
 
 
 async def get_channel(call: Call) -> Response:
     """GET /api/channels/{name}."""
     name = call.param("name")
     found = [
-        item for item in _visible(call, inventory.channels(call.broker)) if item["name"] == name
+        item
+        for item in _visible(call, client_inventory.channels(call.broker))
+        if item["name"] == name
     ]
     return call.item(found[0] if found else None)
 
@@ -89,20 +91,20 @@ async def get_channel(call: Call) -> Response:
 async def vhost_connections(call: Call) -> Response:
     """GET /api/vhosts/{vhost}/connections."""
     vhost = call.vhost_param()
-    items = _visible(call, inventory.connections(call.broker))
+    items = _visible(call, client_inventory.connections(call.broker))
     return call.listing([item for item in items if item["vhost"] == vhost.name])
 
 
 async def vhost_channels(call: Call) -> Response:
     """GET /api/vhosts/{vhost}/channels."""
     vhost = call.vhost_param()
-    items = _visible(call, inventory.channels(call.broker))
+    items = _visible(call, client_inventory.channels(call.broker))
     return call.listing([item for item in items if item["vhost"] == vhost.name])
 
 
 async def list_consumers(call: Call) -> Response:
     """GET /api/consumers."""
-    items = inventory.consumers(call.broker)
+    items = client_inventory.consumers(call.broker)
     if not call.principal.is_admin:
         items = [item for item in items if call.visible(item["queue"]["vhost"])]
     return call.listing(items)
@@ -111,7 +113,7 @@ async def list_consumers(call: Call) -> Response:
 async def vhost_consumers(call: Call) -> Response:
     """GET /api/consumers/{vhost}."""
     vhost = call.vhost_param()
-    return call.listing(inventory.consumers(call.broker, vhost.name))
+    return call.listing(client_inventory.consumers(call.broker, vhost.name))
 
 
 def routes(host: BrokerHost) -> list[BaseRoute]:

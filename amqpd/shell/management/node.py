@@ -11,7 +11,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from amqpd import BUILD
-from amqpd.engine import inventory, operations
+from amqpd.engine import client_inventory, inventory, node_inventory, operations
 from amqpd.shell.host import BrokerHost
 from amqpd.shell.management import ranges
 from amqpd.shell.management.context import Call, no_content, route
@@ -27,7 +27,7 @@ _PROTOCOL_ALIASES = {"amqp091": "amqp", "amqp0.9.1": "amqp", "amqp0-9-1": "amqp"
 async def overview(call: Call) -> Response:
     """GET /api/overview. Users without the monitoring tag get object and queue totals of
     their own vhosts, connections and channels (RabbitMQ narrows them the same way)."""
-    item = inventory.overview(call.broker, call.host.node_sample())
+    item = node_inventory.overview(call.broker, call.host.node_sample())
     item["amqpd_build"] = BUILD.kind  # "mypyc" or "pure" (amqpd/buildinfo.py)
     if not call.principal.is_monitor:
         _narrow(call, item)
@@ -38,7 +38,7 @@ def _narrow(call: Call, item: dict[str, Any]) -> None:
     broker = call.broker
     vhosts = [host for name, host in broker.vhosts.items() if call.visible(name)]
     queues = [q for host in vhosts for q in inventory.queues(broker, host.name)]
-    connections = [c for c in inventory.connections(broker) if call.sees_client(c["user"])]
+    connections = [c for c in client_inventory.connections(broker) if call.sees_client(c["user"])]
     item["object_totals"] = {
         "connections": len(connections),
         "channels": sum(c["channels"] for c in connections),
@@ -54,14 +54,16 @@ def _narrow(call: Call, item: dict[str, Any]) -> None:
 async def nodes(call: Call) -> Response:
     """GET /api/nodes (monitoring)."""
     call.principal.require_monitor()
-    return call.listing(inventory.nodes(call.broker, call.host.node_sample()))
+    return call.listing(node_inventory.nodes(call.broker, call.host.node_sample()))
 
 
 async def one_node(call: Call) -> Response:
     """GET /api/nodes/{name} (monitoring)."""
     call.principal.require_monitor()
     name = call.param("name")
-    found = [n for n in inventory.nodes(call.broker, call.host.node_sample()) if n["name"] == name]
+    found = [
+        n for n in node_inventory.nodes(call.broker, call.host.node_sample()) if n["name"] == name
+    ]
     return call.item(found[0] if found else None)
 
 

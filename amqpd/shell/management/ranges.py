@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any, Final
 
-from amqpd.engine import history, inventory
+from amqpd.engine import client_inventory, history
 from amqpd.engine.history import Range, Wanted
 from amqpd.model.history import Series
 from amqpd.shell.management.context import Call
@@ -115,8 +115,8 @@ def connections(call: Call, items: list[Item]) -> list[Item]:
     recorded = call.broker.statistics.history
     width = len(history.CONNECTION_FIELDS)
     by_name = {
-        inventory.connection_name(connection): connection
-        for connection in inventory.open_connections(call.broker)
+        client_inventory.connection_name(connection): connection
+        for connection in client_inventory.open_connections(call.broker)
     }
     for item in items:
         connection = by_name.get(item["name"])

@@ -1,0 +1,123 @@
+"""A channel's publishing mode (sans-IO): plain, confirm or tx, switched at most once.
+
+Theory of operation. A channel starts PLAIN. confirm.select makes it CONFIRM: a
+`ConfirmTracker` numbers its publishes from 1 (the channel's publish path tracks each one;
+acks and nacks go out at the end of the received chunk, or once the storage batch holding a
+persistent message is durable). tx.select makes it TX: the channel buffers publishes and
+settlements in a `Transaction`; tx.commit applies them in one synchronous step (so no
+consumer can observe half a commit) and answers Commit-Ok at once, or, when something was
+journaled, once everything journaled so far is durable (`BatchWaits.commit_ok`);
+tx.rollback drops the buffered publishes and gives the settled deliveries back to the
+unacked store. Switching from one mode to the other is 406 PRECONDITION_FAILED, as in
+RabbitMQ. Part of a `Channel` (amqpd/engine/channel.py), which dispatches these methods
+here as it dispatches consumer methods to `ConsumerMethods`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from pamqp import commands as spec
+from pamqp.base import Frame as Method
+
+from amqpd.engine.transaction import BufferedPublish, Transaction
+from amqpd.engine.unacked import UnackedStore
+from amqpd.model.batches import BatchWaiter
+from amqpd.model.broker import Broker
+from amqpd.model.queue import Queue
+from amqpd.wire.errors import precondition_failed
+from confirms.tracker import ConfirmTracker
+
+__all__ = ["ModalChannel", "Mode", "ModeMethods"]
+
+
+class Mode(enum.Enum):
+    """Publishing guarantee mode; changes at most once (plain -> confirm or plain -> tx)."""
+
+    PLAIN = "plain"
+    CONFIRM = "confirm"
+    TX = "tx"
+
+
+class _Host(Protocol):
+    @property
+    def broker(self) -> Broker: ...
+
+
+class ModalChannel(BatchWaiter, Protocol):
+    """What these methods use of their `Channel` (amqpd/engine/channel.py)."""
+
+    mode: Mode
+    confirm: ConfirmTracker | None
+    tx: Transaction | None
+    unacked: UnackedStore
+
+    @property
+    def conn(self) -> _Host: ...
+    def send_method(self, method: Method) -> None: ...
+    def route_publish(self, publish: BufferedPublish) -> list[Queue] | None: ...
+    def resume_deliveries(self) -> None: ...
+
+
+class ModeMethods:
+    """confirm.select and the tx methods of one channel."""
+
+    def __init__(self, channel: ModalChannel) -> None:
+        self._channel = channel
+
+    def handlers(self) -> dict[int, Callable[[Any], None]]:
+        """Method index -> handler, merged into the channel's dispatch table."""
+        return {
+            spec.Confirm.Select.index: self._on_confirm_select,
+            spec.Tx.Select.index: self._on_tx_select,
+            spec.Tx.Commit.index: self._on_tx_commit,
+            spec.Tx.Rollback.index: self._on_tx_rollback,
+        }
+
+    def _on_confirm_select(self, method: spec.Confirm.Select) -> None:
+        channel = self._channel
+        if channel.mode is Mode.TX:
+            raise precondition_failed("cannot switch from tx to confirm mode")
+        if channel.mode is not Mode.CONFIRM:
+            channel.mode = Mode.CONFIRM
+            channel.confirm = ConfirmTracker()
+        if not method.nowait:
+            channel.send_method(spec.Confirm.SelectOk())
+
+    def _on_tx_select(self, _method: spec.Tx.Select) -> None:
+        channel = self._channel
+        if channel.mode is Mode.CONFIRM:
+            raise precondition_failed("cannot switch from confirm to tx mode")
+        channel.mode = Mode.TX
+        if channel.tx is None:
+            channel.tx = Transaction()
+        channel.send_method(spec.Tx.SelectOk())
+
+    def _on_tx_commit(self, _method: spec.Tx.Commit) -> None:
+        channel = self._channel
+        if channel.tx is None:
+            raise precondition_failed("channel is not transactional")
+        work = channel.tx.take()
+        for publish in work.publishes:
+            channel.route_publish(publish)
+        broker = channel.conn.broker
+        now = broker.clock.now
+        for records, kind in work.settlements:
+            channel.unacked.settle(records, kind, now)
+        journal = broker.journal
+        waits = broker.batch_waits
+        if journal is not None and (journal.pending or waits.has_commit_oks(channel)):
+            # Commit-Ok once everything journaled so far (this commit included) is durable.
+            waits.commit_ok(journal.barrier(), channel)
+        else:
+            channel.send_method(spec.Tx.CommitOk())
+        channel.resume_deliveries()
+
+    def _on_tx_rollback(self, _method: spec.Tx.Rollback) -> None:
+        channel = self._channel
+        if channel.tx is None:
+            raise precondition_failed("channel is not transactional")
+        channel.unacked.restore(channel.tx.rollback())
+        channel.send_method(spec.Tx.RollbackOk())

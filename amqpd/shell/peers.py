@@ -1,0 +1,206 @@
+"""The AMQP sockets: one `Connection` per accepted socket, fed by a reader task and drained by
+a writer task.
+
+Theory of operation. `Peers.handle` runs once per accepted socket (TCP, or TLS after a
+handshake bounded by the AMQP handshake timeout). It creates the socket's `Connection` and a
+`Peer` (the shell-side state), then runs two tasks until the socket closes: the reader feeds
+every received chunk (up to READ_SIZE) to the connection and then calls ``after_core``; the
+writer sleeps on ``Peer.wake`` and sends everything pending in one write. `flush` (called by
+the server's ``after_core`` for every connection with output) writes straight into an idle
+transport (amqpd/shell/direct_write.py) and wakes the writer only when that cannot be done
+or left a backlog. A reader blocked by a resource alarm (``read_delay`` is infinite) waits on
+``Peer.resume``, which the server sets when the engine unpauses the connection. When the
+socket goes, the connection is told (``connection_lost``: its unacked messages are
+requeued), the peer leaves `Peers.by_conn` and ``after_core`` runs once more.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import ssl
+import time
+from collections.abc import Callable
+from contextlib import suppress
+
+import anyio
+import anyio.abc
+from anyio.abc import SocketAttribute
+from anyio.streams.tls import TLSAttribute, TLSStream
+
+from amqpd.engine.connection import Connection
+from amqpd.engine.outbox import Outbox
+from amqpd.model.broker import Broker
+from amqpd.shell.direct_write import transport_of, write_now
+from amqpd.shell.tls import TLSOptions, certificate_identity, tls_failure_reason
+
+log = logging.getLogger(__name__)
+
+READ_SIZE = 65536
+
+
+class Peer:
+    """Shell-side state of one socket."""
+
+    __slots__ = ("backlog", "conn", "done", "resume", "stream", "transport", "wake", "writing")
+
+    def __init__(self, conn: Connection, stream: anyio.abc.ByteStream) -> None:
+        self.conn = conn
+        self.stream = stream
+        self.transport = transport_of(stream)  # None: always write through the writer task
+        self.writing = False  # the writer task is inside stream.send
+        self.backlog = False  # a direct write left bytes in the transport: writer drains
+        self.wake = anyio.Event()
+        self.done = anyio.Event()
+        self.resume = anyio.Event()  # set when a connection blocked by an alarm may read
+
+    def kick(self) -> None:
+        self.wake.set()
+
+    def unpause(self) -> None:
+        self.resume.set()
+
+
+def flush(peer: Peer) -> None:
+    """Write the peer's output now if its transport is idle (`direct_write`), else wake its
+    writer task."""
+    transport = peer.transport
+    conn = peer.conn
+    if transport is None or peer.writing or peer.backlog or conn.should_close:
+        peer.wake.set()
+        return
+    done = write_now(conn, transport)
+    if not done:
+        peer.backlog = done is False
+        peer.wake.set()
+
+
+class Peers:
+    """The open sockets of one server, by connection, and the tasks that serve them."""
+
+    def __init__(
+        self, broker: Broker, outbox: Outbox[Connection], after_core: Callable[[], None]
+    ) -> None:
+        self.broker = broker
+        self.by_conn: dict[Connection, Peer] = {}
+        self._outbox = outbox
+        self._after_core = after_core
+        self.tls_context: ssl.SSLContext | None = None  # set when serving AMQPS
+        self.tls_options: TLSOptions | None = None
+
+    async def handle(self, stream: anyio.abc.SocketStream, tls: bool = False) -> None:
+        """Serve one accepted socket until it closes."""
+        try:
+            address = stream.extra(SocketAttribute.remote_address)
+            peer_name = f"{address[0]}:{address[1]}" if isinstance(address, tuple) else str(address)
+        except Exception:
+            peer_name = "?"
+        byte_stream: anyio.abc.ByteStream = stream
+        cert_user = None
+        if tls:
+            tls_stream = await self._tls_handshake(stream, peer_name)
+            if tls_stream is None:
+                return
+            byte_stream = tls_stream
+            if self.tls_options is not None:
+                cert = tls_stream.extra(TLSAttribute.peer_certificate, None)
+                cert_user = certificate_identity(cert, self.tls_options.cert_login_from)
+        conn = Connection(self.broker, time.time(), peer_name, self._outbox)
+        conn.peer_cert_user = cert_user
+        with suppress(Exception):
+            local = stream.extra(SocketAttribute.local_address)
+            if isinstance(local, tuple):
+                conn.stats.host, conn.stats.port = str(local[0]), int(local[1])
+        conn.stats.ssl = tls
+        peer = Peer(conn, byte_stream)
+        self.by_conn[conn] = peer
+        log.info("accepting AMQP connection %s", conn.audit_label())
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._write_loop, peer)
+                await self._read_loop(peer)
+                peer.kick()
+        except Exception:  # a bug in one connection must not take the broker down
+            log.exception("connection from %s failed; dropping it", peer_name)
+        finally:
+            try:
+                conn.connection_lost()  # may requeue to other connections' consumers
+            except Exception:
+                log.exception("releasing connection from %s failed", peer_name)
+            del self.by_conn[conn]
+            self._after_core()
+            with suppress(Exception):
+                await peer.stream.aclose()
+            peer.done.set()
+            opened = f", vhost: '{conn.vhost.name}', user: '{conn.user}'" if conn.user else ""
+            log.info(
+                "closing AMQP connection %s%s: %s",
+                conn.audit_label()[:-1],
+                opened + ")",
+                conn.close_reason or "client unexpectedly closed TCP connection",
+            )
+
+    async def _tls_handshake(
+        self, stream: anyio.abc.SocketStream, peer_name: str
+    ) -> TLSStream | None:
+        """The TLS server handshake, bounded by the AMQP handshake timeout (None: failed)."""
+        assert self.tls_context is not None
+        try:
+            with anyio.fail_after(self.broker.config.handshake_timeout):
+                return await TLSStream.wrap(
+                    stream,
+                    server_side=True,
+                    ssl_context=self.tls_context,
+                    standard_compatible=False,
+                )
+        except (OSError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:  # ssl, timeout
+            log.info("TLS handshake with %s failed: %s", peer_name, tls_failure_reason(exc))
+            with suppress(Exception):
+                await stream.aclose()
+            return None
+
+    async def _read_loop(self, peer: Peer) -> None:
+        conn = peer.conn
+        stream = peer.stream
+        try:
+            while not conn.should_close:
+                delay = conn.read_delay(time.time())
+                if delay == math.inf:  # blocked by a resource alarm: data stays in the kernel
+                    await peer.resume.wait()
+                    peer.resume = anyio.Event()
+                    continue
+                if delay is not None:  # a flooding publisher: its queues catch up first
+                    await anyio.sleep(delay)
+                    continue
+                data = await stream.receive(READ_SIZE)
+                conn.receive_data(data, time.time())
+                self._after_core()
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            conn.connection_lost()
+
+    async def _write_loop(self, peer: Peer) -> None:
+        conn = peer.conn
+        stream = peer.stream
+        try:
+            while True:
+                await peer.wake.wait()
+                peer.wake = anyio.Event()
+                data = conn.data_to_send()
+                if data or peer.backlog:  # b"": wait for a direct write's backlog to drain
+                    conn.write_started(len(data))
+                    peer.writing = True
+                    try:
+                        await stream.send(data)
+                    finally:
+                        peer.writing = False
+                    peer.backlog = False
+                    conn.write_finished()  # may dispatch again (write-ahead limit)
+                    self._after_core()
+                if conn.should_close and not conn.output_pending:
+                    break
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            conn.connection_lost()
+        # closing the write side ends the read loop too
+        peer.unpause()
+        with suppress(Exception):
+            await stream.aclose()
