@@ -278,6 +278,18 @@ def _workloads() -> list[Workload]:
             profile_args=["-x", "1", "-y", "1", "-r", "30000", *consume],
         ),
         Workload(
+            "W1k",
+            "W1 at a fixed 20,000 msgs/s (issue 30's CPU-per-message row against GarageMQ)",
+            [
+                Figure("e2e msgs/s", "rate"),
+                Figure("broker CPU s / 100k msgs", "cpu100k", "≤ 0.8x", CPU),
+            ],
+            perf_workload(
+                ["-x", "1", "-y", "1", "-r", "20000", *consume], "consumed_rate", "deliver"
+            ),
+            profile_args=["-x", "1", "-y", "1", "-r", "20000", *consume],
+        ),
+        Workload(
             "WL",
             "LavinMQ's benchmark shape: transient, 16 B, 1 producer + 1 no-ack consumer",
             [
