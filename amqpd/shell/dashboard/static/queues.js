@@ -183,7 +183,8 @@ function showMessages(target, messages) {
   );
 }
 
-const STREAM_DEPTH_SERIES = [{ name: "total", label: "Messages kept" }];
+// a stream's ready samples are its kept messages (engine/stream_inventory.py: sampled_ready)
+const STREAM_DEPTH_SERIES = [{ name: "ready", label: "Messages kept" }];
 const DEPTH_SERIES = [
   { name: "ready", label: "Ready", stack: true },
   { name: "unacked", label: "Unacked", stack: true },
