@@ -4,6 +4,7 @@ Starts a broker on free loopback ports, gives it some traffic (queues with messa
 consumer, a confirm-mode publisher), opens the dashboard in Debian's chromium through
 Playwright, logs in as guest, waits for the server's sample history to cover a few
 samples and saves overview.png, queues.png (with "Add a new queue" open), queue.png,
+stream.png (the stream "orders.log" with a consumer reading it from the first offset),
 exchanges.png, exchange.png, connections.png, connection.png, admin.png, queue-700px.png
 (a 700 px wide window) and alarm.png (the memory alarm banner, after lowering the
 watermark below the broker's memory).
@@ -14,11 +15,13 @@ watermark below the broker's memory).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import threading
 import time
 from pathlib import Path
 
 import pika
+import pika.exceptions
 from playwright.sync_api import sync_playwright
 
 from amqpd.model.broker import BrokerConfig
@@ -51,6 +54,16 @@ def _traffic(port: int, stop: threading.Event) -> None:
         publisher.queue_declare(name, durable=True)
     publisher.queue_bind("orders.created", "orders", "order.created.#")
     publisher.queue_bind("orders.audit", "orders", "order.#")
+    publisher.queue_declare("orders.log", durable=True, arguments={"x-queue-type": "stream"})
+    publisher.queue_bind("orders.log", "orders", "order.#")
+    reader = conn.channel()
+    reader.basic_qos(prefetch_count=50)
+    reader.basic_consume(
+        "orders.log",
+        lambda ch, m, p, b: ch.basic_ack(m.delivery_tag),
+        consumer_tag="log-reader",
+        arguments={"x-stream-offset": "first"},
+    )
     consumer = conn.channel()
     consumer.basic_qos(prefetch_count=20)
     consumer.basic_consume("orders.created", lambda ch, m, p, b: ch.basic_ack(m.delivery_tag))
@@ -63,8 +76,9 @@ def _traffic(port: int, stop: threading.Event) -> None:
                 "orders", "order.created.eu", f'{{"order": {sent}, "total": 12.50}}'.encode()
             )
             sent += 1
-        conn.sleep(0.2)  # serves the consumer meanwhile; a steady ~100 msg/s
-    conn.close()
+        conn.sleep(0.2)  # serves the consumers meanwhile; a steady ~100 msg/s
+    with contextlib.suppress(pika.exceptions.AMQPError):  # deliveries still in flight
+        conn.close()
 
 
 def main() -> None:
@@ -100,6 +114,7 @@ def main() -> None:
                 for name, hash_, selector in (
                     ("queues", "#/queues", "#queues tbody tr td"),
                     ("queue", "#/queues/%2F/orders.created", "#get-messages"),
+                    ("stream", "#/queues/%2F/orders.log", "#consumers td.offset"),
                     ("exchanges", "#/exchanges", "#bindings tbody tr td"),
                     ("exchange", "#/exchanges/%2F/orders", "#exchange-source-bindings td"),
                     ("connections", "#/connections", "#channels tbody tr td"),

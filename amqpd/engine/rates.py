@@ -20,6 +20,7 @@ from amqpd.engine import churn, history
 from amqpd.engine.client_inventory import open_connections
 from amqpd.engine.inventory import UTILISATION_WINDOW
 from amqpd.engine.node_inventory import node_totals
+from amqpd.engine.stream_inventory import sampled_ready
 from amqpd.model.broker import Broker
 from amqpd.model.queue import Queue
 from amqpd.model.statistics import depth_rates
@@ -52,9 +53,9 @@ class RateSampler:
                 exchange.stats.sample(interval)
             for queue in host.queues.values():
                 ready, held = len(queue.ready), unacked.get(queue, 0)
-                total_ready += ready
+                total_ready += ready  # as the overview's queue_totals (no stream messages)
                 total_unacked += held
-                self._sample_queue(queue, ready, held, interval, now)
+                self._sample_queue(queue, sampled_ready(queue), held, interval, now)
         statistics = broker.statistics
         totals = node_totals(broker)
         for name in totals.FIELDS:

@@ -1,6 +1,7 @@
 """What the management API shows of a stream (amqpd/model/stream.py) beyond a queue's
 fields: its log (segments, bytes, first and last offset, the durable end) and each
-consumer's offset (the next one it will be sent)."""
+consumer's offset (the next one it will be sent); and what a queue's length samples
+(engine/rates.py, the history behind ``lengths_age``) count as ready."""
 
 from __future__ import annotations
 
@@ -36,3 +37,11 @@ def stream_consumer_fields(consumer: Consumer) -> dict[str, Any]:
     if not isinstance(queue, StreamQueue):
         return {}
     return {"offset": queue.consumer_offset(consumer)}
+
+
+def sampled_ready(queue: Queue) -> int:
+    """The ready count of a queue's length samples: a stream's kept messages (its ready
+    deque stays empty; ``messages_ready`` above says the same), else its ready entries."""
+    if isinstance(queue, StreamQueue):
+        return queue.message_count
+    return len(queue.ready)

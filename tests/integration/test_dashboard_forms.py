@@ -2,11 +2,13 @@
 Playwright, one browser for the module): every form does what it says, checked through the
 management API (declare a queue, an exchange and a binding; publish and get; move messages
 with a shovel; users, vhosts, permissions, policies and limits; definitions export and
-import), the charts draw the server's history, a missing queue says so, and a 700 px wide
+import), a stream's page (its offsets, segments and consumers' offsets; no get, purge or
+move), the charts draw the server's history, a missing queue says so, and a 700 px wide
 window has no horizontal overflow. Screenshots go to a temporary directory."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -16,6 +18,7 @@ from typing import Any
 
 import httpx
 import pika
+import pika.exceptions
 import pytest
 from playwright.sync_api import ConsoleMessage, Dialog, Error, Page, sync_playwright
 
@@ -81,6 +84,11 @@ class Dashboard:
         status = self.page.inner_text("#status")
         assert expect in status, status
         assert self.page.get_attribute("#status", "class") == "ok", status
+
+    def facts(self, selector: str) -> dict[str, str]:
+        """A facts table's rows (``table.facts`` under ``selector``) as {label: text}."""
+        rows = self.page.locator(f"{selector} table.facts tr").all()
+        return {row.locator("th").inner_text(): row.locator("td").inner_text() for row in rows}
 
     def shot(self, name: str) -> None:
         self.page.screenshot(path=str(self.shots / f"{name}.png"), full_page=True)
@@ -268,6 +276,101 @@ def test_move_messages_to_another_queue(dash: Dashboard) -> None:
         )
     )
     assert [m["payload"] for m in got] == ["m0", "m1", "m2"]
+
+
+def test_a_stream_page_shows_offsets_and_offers_no_get_purge_or_move(dash: Dashboard) -> None:
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", dash.amqp_port))
+    try:
+        channel = conn.channel()
+        channel.queue_declare("dash-stream", durable=True, arguments={"x-queue-type": "stream"})
+        channel.confirm_delivery()
+        for i in range(5):
+            channel.basic_publish("", "dash-stream", f"s{i}".encode())
+        reader = conn.channel()
+        reader.basic_qos(prefetch_count=2)
+        got: list[int] = []
+
+        def on_message(_ch: Any, _method: Any, properties: Any, _body: bytes) -> None:
+            got.append(properties.headers["x-stream-offset"])  # not acked: prefetch 2 holds
+
+        arguments = {"x-stream-offset": 1}
+        reader.basic_consume("dash-stream", on_message, consumer_tag="tail", arguments=arguments)
+        deadline = time.monotonic() + WAIT_MS / 1000
+        while len(got) < 2 and time.monotonic() < deadline:
+            conn.process_data_events(time_limit=1)
+        assert got == [1, 2]
+        queue = _ok(dash.api.get("queues/%2F/dash-stream"))
+        assert queue["type"] == "stream" and queue["consumer_offsets"] == {"tail": 3}
+        dash.go("queues/%2F/dash-stream")
+        dash.page.wait_for_selector("#stream:not([hidden]) table.facts")
+        facts = dash.facts("#stream")
+        labels = {"Messages kept": "messages", "Segments": "segments"}
+        labels.update({"First offset": "first_offset", "Last offset": "last_offset"})
+        labels.update({"Committed offset": "committed_offset", "Size on disk": "stream_bytes"})
+        assert {label: facts[label] for label in labels} == {
+            label: str(queue[key]) + (" B" if key == "stream_bytes" else "")  # under 1 KiB
+            for label, key in labels.items()
+        }
+        assert (queue["first_offset"], queue["last_offset"], queue["committed_offset"]) == (0, 4, 4)
+        # the consumers table's Offset column: the next offset the consumer will be sent
+        dash.page.wait_for_selector("#consumers td.offset")
+        assert dash.page.is_visible("#consumers th:text-is('Offset')")
+        row = dash.page.locator("#consumers tbody tr", has_text="tail")
+        assert row.locator("td.offset").inner_text() == "3"
+        # what a stream refuses is not offered; Delete is
+        for refused in ("#get-messages-section", "#move-messages-panel", "#purge-queue"):
+            assert dash.page.is_hidden(refused), refused
+        assert dash.page.is_visible("button.delete:text-is('Delete queue')")
+        dash.shot("stream")
+
+        # the list: "stream" in the type column, kept messages as Ready and Total, no
+        # unacked count (acked messages stay in a stream), no Purge
+        dash.go("queues")
+        row = dash.page.locator("#queues tbody tr", has_text="dash-stream")
+        cells = row.locator("td").all_inner_texts()
+        assert (cells[2], cells[6], cells[7], cells[8]) == ("stream", "5", "\u2013", "5")
+        assert row.locator("button.purge").count() == 0
+        assert row.locator("button.delete").count() == 1
+    finally:
+        with contextlib.suppress(pika.exceptions.AMQPError):
+            conn.close()
+
+    # a classic queue's page still offers them
+    _ok(dash.api.put("queues/%2F/classic-q", json={"durable": False}))
+    dash.go("queues/%2F/classic-q")
+    for offered in ("#get-messages-section", "#move-messages-panel", "#purge-queue"):
+        assert dash.page.is_visible(offered), offered
+    assert dash.page.is_hidden("#stream") and dash.page.is_hidden("#consumers th:text-is('Offset')")
+
+
+def test_add_a_stream_from_the_form(dash: Dashboard) -> None:
+    dash.go("queues")
+    dash.open_form("add-queue")
+    form = dash.page.locator("form#add-queue")
+    form.locator("select[name=durable]").select_option("false")
+    form.locator("select[name=auto_delete]").select_option("true")
+    form.locator("select[name=type]").select_option("stream")
+    # a stream is durable and not auto-delete: the form says so and keeps them
+    durable = form.locator("select[name=durable]")
+    assert durable.is_disabled() and durable.input_value() == "true"
+    assert form.locator("select[name=auto_delete]").input_value() == "false"
+    assert "always durable" in form.locator("#stream-note").inner_text()
+    form.locator("input[name=name]").fill("form-stream")
+    form.locator("button.link", has_text="x-max-age").first.click()
+    form.locator(".kv-row").first.locator(".kv-value").fill("1D")
+    dash.submit("add-queue", "Queue 'form-stream' declared")
+    queue = _ok(dash.api.get("queues/%2F/form-stream"))
+    assert (queue["type"], queue["durable"], queue["auto_delete"]) == ("stream", True, False)
+    assert queue["arguments"] == {"x-queue-type": "stream", "x-max-age": "1D"}
+    form.locator("select[name=type]").select_option("classic")
+    assert durable.is_enabled()
+    assert form.locator("#stream-note").is_hidden()
+    # the API's refusal is shown as it comes (a stream declared again as classic)
+    form.locator("input[name=name]").fill("form-stream")
+    dash.page.evaluate("document.getElementById('status').hidden = true")
+    dash.page.click("form#add-queue button[type=submit]")
+    dash.page.wait_for_selector("#status.error:not([hidden])")
+    assert "inequivalent arg 'x-queue-type'" in dash.page.inner_text("#status")
 
 
 def test_users_vhosts_permissions_policies_and_limits(dash: Dashboard) -> None:
@@ -482,7 +585,7 @@ def test_a_connection_page(dash: Dashboard) -> None:
 def test_a_700_px_window_has_no_horizontal_overflow(dash: Dashboard) -> None:
     dash.page.set_viewport_size({"width": 700, "height": 900})
     try:
-        fragments = [*PAGES, "queues/%2F/form-q", "exchanges/%2F/form-x"]
+        fragments = [*PAGES, "queues/%2F/form-q", "queues/%2F/dash-stream", "exchanges/%2F/form-x"]
         for fragment in fragments:
             dash.go(fragment)
             for form in dash.page.locator("details.form-panel:visible > summary").all():

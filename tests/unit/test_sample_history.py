@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 from pamqp import commands
@@ -13,6 +14,7 @@ from pamqp import commands
 from amqpd.engine.rates import SAMPLE_INTERVAL, RateSampler
 from amqpd.model.broker import Broker
 from amqpd.model.history import RETAIN_MS, SampleHistory
+from persistence.stream.log import StreamStorage
 from tests.unit.management_support import Api
 from tests.unit.protocol_support import Client, connect, declare, publish_frames, rpc
 
@@ -172,3 +174,24 @@ def test_the_node_history_is_for_monitoring_users() -> None:
     # a queue of a vhost the user may use has its samples
     queue = api.get(f"/api/queues/%2F/q1?{RANGE}", auth=("plain", "pw")).json()
     assert queue["messages_details"]["samples"][0]["sample"] == 0
+
+
+def test_a_streams_length_samples_are_its_kept_messages(tmp_path: Path) -> None:
+    broker = Broker()
+    broker.set_stream_logs(StreamStorage(tmp_path / "streams"))
+    client = connect(broker, 1)
+    stream = {"x-queue-type": "stream"}
+    declare(client, 1, "s", durable=True, arguments=stream)
+    sampler = RateSampler(broker)
+    start = time.time() // 5 * 5 - 10
+    sampler.sample(start)
+    for _ in range(4):
+        client.send(1, *publish_frames("s", b"x"))
+    sampler.sample(start + 5)
+    queue = Api(broker).get(f"/api/queues/%2F/s?{RANGE}").json()
+    assert queue["messages_ready"] == queue["messages"] == 4
+    ready = _check_samples(queue["messages_ready_details"])
+    assert ready[0]["sample"] == 4  # the stream keeps them: its ready deque stays empty
+    overview = Api(broker).get(f"/api/overview?{RANGE}").json()
+    totals = _check_samples(overview["queue_totals"]["messages_details"])
+    assert totals[0]["sample"] == overview["queue_totals"]["messages"]  # as before

@@ -1,7 +1,8 @@
 // Queues: the list (with its policies) and "Add a new queue"; one queue's page with its
 // charts (the server's history), details, consumers, bindings (add / unbind), "Publish
 // message", "Get messages", "Move messages" (a dynamic shovel, as RabbitMQ's UI creates),
-// purge and delete. A queue that does not exist says so.
+// purge and delete. A queue that does not exist says so. A stream (streams.js) shows its
+// log's facts and each consumer's offset, and offers no get, purge or move.
 
 import { ApiError, api, seg } from "./api.js";
 import { chartBlock, drawChart, historyFromSamples } from "./chart.js";
@@ -9,6 +10,7 @@ import { DataTable, bytes, h, num, rate } from "./dom.js";
 import { field, formPanel, input, keyValues, select, setOptions } from "./forms.js";
 import { bindingsTable, publishForm, vhostNames } from "./shared.js";
 import { rangeQuery, scoped, selectedVhost } from "./settings.js";
+import { STREAM_ARGUMENTS, consumerOffset, isStream, streamFacts, streamRules } from "./streams.js";
 
 export const QUEUE_ARGUMENTS = [
   ["x-message-ttl", "number"],
@@ -21,6 +23,7 @@ export const QUEUE_ARGUMENTS = [
   ["x-single-active-consumer", "boolean"],
   ["x-max-priority", "number"],
   ["x-queue-mode", "string"],
+  ...STREAM_ARGUMENTS,
 ];
 
 function features(queue) {
@@ -68,6 +71,7 @@ function addQueueForm(notify, after) {
   const durable = select("durable", [["true", "Durable"], ["false", "Transient"]]);
   const autoDelete = select("auto_delete", [["false", "No"], ["true", "Yes"]]);
   const args = keyValues("arguments", QUEUE_ARGUMENTS);
+  const rules = streamRules(type, durable, autoDelete);
   const panel = formPanel({
     id: "add-queue",
     title: "Add a new queue",
@@ -76,6 +80,7 @@ function addQueueForm(notify, after) {
     after,
     fields: [
       h("div", { className: "grid" }, field("Virtual host", vhost), field("Type", type), field("Name", name), field("Durability", durable), field("Auto delete", autoDelete)),
+      rules.note,
       field("Arguments", args.element),
     ],
     submit: async () => {
@@ -88,6 +93,7 @@ function addQueueForm(notify, after) {
       const text = `Queue '${name.value}' declared in virtual host '${vhost.value}'.`;
       name.value = "";
       args.reset();
+      rules.apply();
       return text;
     },
   });
@@ -114,7 +120,8 @@ export function queuesPage(notify) {
       { key: "policy", label: "Policy", value: (q) => q.policy || q.operator_policy || "", cell: policies },
       { key: "state", label: "State" },
       { key: "messages_ready", label: "Ready", numeric: true, cell: (q) => num(q.messages_ready) },
-      { key: "messages_unacknowledged", label: "Unacked", numeric: true, cell: (q) => num(q.messages_unacknowledged) },
+      // a stream keeps acked messages: its deliveries awaiting ack are no part of its count
+      { key: "messages_unacknowledged", label: "Unacked", numeric: true, value: (q) => (isStream(q) ? 0 : q.messages_unacknowledged), cell: (q) => (isStream(q) ? h("span", { className: "subtle", title: "A stream keeps its messages after acks" }, "–") : num(q.messages_unacknowledged)) },
       { key: "messages", label: "Total", numeric: true, cell: (q) => num(q.messages) },
       { key: "consumers", label: "Consumers", numeric: true, cell: (q) => num(q.consumers) },
       { key: "incoming", label: "Incoming", numeric: true, value: (q) => q.message_stats?.publish_details?.rate ?? 0, cell: (q) => rate(q.message_stats?.publish_details) },
@@ -125,7 +132,7 @@ export function queuesPage(notify) {
         label: "",
         value: () => "",
         cell: (q) => [
-          h("button", { type: "button", className: "purge", dataset: { vhost: q.vhost, name: q.name }, onclick: act(purgeQueue) }, "Purge"),
+          isStream(q) ? null : h("button", { type: "button", className: "purge", dataset: { vhost: q.vhost, name: q.name }, onclick: act(purgeQueue) }, "Purge"),
           h("button", { type: "button", className: "delete danger", dataset: { vhost: q.vhost, name: q.name }, onclick: act(deleteQueue) }, "Delete"),
         ],
       },
@@ -176,6 +183,8 @@ function showMessages(target, messages) {
   );
 }
 
+// a stream's ready samples are its kept messages (engine/stream_inventory.py: sampled_ready)
+const STREAM_DEPTH_SERIES = [{ name: "ready", label: "Messages kept" }];
 const DEPTH_SERIES = [
   { name: "ready", label: "Ready", stack: true },
   { name: "unacked", label: "Unacked", stack: true },
@@ -222,7 +231,7 @@ function getForm(path, notify, after) {
     h("label", {}, "Messages ", count),
     h("button", { type: "submit" }, "Get message(s)"),
   );
-  return h("section", { className: "panel" }, h("h2", {}, "Get messages"), h("p", { className: "subtle" }, "Getting messages from a queue is a destructive action."), form, output);
+  return h("section", { className: "panel", id: "get-messages-section" }, h("h2", {}, "Get messages"), h("p", { className: "subtle" }, "Getting messages from a queue is a destructive action."), form, output);
 }
 
 /** RabbitMQ's "Move messages": a dynamic shovel that empties this queue into another. */
@@ -268,11 +277,14 @@ function moveForm(vhost, name, notify) {
 export function queuePage(vhost, name, notify) {
   const path = `/queues/${seg(vhost)}/${seg(name)}`;
   const facts = h("div");
+  const streamPanel = h("section", { className: "panel", id: "stream", hidden: true }, h("h2", {}, "Stream"));
   const consumers = h("tbody");
+  const offsetHeader = h("th", { hidden: true, title: "The next offset the consumer will be sent" }, "Offset");
   const queued = chartBlock("chart-queue-depth", "Queued messages");
   const rates = chartBlock("chart-queue-rates", "Message rates");
   let depthHistory = historyFromSamples([]);
   let rateHistory = historyFromSamples([]);
+  let depthSeries = DEPTH_SERIES;
   const queueNames = h("datalist", { id: "queue-names" });
   let refresh = async () => {};
   const bindings = bindingsTable("queue-bindings", { vhost, notify, after: () => refresh(), show: "source" });
@@ -309,7 +321,7 @@ export function queuePage(vhost, name, notify) {
     "div",
     { className: "toolbar" },
     h("button", {
-      type: "button", className: "purge",
+      type: "button", className: "purge", id: "purge-queue",
       onclick: async () => {
         try {
           if (await purgeQueue(vhost, name, notify)) await refresh();
@@ -329,11 +341,16 @@ export function queuePage(vhost, name, notify) {
       },
     }, "Delete queue"),
   );
+  // what a stream refuses (RabbitMQ answers get, purge and a shovel's get with errors)
+  const getPanel = getForm(path, notify, () => refresh());
+  const movePanel = moveForm(vhost, name, notify);
+  const purgeTitle = h("h2", {}, "Purge and delete");
   const present = h(
     "div",
     {},
     h("div", { className: "charts" }, queued.element, rates.element),
     h("section", { className: "panel" }, h("h2", {}, "Details"), facts),
+    streamPanel,
     h(
       "section",
       { className: "panel" },
@@ -344,7 +361,7 @@ export function queuePage(vhost, name, notify) {
         h(
           "table",
           { className: "list", id: "consumers" },
-          h("thead", {}, h("tr", {}, ["Channel", "Consumer tag", "Ack required", "Exclusive", "Prefetch"].map((t) => h("th", {}, t)))),
+          h("thead", {}, h("tr", {}, ["Channel", "Consumer tag", "Ack required", "Exclusive", "Prefetch"].map((t) => h("th", {}, t)), offsetHeader)),
           consumers,
         ),
       ),
@@ -352,9 +369,9 @@ export function queuePage(vhost, name, notify) {
     h("section", { className: "panel" }, h("h2", {}, "Bindings"), bindings.element),
     bindForm,
     publish,
-    getForm(path, notify, () => refresh()),
-    moveForm(vhost, name, notify),
-    h("section", { className: "panel" }, h("h2", {}, "Purge and delete"), buttons),
+    getPanel,
+    movePanel,
+    h("section", { className: "panel" }, purgeTitle, buttons),
     queueNames,
     exchangeNames,
   );
@@ -374,7 +391,7 @@ export function queuePage(vhost, name, notify) {
   );
   function draw() {
     if (present.hidden) return;
-    drawChart(queued.canvas, queued.legend, depthHistory, DEPTH_SERIES);
+    drawChart(queued.canvas, queued.legend, depthHistory, depthSeries);
     drawChart(rates.canvas, rates.legend, rateHistory, RATE_SERIES, "/s");
   }
   refresh = async () => {
@@ -391,6 +408,13 @@ export function queuePage(vhost, name, notify) {
     }
     missing.hidden = true;
     present.hidden = false;
+    const stream = isStream(q);
+    depthSeries = stream ? STREAM_DEPTH_SERIES : DEPTH_SERIES;
+    for (const refused of [getPanel, movePanel, buttons.querySelector("#purge-queue")]) refused.hidden = stream;
+    purgeTitle.textContent = stream ? "Delete" : "Purge and delete";
+    streamPanel.hidden = !stream;
+    offsetHeader.hidden = !stream;
+    if (stream) streamPanel.replaceChildren(h("h2", {}, "Stream"), definitionList(streamFacts(q)));
     depthHistory = historyFromSamples([
       { name: "ready", samples: q.messages_ready_details?.samples },
       { name: "unacked", samples: q.messages_unacknowledged_details?.samples },
@@ -407,8 +431,13 @@ export function queuePage(vhost, name, notify) {
         ["State", q.state],
         ["Consumers", num(q.consumers)],
         ["Consumer capacity", q.consumer_utilisation === null || q.consumer_utilisation === undefined ? "" : `${Math.round(q.consumer_utilisation * 100)}%`],
-        ["Messages (ready / unacked / total)", `${num(q.messages_ready)} / ${num(q.messages_unacknowledged)} / ${num(q.messages)}`],
-        ["Message body bytes", bytes(q.message_bytes)],
+        // a stream's count and size are in its own panel
+        ...(stream
+          ? []
+          : [
+              ["Messages (ready / unacked / total)", `${num(q.messages_ready)} / ${num(q.messages_unacknowledged)} / ${num(q.messages)}`],
+              ["Message body bytes", bytes(q.message_bytes)],
+            ]),
         ["Arguments", JSON.stringify(q.arguments || {})],
         ["Effective policy definition", JSON.stringify(q.effective_policy_definition || {})],
       ]),
@@ -431,9 +460,10 @@ export function queuePage(vhost, name, notify) {
               h("td", {}, String(c.ack_required)),
               h("td", {}, String(c.exclusive)),
               h("td", { className: "num" }, num(c.prefetch_count)),
+              stream ? h("td", { className: "num offset" }, consumerOffset(c, q)) : null,
             ),
           )
-        : [h("tr", {}, h("td", { colspan: 5, className: "empty" }, "No consumers."))]),
+        : [h("tr", {}, h("td", { colspan: stream ? 6 : 5, className: "empty" }, "No consumers."))]),
     );
     bindings.update(bound);
     queueNames.replaceChildren(...queues.filter((x) => x.name !== name).map((x) => h("option", { value: x.name })));
