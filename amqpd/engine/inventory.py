@@ -37,10 +37,11 @@ from amqpd.engine.churn import churn_rates
 from amqpd.engine.connection import Connection, State
 from amqpd.engine.stream_inventory import stream_consumer_fields, stream_fields
 from amqpd.model.broker import Broker
+from amqpd.model.exchange import Exchange
 from amqpd.model.policies import merge
 from amqpd.model.queue import Consumer, Queue
 from amqpd.model.statistics import MessageStats, NodeSample
-from amqpd.model.vhost import Exchange, VirtualHost
+from amqpd.model.vhost import VirtualHost
 
 MANAGEMENT_VERSION: Final = RABBITMQ_VERSION  # the one RabbitMQ version (amqpd/__init__.py)
 PRODUCT_NAME: Final = "amqpd"
