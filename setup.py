@@ -68,6 +68,7 @@ MYPYC_MODULES: tuple[str, ...] = (
     "amqpd/model/federated_queues.py",
     "amqpd/model/federation_exchange.py",
     "amqpd/model/message.py",
+    "amqpd/model/paging.py",
     "amqpd/model/policies.py",
     "amqpd/model/priority.py",
     "amqpd/model/queue.py",

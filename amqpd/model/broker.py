@@ -25,6 +25,7 @@ from amqpd.model.exchange import Exchange, TopologyVersion
 from amqpd.model.federated_queues import FederatedQueues
 from amqpd.model.held import StoreProgress, drop_failed
 from amqpd.model.message import Clock, Message, QueueEntry
+from amqpd.model.paging import page_out
 from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.statistics import NodeStatistics
 from amqpd.model.stream import StreamLogs, StreamQueue
@@ -312,7 +313,7 @@ class Broker:
                 waiting.dispatch()
         if self.paging_queues:
             for queue in list(self.paging_queues):
-                if not queue.page_out(batch):
+                if not page_out(queue, batch):
                     self.paging_queues.discard(queue)
         if self.delayed_hub.paging:
             self.delayed_hub.batch_committed(batch)
