@@ -9,19 +9,15 @@ startup. It owns two aiosqlite connections (each runs its statements on its own 
   that the writer is in the middle of, and never waits for it.
 
 The data directory is locked (``flock`` on ``amqpd.lock``) while a store is open, so two
-brokers cannot share it.
+brokers cannot share it. Opening the file (lock, identity, settings, migrations) is
+persistence/sqlite_open.py; reading it back at startup is persistence/sqlite_load.py.
 """
 
 from __future__ import annotations
 
-import gc
 import logging
-import os
 import sqlite3
-import sys
 from collections.abc import Iterable
-from itertools import groupby
-from operator import itemgetter
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -29,24 +25,15 @@ from typing import IO, Any
 import aiosqlite
 import anyio
 
-from persistence import access, fieldcodec, schema
+from persistence import access, schema
 from persistence.errors import StoreError
-from persistence.records import (
-    Batch,
-    BindingDef,
-    ExchangeDef,
-    MessageRecord,
-    OpKind,
-    QueueDef,
-    QueueKey,
-    RecoveredState,
-)
+from persistence.records import Batch, OpKind, QueueKey, RecoveredState
+from persistence.sqlite_load import load_state
+from persistence.sqlite_open import close_quietly, lock_directory, prepare, rollback_quietly
 
 __all__ = ["Store", "StoreError"]
 
 log = logging.getLogger(__name__)
-
-LOCK_FILENAME = "amqpd.lock"
 
 _QID = "(SELECT id FROM queues WHERE vhost = ?1 AND name = ?2)"
 
@@ -101,21 +88,6 @@ _SQL: dict[OpKind, tuple[str, ...]] = {
         f"INSERT OR REPLACE INTO dedup_ids (queue_id, pos, id) VALUES ({_QID}, ?3, ?4)",
     ),
 }
-_LOAD_DEDUP_IDS = "SELECT queue_id, pos, id FROM dedup_ids ORDER BY queue_id, pos"
-
-_MESSAGE_COLUMNS = (
-    "seq, exchange, routing_key, header, body, redelivered, delivery_count, expires_at"
-)
-# {}: the WHERE clause that leaves out the queues loaded as keys only
-_LOAD_MESSAGES = f"SELECT queue_id, {_MESSAGE_COLUMNS} FROM messages{{}} ORDER BY queue_id, seq"
-_LOAD_KEYS = "SELECT seq FROM messages WHERE queue_id = ? ORDER BY seq"
-# The same, with the body only for the first ?1 messages of each queue (the rest: its size).
-_LOAD_MESSAGES_WINDOWED = (
-    "SELECT queue_id, seq, exchange, routing_key, header,"
-    " CASE WHEN row_number() OVER (PARTITION BY queue_id ORDER BY seq) <= ?1"
-    " THEN body ELSE length(body) END,"
-    " redelivered, delivery_count, expires_at FROM messages{} ORDER BY queue_id, seq"
-)
 _READ_BODIES = (
     f"SELECT seq, body FROM messages WHERE queue_id = {_QID} AND seq > ?3 ORDER BY seq LIMIT ?4"
 )
@@ -123,9 +95,6 @@ _READ_MESSAGES = (
     "SELECT seq, exchange, routing_key, header, body FROM messages"
     f" WHERE queue_id = {_QID} AND seq > ?3 ORDER BY seq LIMIT ?4"
 )
-_FETCH_ROWS = 8192  # rows per fetchmany while loading
-_DEDUP_LIMIT = 65536  # entries in the load-time string/header dedup cache before it resets
-_WRITER_CACHE_KIB = 16384
 RECLAIM_STEP = 64  # pages (512 KiB) given back per step between batches
 RECLAIM_KEEP = 256  # free pages kept for reuse: the file stays within 2 MiB of its content
 
@@ -200,20 +169,20 @@ class Store:
         except OSError as exc:
             raise StoreError(f"cannot create data directory {data_dir}: {exc}") from exc
         path = data_dir / schema.DB_FILENAME
-        lock = _lock_directory(data_dir)
+        lock = lock_directory(data_dir)
         writer: aiosqlite.Connection | None = None
         reader: aiosqlite.Connection | None = None
         try:
             schema.check_file_header(path)
             writer = await aiosqlite.connect(path, isolation_level=None)
-            created = await _prepare(writer, path, sync) == 0
+            created = await prepare(writer, path, sync) == 0
             reader = await aiosqlite.connect(path, isolation_level=None)
             await reader.execute("PRAGMA query_only = ON")
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 for db in (reader, writer):
                     if db is not None:
-                        await _close_quietly(db)
+                        await close_quietly(db)
             if lock is not None:
                 lock.close()
             if isinstance(exc, (sqlite3.Error, OSError)):
@@ -267,7 +236,7 @@ class Store:
                 await db._execute(_write_batch, db, batch.ops)  # type: ignore[no-untyped-call]
             except (sqlite3.Error, OSError, ValueError) as exc:
                 # ValueError: aiosqlite's "no active connection" (thread gone).
-                await _rollback_quietly(db)
+                await rollback_quietly(db)
                 raise StoreError(
                     f"could not commit batch {batch.id} to {self._path}: {exc}"
                 ) from exc
@@ -324,84 +293,11 @@ class Store:
         try:
             await db.execute("BEGIN")
             try:
-                return await self._load(db, body_window, messages, keys_only)
+                return await load_state(db, body_window, messages, keys_only)
             finally:
                 await db.execute("COMMIT")
         except (sqlite3.Error, OSError, ValueError) as exc:
             raise StoreError(f"cannot load {self._path}: {exc}") from exc
-
-    async def _load(
-        self,
-        db: aiosqlite.Connection,
-        body_window: int | None,
-        load_messages: bool,
-        keys_only: str,
-    ) -> RecoveredState:
-        exchanges = [
-            ExchangeDef(vhost, name, type_name, bool(auto_delete), bool(internal), _args(args))
-            for vhost, name, type_name, auto_delete, internal, args in await db.execute_fetchall(
-                "SELECT vhost, name, type, auto_delete, internal, arguments FROM exchanges"
-                " ORDER BY vhost, name"
-            )
-        ]
-        queue_rows = list(
-            await db.execute_fetchall(
-                "SELECT id, vhost, name, auto_delete, arguments FROM queues ORDER BY vhost, name"
-            )
-        )
-        queues = [
-            QueueDef(vhost, name, bool(auto_delete), _args(args))
-            for _, vhost, name, auto_delete, args in queue_rows
-        ]
-        keys: dict[int, QueueKey] = {row[0]: (row[1], row[2]) for row in queue_rows}
-        bindings = [
-            BindingDef(vhost, source, kind, destination, routing_key, _args(args))
-            for vhost, source, kind, destination, routing_key, args in await db.execute_fetchall(
-                "SELECT vhost, source, destination_kind, destination, routing_key, arguments"
-                " FROM bindings ORDER BY vhost, source, destination_kind, destination,"
-                " routing_key, arguments"
-            )
-        ]
-        messages: dict[QueueKey, list[tuple[int, MessageRecord]]] = {}
-        if not load_messages:
-            return RecoveredState(exchanges, queues, bindings, messages)
-        key_ids = [row[0] for row in queue_rows if keys_only and row[2].startswith(keys_only)]
-        message_keys: dict[QueueKey, list[int]] = {}
-        for queue_id in key_ids:  # the primary key's index alone: no row is read
-            rows = await db.execute_fetchall(_LOAD_KEYS, (queue_id,))
-            message_keys[keys[queue_id]] = [row[0] for row in rows]
-        # ids are integers from the database itself: safe to put into the statement
-        skip = f" WHERE queue_id NOT IN ({','.join(map(str, key_ids))})" if key_ids else ""
-        gc_was_enabled = gc.isenabled()
-        gc.disable()  # the records are long-lived; collecting while building them is wasted
-        try:
-            if body_window is None:
-                cursor = await db.execute(_LOAD_MESSAGES.format(skip))
-            else:
-                cursor = await db.execute(_LOAD_MESSAGES_WINDOWED.format(skip), (body_window,))
-            dedup: dict[Any, Any] = {}
-            while rows := await cursor.fetchmany(_FETCH_ROWS):
-                if len(dedup) > _DEDUP_LIMIT:
-                    dedup.clear()
-                for queue_id, group in groupby(rows, _FIRST):
-                    key = keys.get(queue_id)
-                    if key is None:  # cannot happen through apply(); keep loading the rest
-                        log.warning("ignoring messages of unknown queue id %d", queue_id)
-                        continue
-                    out = messages.get(key)
-                    if out is None:
-                        out = messages[key] = []
-                    out += _records(group, dedup)
-            await cursor.close()
-        finally:
-            if gc_was_enabled:
-                gc.enable()
-        dedup_ids: dict[QueueKey, list[tuple[int, bytes]]] = {}
-        for queue_id, pos, dedup_id in await db.execute_fetchall(_LOAD_DEDUP_IDS):
-            key = keys.get(queue_id)
-            if key is not None:
-                dedup_ids.setdefault(key, []).append((pos, bytes(dedup_id)))
-        return RecoveredState(exchanges, queues, bindings, messages, dedup_ids, message_keys)
 
     async def load_access(self) -> access.AccessState:
         """Read the users, vhosts and permissions (one snapshot).
@@ -445,7 +341,7 @@ class Store:
                 statements = access.state_to_statements(state)
                 await db._execute(_write_statements, db, statements)  # type: ignore[no-untyped-call]
             except (sqlite3.Error, OSError, ValueError) as exc:
-                await _rollback_quietly(db)
+                await rollback_quietly(db)
                 raise StoreError(f"cannot save access control to {self._path}: {exc}") from exc
             finally:
                 self._applying = False
@@ -459,9 +355,9 @@ class Store:
             return
         self._closed = True
         with anyio.CancelScope(shield=True):
-            await _rollback_quietly(self._writer)
-            await _close_quietly(self._reader)
-            await _close_quietly(self._writer)
+            await rollback_quietly(self._writer)
+            await close_quietly(self._reader)
+            await close_quietly(self._writer)
         if self._lock is not None:
             self._lock.close()
             self._lock = None
@@ -471,9 +367,6 @@ class Store:
         if self._closed:
             raise StoreError(f"store {self._path} is closed")
         return self._reader
-
-
-_FIRST = itemgetter(0)
 
 
 def _write_batch(db: aiosqlite.Connection, ops: list[tuple[OpKind, list[Any]]]) -> None:
@@ -511,133 +404,6 @@ def _write_statements(
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
-
-
-def _records(rows: Iterable[Any], dedup: dict[Any, Any]) -> list[tuple[int, MessageRecord]]:
-    """Turn message rows into ``(seq, record)`` pairs.
-
-    ``rows`` hold the queue id, then the ``_MESSAGE_COLUMNS`` (a paged-out body: its size).
-    Equal exchange names, routing keys and headers are shared through ``dedup`` (a million
-    messages usually carry a handful of distinct ones).
-    """
-    d = dedup.setdefault
-    return [
-        (
-            seq,
-            MessageRecord(d(ex, ex), d(rk, rk), d(hd, hd), body, red == 1, count, exp)
-            if type(body) is bytes
-            else MessageRecord(d(ex, ex), d(rk, rk), d(hd, hd), b"", red == 1, count, exp, body),
-        )
-        for _, seq, ex, rk, hd, body, red, count, exp in rows
-    ]
-
-
-def _args(blob: bytes) -> dict[str, Any]:
-    return fieldcodec.decode(blob)
-
-
-async def _scalar(db: aiosqlite.Connection, sql: str) -> Any:
-    cursor = await db.execute(sql)
-    row = await cursor.fetchone()
-    await cursor.close()
-    return None if row is None else row[0]
-
-
-async def _prepare(db: aiosqlite.Connection, path: Path, synchronous: str) -> int:
-    """Check the database's identity, configure the connection, migrate the schema; the
-    schema version it had (0: created now)."""
-    try:
-        application_id = await _scalar(db, "PRAGMA application_id")
-        user_version = await _scalar(db, "PRAGMA user_version")
-        n_objects = await _scalar(db, "SELECT count(*) FROM sqlite_master")
-    except sqlite3.DatabaseError as exc:
-        raise StoreError(
-            f"{path} is not a usable SQLite database ({exc}); amqpd will not overwrite it. "
-            f"Move the file away or point --data-dir at another directory."
-        ) from exc
-    version = schema.check_identity(path, application_id, user_version, n_objects)
-    if version == 0:
-        await db.execute(f"PRAGMA page_size = {schema.PAGE_SIZE}")
-        await db.execute("PRAGMA auto_vacuum = INCREMENTAL")  # before the first table
-    mode = await _scalar(db, "PRAGMA journal_mode = WAL")
-    if str(mode).lower() != "wal":
-        raise StoreError(f"cannot put {path} in WAL mode (journal_mode is {mode!r})")
-    await db.execute(f"PRAGMA synchronous = {synchronous}")
-    await db.execute(f"PRAGMA cache_size = -{_WRITER_CACHE_KIB}")
-    await db.execute("PRAGMA journal_size_limit = 67108864")
-    if version == schema.SCHEMA_VERSION:
-        return version
-    await db.execute("BEGIN IMMEDIATE")
-    try:
-        for target in range(version + 1, schema.SCHEMA_VERSION + 1):
-            for statement in schema.MIGRATIONS[target]:
-                await db.execute(statement)
-            await db.execute(f"PRAGMA user_version = {target}")
-            log.info("migrated %s to schema %d", path, target)
-        if version == 0:
-            await db.execute(f"PRAGMA application_id = {schema.APPLICATION_ID}")
-        await db.execute("COMMIT")
-    except BaseException:
-        await _rollback_quietly(db)
-        raise
-    if await _scalar(db, "PRAGMA auto_vacuum") != schema.AUTO_VACUUM_INCREMENTAL:
-        # Schema 4: a store created before it switches to incremental vacuum, which needs
-        # one full VACUUM (a copy of the file, once).
-        log.info("converting %s to incremental vacuum (one full VACUUM, once)", path)
-        await db.execute("PRAGMA auto_vacuum = INCREMENTAL")
-        await db.execute("VACUUM")
-    return version
-
-
-async def _rollback_quietly(db: aiosqlite.Connection) -> None:
-    try:
-        if db.in_transaction:
-            await db.execute("ROLLBACK")
-    except (sqlite3.Error, ValueError) as exc:
-        log.warning("rollback failed: %s", exc)
-
-
-async def _close_quietly(db: aiosqlite.Connection) -> None:
-    try:
-        await db.close()
-    except (sqlite3.Error, ValueError) as exc:
-        log.warning("closing the database failed: %s", exc)
-
-
-def lock_directory(data_dir: Path) -> IO[bytes] | None:
-    """Lock ``data_dir`` for this process (as an open store does) until the file is closed.
-
-    Raises:
-        StoreError: Another amqpd holds it.
-    """
-    return _lock_directory(data_dir)
-
-
-def _lock_directory(data_dir: Path) -> IO[bytes] | None:
-    """Take an exclusive ``flock`` on the data directory's lock file (POSIX only)."""
-    if sys.platform == "win32":
-        return None
-    import fcntl
-
-    lock_path = data_dir / LOCK_FILENAME
-    try:
-        f = lock_path.open("a+b")
-    except OSError as exc:
-        raise StoreError(f"cannot create lock file {lock_path}: {exc}") from exc
-    try:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        f.seek(0)
-        holder = f.read(32).decode("ascii", "replace").strip() or "unknown"
-        f.close()
-        raise StoreError(
-            f"data directory {data_dir} is in use by another amqpd (pid {holder}); stop it "
-            f"or point --data-dir elsewhere."
-        ) from None
-    f.truncate(0)
-    f.write(str(os.getpid()).encode("ascii"))
-    f.flush()
-    return f
 
 
 class BodyReader:

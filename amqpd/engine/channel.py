@@ -47,13 +47,10 @@ from amqpd.model.auth import Authz
 from amqpd.model.broker import Broker
 from amqpd.model.message import Message, QueueEntry
 from amqpd.model.queue import Consumer, ExclusiveOwner, Queue
+from amqpd.model.sender_selected import has_sender_selected_headers, sender_selected_error
 from amqpd.model.statistics import MessageStats
 from amqpd.model.stream_delivery import StreamRun
-from amqpd.model.vhost import (
-    VirtualHost,
-    has_sender_selected_headers,
-    sender_selected_error,
-)
+from amqpd.model.vhost import VirtualHost
 from amqpd.wire import codec
 from amqpd.wire.errors import (
     ACCESS_REFUSED,

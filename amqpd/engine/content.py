@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING
 from amqpd.engine.reply_to import REPLY_TO_PREFIX
 from amqpd.engine.transaction import BufferedPublish
 from amqpd.model.auth import Authz
+from amqpd.model.exchange import Exchange
 from amqpd.model.message import Message
 from amqpd.model.queue import Queue
 from amqpd.model.queue_args import parse_expiration
 from amqpd.model.stream import StreamQueue
-from amqpd.model.vhost import Exchange, VirtualHost
+from amqpd.model.vhost import VirtualHost
 from amqpd.wire import codec
 from amqpd.wire.errors import PRECONDITION_FAILED, UNEXPECTED_FRAME, AMQPError
 

@@ -43,10 +43,11 @@ from amqpd.engine.client_inventory import connection_name, open_connections
 from amqpd.engine.connection import Connection
 from amqpd.engine.stream_inventory import stream_fields
 from amqpd.model.broker import Broker
+from amqpd.model.exchange import Exchange
 from amqpd.model.policies import merge
 from amqpd.model.queue import Queue
 from amqpd.model.statistics import MessageStats
-from amqpd.model.vhost import Exchange, VirtualHost
+from amqpd.model.vhost import VirtualHost
 
 UTILISATION_WINDOW: Final = 12  # samples (one minute at the default 5 s interval)
 

@@ -28,9 +28,10 @@ from amqpd.engine.content import PendingPublish, route_and_enqueue, storage_batc
 from amqpd.engine.transaction import BufferedPublish
 from amqpd.model.auth import Authz
 from amqpd.model.broker import Broker
+from amqpd.model.exchange import Exchange
 from amqpd.model.message import Message, QueueEntry
 from amqpd.model.queue import Queue
-from amqpd.model.vhost import Exchange, VirtualHost
+from amqpd.model.vhost import VirtualHost
 from amqpd.wire import codec
 from amqpd.wire.errors import ACCESS_REFUSED, AMQPError, not_found, precondition_failed
 

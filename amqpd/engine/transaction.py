@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from amqpd.engine.unacked import Settlement, Unacked
+from amqpd.model.exchange import Exchange
 from amqpd.model.message import Message
-from amqpd.model.vhost import Exchange
 
 
 @dataclass(slots=True)

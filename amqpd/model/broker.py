@@ -21,14 +21,16 @@ from amqpd.model.alarms import ResourceAlarms
 from amqpd.model.auth import AccessControl, AccessState, Authz, Permission, default_access
 from amqpd.model.batches import BatchWaits
 from amqpd.model.delayed import STORE_PREFIX, DelayedHub
+from amqpd.model.exchange import Exchange, TopologyVersion
 from amqpd.model.federated_queues import FederatedQueues
 from amqpd.model.held import StoreProgress, drop_failed
 from amqpd.model.message import Clock, Message, QueueEntry
+from amqpd.model.paging import page_out
 from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.statistics import NodeStatistics
 from amqpd.model.stream import StreamLogs, StreamQueue
 from amqpd.model.stream_dedup import rebuild_stream_window
-from amqpd.model.vhost import Exchange, TopologyVersion, VirtualHost
+from amqpd.model.vhost import VirtualHost
 from amqpd.wire.codec import HeaderPeek, encode_shortstr, peek_header
 from amqpd.wire.errors import CONNECTION_FORCED
 from persistence.records import QueueKey, RecoveredState
@@ -311,7 +313,7 @@ class Broker:
                 waiting.dispatch()
         if self.paging_queues:
             for queue in list(self.paging_queues):
-                if not queue.page_out(batch):
+                if not page_out(queue, batch):
                     self.paging_queues.discard(queue)
         if self.delayed_hub.paging:
             self.delayed_hub.batch_committed(batch)

@@ -7,7 +7,8 @@ incremented and moves to the front), ``x-first-death-reason/queue/exchange`` set
 loses its ``expiration`` property. Reasons: rejected, expired, maxlen, delivery_limit.
 A dead-lettered message that would return to a queue it already died in is dropped for that
 queue unless a rejection happened since its latest death there (a client decision breaks the
-cycle).
+cycle). :func:`dead_lettered_message` builds the message that `VirtualHost.dead_letter`
+(model/vhost.py) routes from the dead-letter exchange.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from amqpd.model.message import Message
+from amqpd.model.sender_selected import sender_selected_keys
+from amqpd.wire.codec import encode_shortstr, peek_header
 from amqpd.wire.properties import EXPIRATION, RawProperties
 
 
@@ -70,3 +74,41 @@ def is_cycle(deaths: list[dict[str, Any]], target_queue: str) -> bool:
         if death.get("queue") == target_queue:
             return True
     return False
+
+
+def dead_lettered_message(
+    message: Message,
+    queue: str,
+    reason: str,
+    exchange: str,
+    fixed_key: str | None,
+    now: float,
+) -> tuple[Message, list[dict[str, Any]]]:
+    """The copy of ``message`` that leaves ``queue`` for dead-letter ``exchange`` (routed on
+    ``fixed_key``, x-dead-letter-routing-key, when set), and its x-death list (for the
+    cycle check)."""
+    routing_keys = [message.routing_key, *sender_selected_keys(message, bcc=False)]
+    header, deaths = dead_letter_header(
+        message.header,
+        queue,
+        reason,
+        message.exchange,
+        routing_keys,
+        now,
+        drop_cc=fixed_key is not None,  # RabbitMQ drops CC when the key is replaced
+    )
+    key = fixed_key if fixed_key is not None else message.routing_key
+    peek = peek_header(header)
+    dead = Message(
+        exchange,
+        key,
+        encode_shortstr(exchange),
+        encode_shortstr(key),
+        header,
+        message.body,
+        message.persistent,
+        peek.priority,
+        None,
+        peek.headers_raw,
+    )
+    return dead, deaths

@@ -59,6 +59,7 @@ from amqpd.model.definitions_rabbit import (
     unsupported_vhost_limits,
     vhost_limits,
 )
+from amqpd.model.exchange import Exchange
 from amqpd.model.parameters import (
     ParameterError,
     check_parameter,
@@ -68,7 +69,6 @@ from amqpd.model.parameters import (
 from amqpd.model.policies import PolicyError, policy_json, validate
 from amqpd.model.queue import Queue
 from amqpd.model.user_limits import UserLimitError, check_limits
-from amqpd.model.vhost import Exchange
 from amqpd.wire.errors import AMQPError
 from persistence.records import BindingDef, ExchangeDef, QueueDef
 

@@ -87,9 +87,24 @@ class FederatedQueues:
                     changes.append(DemandChange(queue, False, False))
                 queue.demand_set = None
                 continue
-            wants = queue.wants_messages()
+            wants = wants_messages(queue)
             if reported.get(queue) is not wants:
                 reported[queue] = wants
                 changes.append(DemandChange(queue, True, wants))
         self.dirty.clear()
         return changes
+
+
+def wants_messages(queue: Queue) -> bool:
+    """Whether a federated queue should fetch from its upstreams: nothing ready and a
+    consumer of priority >= 0 that could take a message now (RabbitMQ's rule; links
+    consume upstream at priority -1, so they never count)."""
+    if queue.ready or queue.deleted:
+        return False
+    for level in queue._levels:  # by priority, highest first
+        for consumer in level:
+            if consumer.priority < 0:
+                return False
+            if consumer.channel.has_credit(consumer):
+                return True
+    return False

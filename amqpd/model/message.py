@@ -50,7 +50,7 @@ class Message:
         self.exchange_raw = exchange_raw
         self.routing_key_raw = routing_key_raw
         self.header = header
-        # None while paged out to the store (long durable queues); see Queue.page_in
+        # None while paged out to the store (long durable queues); see model/paging.py
         self.body = body
         self.body_size = len(body) if body is not None else 0
         self.refs = 0  # queues holding it; only a message held by one queue is paged out

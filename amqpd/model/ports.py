@@ -73,7 +73,7 @@ class BodyLoader(Protocol):
         self, queue: tuple[str, str], after_seq: int, limit: int
     ) -> list[tuple[int, bytes]]:
         """``(seq, body)`` of up to ``limit`` messages with ``seq > after_seq``; raises on a
-        storage failure (the queue contains it: see Queue.page_in)."""
+        storage failure (the queue contains it: see model/paging.py)."""
         ...
 
     def read_messages(

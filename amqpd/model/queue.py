@@ -16,17 +16,9 @@ RabbitMQ. ``x-overflow=drop-head`` drops the oldest ready messages after an enqu
 (`would_overflow`), which the channel turns into a basic.nack in confirm mode.
 
 Paging (long durable queues, like RabbitMQ's lazy queues): a persistent message enqueued
-behind the first ``HOT_WINDOW`` entries becomes a page-out candidate, tagged with the storage
-batch of its insert. Once that batch has committed (`page_out`), its body is dropped from
-memory (only if no other queue shares the message). Whenever dispatch or basic.get reaches
-an entry without a body, `page_in` reads the next page of bodies back in seq order.
-``residency`` counts the stored and the paged-out ready entries (model/residency.py).
-
-The store is reached only through ports (amqpd/model/ports.py: `JournalPort`,
-`BodyLoader`). A body read that fails (disk error, any backend's exception) must not take
-the broker down: it is logged once per outage, the entries stay where they are (delivery
-and expiry stop at the first body that cannot be read, basic.get answers get-empty), and
-the queue asks for ticks, which retry until the store can be read again.
+behind the first ``HOT_WINDOW`` entries becomes a page-out candidate; its body is dropped once
+its insert has committed and read back when dispatch or basic.get reaches it, and a failed
+body read never takes the broker down (model/paging.py).
 """
 
 from __future__ import annotations
@@ -35,13 +27,13 @@ import logging
 from bisect import insort
 from collections import deque
 from collections.abc import Callable, Iterable
-from itertools import islice
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from amqpd.model import selective
 from amqpd.model.dedup import Deduplicator, parse_dedup_arguments
 from amqpd.model.groups import MessageGroups, parse_groups_argument
 from amqpd.model.message import Clock, Message, QueueEntry
+from amqpd.model.paging import load_body, page_in
 from amqpd.model.priority import PriorityReady
 from amqpd.model.queue_args import QueueSettings, parse_queue_arguments
 from amqpd.model.residency import Residency
@@ -58,7 +50,6 @@ log = logging.getLogger(__name__)
 
 FLOW_ACTIVE: Final = 0.25  # seconds since a consumer's last settle that count as "active"
 HOT_WINDOW: Final = 1024  # entries at the head of a durable queue that keep their bodies
-PAGE_SIZE: Final = 1024  # bodies read back per page-in
 
 
 class ConsumerSink(Protocol):
@@ -135,7 +126,6 @@ class Queue:
 
     __slots__ = (
         "_levels",
-        "_page_candidates",
         "_rr",
         "_selective",
         "_sole",
@@ -162,6 +152,7 @@ class Queue:
         "name",
         "next_seq",
         "operator_policy",
+        "page_candidates",
         "pager",
         "paging_set",
         "policy",
@@ -228,7 +219,7 @@ class Queue:
         self.pager: BodyLoader | None = None
         self.paging_set: set[Queue] | None = None
         self.store_progress: StoreProgress | None = None  # promised entries wait (held.py)
-        self._page_candidates: deque[tuple[int, QueueEntry]] = deque()
+        self.page_candidates: deque[tuple[int, QueueEntry]] = deque()
         self.read_failing = False  # the last body read from the store failed (logged once)
         self._timed = 0  # ready entries with a deadline (expires_at)
         self.stats = QueueStats()  # counters for the management API (model/statistics.py)
@@ -288,20 +279,6 @@ class Queue:
         """Whether consumers are attached and settled something within FLOW_ACTIVE s."""
         return bool(self.consumers) and self.clock.now - self.consumer_progress_at < FLOW_ACTIVE
 
-    def wants_messages(self) -> bool:
-        """Whether a federated queue should fetch from its upstreams: nothing ready and a
-        consumer of priority >= 0 that could take a message now (RabbitMQ's rule; links
-        consume upstream at priority -1, so they never count)."""
-        if self.ready or self.deleted:
-            return False
-        for level in self._levels:  # by priority, highest first
-            for consumer in level:
-                if consumer.priority < 0:
-                    return False
-                if consumer.channel.has_credit(consumer):
-                    return True
-        return False
-
     def watch(self) -> None:
         """Ask the broker for ticks (TTL expiry, x-expires)."""
         if self.watch_set is not None:
@@ -358,7 +335,7 @@ class Queue:
             if promised:
                 entry.hold = batch
             if self.pager is not None and len(self.ready) >= HOT_WINDOW:
-                self._page_candidates.append((batch, entry))
+                self.page_candidates.append((batch, entry))
                 if self.paging_set is not None:
                     self.paging_set.add(self)
         self.ready.append(entry)
@@ -448,17 +425,8 @@ class Queue:
         return True
 
     def _load_body(self, entry: QueueEntry) -> bool:
-        """Make sure a paged-out entry's body is in memory (for dead-lettering). False if
-        the store cannot be read."""
-        message = entry.message
-        if message.body is not None or self.pager is None:
-            return True
-        bodies = self._read_bodies(entry.seq - 1, 1)
-        if bodies is None:
-            return False
-        message.body = bodies[0][1] if bodies and bodies[0][0] == entry.seq else b""
-        self.residency.loaded(message)  # (only ready entries lack a body: page_out)
-        return True
+        """Make sure a paged-out entry's body is in memory (model/paging.py)."""
+        return load_body(self, entry)
 
     def expire(self) -> None:
         """Drop (or dead-letter) expired messages at the head (RabbitMQ expires messages
@@ -478,7 +446,7 @@ class Queue:
         self.expire()
         if not self.ready or self.held(self.ready[0]):
             return None  # (a promised head not yet written: as if empty, for a moment)
-        if self.ready[0].message.body is None and not self.page_in():
+        if self.ready[0].message.body is None and not page_in(self):
             return None  # the store cannot be read now (logged): as if empty
         return self._pop_ready() if self.ready else None
 
@@ -515,72 +483,6 @@ class Queue:
     def needs_ticks(self) -> bool:
         """Whether this queue still has timers to run."""
         return self.settings.expires is not None or self._timed > 0 or self.read_failing
-
-    # -- paging --------------------------------------------------------------------------
-    def page_out(self, committed_batch: int) -> bool:
-        """Drop bodies of candidates whose insert is in a committed batch (they can be read
-        back). Returns True while candidates remain."""
-        candidates = self._page_candidates
-        while candidates and candidates[0][0] <= committed_batch:
-            _batch, entry = candidates.popleft()
-            message = entry.message
-            if (
-                entry.stored
-                and not entry.delivery_count  # never delivered: still ready (residency.py)
-                and message.refs == 1
-                and message.body is not None
-                and not self.deleted
-            ):
-                message.body = None
-                self.residency.dropped(message)
-        return bool(candidates)
-
-    def page_in(self) -> bool:
-        """Read the next page of bodies for the entries at the head that lack one. An entry
-        whose body cannot be found (cannot happen through the store) is dropped, logged.
-        Returns False if the store cannot be read now (the entries stay; logged once)."""
-        ready = self.ready
-        if self.pager is None:
-            return True
-        while ready and ready[0].message.body is None:
-            head = ready[0]
-            page = self._read_bodies(head.seq - 1, PAGE_SIZE)
-            if page is None:
-                return False
-            bodies = dict(page)
-            for entry in islice(ready, 0, 2 * PAGE_SIZE):
-                if entry.message.body is None:
-                    body = bodies.get(entry.seq)
-                    if body is not None:
-                        entry.message.body = body
-                        self.residency.loaded(entry.message)
-            if head.message.body is None:
-                log.error("lost body of message %d in %r; dropping it", head.seq, self)
-                self._pop_ready()
-                self.settled(head)
-        return True
-
-    def _read_bodies(self, after_seq: int, limit: int) -> list[tuple[int, bytes]] | None:
-        """Bodies from the store, or None if it failed: a storage error must not take the
-        broker down, so it is logged (once per outage), and the queue's timers retry."""
-        assert self.pager is not None
-        try:
-            bodies = self.pager.read_bodies(self.store_key, after_seq, limit)
-        except Exception as exc:  # any backend's failure, contained at the port
-            if not self.read_failing:
-                self.read_failing = True
-                log.error(
-                    "cannot read message bodies of %r from the store: %s; its deliveries "
-                    "wait until the store can be read again",
-                    self,
-                    exc,
-                )
-                self.watch()
-            return None
-        if self.read_failing:
-            self.read_failing = False
-            log.info("message bodies of %r can be read from the store again", self)
-        return bodies
 
     # -- back ----------------------------------------------------------------------------
     def requeue(self, entries: Iterable[QueueEntry]) -> None:
@@ -737,7 +639,7 @@ class Queue:
             if consumer is None:
                 return
             if head.message.body is None:
-                if not self.page_in():
+                if not page_in(self):
                     return
                 continue
             consumer.channel.deliver(consumer, self, self._pop_ready())

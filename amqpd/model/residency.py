@@ -13,7 +13,7 @@ The queue (amqpd/model/queue.py) calls `add` when a stored entry joins ``ready``
 recovery, requeue), `remove` when one leaves it (every pop, a failed batch's drop),
 `dropped` / `loaded` when a ready entry's body is paged out / read back, and `clear` on
 purge. Listings, scrapes and the memory breakdown read the four numbers: O(1) per queue.
-An entry outside ``ready`` (delivered, unacked) always has its body: `Queue.page_out`
+An entry outside ``ready`` (delivered, unacked) always has its body: `paging.page_out`
 drops only the bodies of entries never delivered, which are in ``ready``.
 """
 

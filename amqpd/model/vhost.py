@@ -4,139 +4,50 @@ from __future__ import annotations
 
 import base64
 import secrets
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
-from amqpd.model.deadletter import dead_letter_header, is_cycle
+from amqpd.model.deadletter import dead_lettered_message, is_cycle
+from amqpd.model.declare_checks import (
+    check_exchange_equivalent,
+    check_exchange_type,
+    check_queue_equivalent,
+    check_quorum_declare,
+)
 from amqpd.model.delayed import DelayedHub, DelayedMessages, store_name
+from amqpd.model.exchange import STANDARD_EXCHANGES, Exchange, TopologyVersion
 from amqpd.model.federated_queues import FederatedQueues
 from amqpd.model.federation import federation_policy_key
 from amqpd.model.message import Clock, Message
 from amqpd.model.policies import PolicyRecord, alternate_exchange, queue_policy, select
 from amqpd.model.queue import ExclusiveOwner, Queue
-from amqpd.model.queue_args import InvalidQueueArgument, amqp_type_name
+from amqpd.model.queue_args import InvalidQueueArgument
 from amqpd.model.routing_input import router_headers
-from amqpd.model.statistics import Churn, DeadLetterCounts, MessageStats
+from amqpd.model.sender_selected import has_sender_selected_headers, sender_selected_keys
+from amqpd.model.statistics import Churn, DeadLetterCounts
 from amqpd.model.stream import StreamLogs, StreamQueue, new_stream_queue
 from amqpd.model.stream_args import check_stream_declare, is_stream
 from amqpd.model.stream_dedup import with_stream_dedup
-from amqpd.wire.codec import encode_shortstr, peek_header
 from amqpd.wire.errors import (
-    COMMAND_INVALID,
-    PRECONDITION_FAILED,
     RESOURCE_LOCKED,
     AMQPError,
     access_refused,
     not_found,
     precondition_failed,
 )
-from amqpd.wire.properties import RawProperties
-from exchanges.base import InvalidBinding, Router
+from exchanges.base import InvalidBinding
 from exchanges.delayed import DELAYED_TYPE
-from exchanges.delayed import argument_problem as delayed_problem
-from exchanges.federation_upstream import MAX_HOPS_ARG, FederationUpstreamRouter
-from exchanges.registry import EXCHANGE_TYPES, create_router, declaration_problem
 from persistence.records import BindingDef, ExchangeDef, QueueDef
 
 if TYPE_CHECKING:
     from amqpd.model.held import StoreProgress
     from amqpd.model.ports import BodyLoader, JournalPort
 
-STANDARD_EXCHANGES: Final = (
-    ("amq.direct", "direct"),
-    ("amq.fanout", "fanout"),
-    ("amq.topic", "topic"),
-    ("amq.headers", "headers"),
-    ("amq.match", "headers"),
-)
-# Queue arguments compared on redeclare (RabbitMQ's rabbit_amqqueue:declare_args()).
-EQUIVALENT_QUEUE_ARGS: Final = (
-    "x-expires",
-    "x-message-ttl",
-    "x-dead-letter-exchange",
-    "x-dead-letter-routing-key",
-    "x-max-length",
-    "x-max-length-bytes",
-    "x-max-priority",
-    "x-overflow",
-    "x-queue-mode",
-    "x-queue-type",
-    "x-single-active-consumer",
-    "x-delivery-limit",
-    "x-max-age",
-    "x-stream-max-segment-size-bytes",
-)
-FEDERATION_UPSTREAM: Final = FederationUpstreamRouter.type_name
-# Classic-queue arguments RabbitMQ 3.x refuses on quorum queues.
-QUORUM_UNSUPPORTED_ARGS: Final = ("x-max-priority", "x-queue-mode")
-
-
-class Exchange:
-    """An exchange: its declaration and the router holding its bindings."""
-
-    __slots__ = (
-        "alternate",
-        "arguments",
-        "auto_delete",
-        "delayed",
-        "durable",
-        "internal",
-        "is_default",
-        "name",
-        "policy",
-        "router",
-        "stats",
-        "type_name",
-    )
-
-    def __init__(
-        self,
-        name: str,
-        type_name: str,
-        durable: bool = True,
-        auto_delete: bool = False,
-        internal: bool = False,
-        arguments: dict[str, Any] | None = None,
-    ) -> None:
-        self.name = name
-        self.type_name = type_name
-        self.router: Router = create_router(type_name, arguments)
-        self.durable = durable
-        self.auto_delete = auto_delete
-        self.internal = internal
-        self.arguments = arguments or {}
-        alternate = self.arguments.get("alternate-exchange")
-        self.alternate = alternate if isinstance(alternate, str) and alternate else None
-        self.is_default = name == ""
-        self.stats = MessageStats()  # publish_in / publish_out (model/statistics.py)
-        self.policy: PolicyRecord | None = None  # set by VirtualHost.apply_policies
-        self.delayed: DelayedMessages | None = None  # x-delayed-message (model/delayed.py)
-
-    def __repr__(self) -> str:
-        return f"<Exchange {self.name!r} {self.type_name}>"
-
-
 Destination = Queue | Exchange
-
-
-class TopologyVersion:
-    """A counter of changes to exchanges, queues, bindings and policies, node-wide (the
-    broker's one is shared by its vhosts). The shell compares it after each step of the
-    core to learn that federation links must follow (amqpd/shell/links/federation.py);
-    publishing never touches it."""
-
-    __slots__ = ("value",)
-
-    def __init__(self) -> None:
-        self.value = 0
 
 
 def _is_standard(name: str) -> bool:
     """The default exchange and the amq.* ones exist in every vhost and are never stored."""
     return not name or name.startswith("amq.")
-
-
-def _flag(value: object) -> str:
-    return "true" if value else "false"
 
 
 def generated_name(prefix: str) -> str:
@@ -202,38 +113,11 @@ class VirtualHost:
             return existing
         if name.startswith("amq.") and existing is None:
             raise access_refused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
-        if type_name not in EXCHANGE_TYPES:
-            raise AMQPError(COMMAND_INVALID, f"unknown exchange type '{type_name}'", 40, 10)
-        if existing is None:
-            problem = declaration_problem(type_name, arguments)
-            if problem is not None:
-                raise precondition_failed(problem)
-        if type_name == DELAYED_TYPE and existing is None:
-            channel_error, problem = delayed_problem(arguments, EXCHANGE_TYPES)
-            if problem:
-                code = PRECONDITION_FAILED if channel_error else COMMAND_INVALID
-                raise AMQPError(code, problem, 40, 10)
+        check_exchange_type(type_name, arguments, new=existing is None)
         if existing is not None:
-            what = f"for exchange '{name}' in vhost '{self.name}'"
-            self._check_equivalent("type", what, type_name, existing.type_name)
-            self._check_equivalent("durable", what, _flag(durable), _flag(existing.durable))
-            self._check_equivalent(
-                "auto_delete", what, _flag(auto_delete), _flag(existing.auto_delete)
+            check_exchange_equivalent(
+                self.name, existing, type_name, durable, auto_delete, internal, arguments
             )
-            self._check_equivalent("internal", what, _flag(internal), _flag(existing.internal))
-            _check_equivalent_arg(
-                "alternate-exchange",
-                what,
-                arguments.get("alternate-exchange"),
-                existing.arguments.get("alternate-exchange"),
-            )
-            if type_name == FEDERATION_UPSTREAM:
-                _check_equivalent_arg(
-                    MAX_HOPS_ARG,
-                    what,
-                    arguments.get(MAX_HOPS_ARG),
-                    existing.arguments.get(MAX_HOPS_ARG),
-                )
             return existing
         exchange = Exchange(name, type_name, durable, auto_delete, internal, arguments)
         self._apply_exchange_policy(exchange)
@@ -263,14 +147,6 @@ class VirtualHost:
         )
         if declared and journal is not None:
             journal.put_queue(QueueDef(self.name, store_name(exchange.name), False, {}))
-
-    @staticmethod
-    def _check_equivalent(arg: str, what: str, received: object, current: object) -> None:
-        if received != current:
-            raise precondition_failed(
-                f"inequivalent arg '{arg}' {what}: received {_show(received)} "
-                f"but current is {_show(current)}"
-            )
 
     def delete_exchange(self, name: str, if_unused: bool) -> None:
         """Exchange.Delete (a missing exchange is not an error, as in RabbitMQ 3.x)."""
@@ -336,13 +212,7 @@ class VirtualHost:
             # rabbit_amqqueue:assert_equivalence: exclusivity is checked strictly and first,
             # so an exclusive-flag mismatch is 405, not 406
             self.check_exclusive_access(existing, owner if exclusive else None, strict=True)
-            what = f"for queue '{name}' in vhost '{self.name}'"
-            self._check_equivalent("durable", what, _flag(durable), _flag(existing.durable))
-            self._check_equivalent(
-                "auto_delete", what, _flag(auto_delete), _flag(existing.auto_delete)
-            )
-            for arg in EQUIVALENT_QUEUE_ARGS:
-                _check_equivalent_arg(arg, what, arguments.get(arg), existing.arguments.get(arg))
+            check_queue_equivalent(self.name, existing, durable, auto_delete, arguments)
             return existing
         if is_stream(arguments):  # RabbitMQ's stream rules (model/stream_args.py)
             check_stream_declare(name, self.name, durable, exclusive, auto_delete, arguments)
@@ -365,21 +235,7 @@ class VirtualHost:
                 f"invalid arg '{exc.name}' for queue '{name}' in vhost '{self.name}': {exc.problem}"
             ) from exc
         if queue.settings.queue_type == "quorum":
-            for arg in QUORUM_UNSUPPORTED_ARGS:
-                if arg in arguments:
-                    raise precondition_failed(
-                        f"invalid arg '{arg}' for queue '{name}' in vhost '{self.name}' "
-                        "of queue type rabbit_quorum_queue"
-                    )
-            for flag, bad in (  # RabbitMQ's order of checks (rabbit_quorum_queue:declare)
-                ("auto-delete", auto_delete),
-                ("exclusive-owner", exclusive),
-                ("non-durable", not durable),
-            ):
-                if bad:
-                    raise precondition_failed(
-                        f"invalid property '{flag}' for queue '{name}' in vhost '{self.name}'"
-                    )
+            check_quorum_declare(self.name, name, durable, exclusive, auto_delete, arguments)
         self.queues[name] = queue
         if queue.policy is not None:
             self.federate(queue)
@@ -672,7 +528,7 @@ class VirtualHost:
         keys = (routing_key, *extra_keys)
         return list(dict.fromkeys(d for key in keys for d in router.route(key, headers)))
 
-    # -- dead-lettering ------------------------------------------------------------------
+    # -- dead-lettering (model/deadletter.py) ----------------------------------------------
     def dead_letter(self, queue: Queue, message: Message, reason: str) -> None:
         """Republish a message that left ``queue`` unacked to its dead-letter exchange, with
         RabbitMQ's x-death headers; dropped if that exchange does not exist or for target
@@ -682,116 +538,15 @@ class VirtualHost:
         exchange = self.exchanges.get(settings.dead_letter_exchange)
         if exchange is None:
             return
-        routing_keys = [message.routing_key, *sender_selected_keys(message, bcc=False)]
         fixed_key = settings.dead_letter_routing_key
-        header, deaths = dead_letter_header(
-            message.header,
-            queue.name,
-            reason,
-            message.exchange,
-            routing_keys,
-            self.clock.now,
-            drop_cc=fixed_key is not None,  # RabbitMQ drops CC when the key is replaced
-        )
-        key = fixed_key if fixed_key is not None else message.routing_key
-        peek = peek_header(header)
-        dead = Message(
-            exchange.name,
-            key,
-            encode_shortstr(exchange.name),
-            encode_shortstr(key),
-            header,
-            message.body,
-            message.persistent,
-            peek.priority,
-            None,
-            peek.headers_raw,
+        dead, deaths = dead_lettered_message(
+            message, queue.name, reason, exchange.name, fixed_key, self.clock.now
         )
         targets = (
-            self._route_key(exchange, dead, key)
+            self._route_key(exchange, dead, dead.routing_key)
             if fixed_key is not None
             else self.route(exchange, dead)
         )
         for target in targets:
             if not is_cycle(deaths, target.name):
                 target.enqueue(dead)
-
-
-def has_sender_selected_headers(headers_raw: bytes | None) -> bool:
-    """Whether a raw headers table may hold CC or BCC (a cheap byte test, before decoding)."""
-    return headers_raw is not None and (b"\x02CC" in headers_raw or b"\x03BCC" in headers_raw)
-
-
-def sender_selected_error(message: Message) -> AMQPError | None:
-    """The 406 RabbitMQ gives at publish for a CC or BCC header that is not an array."""
-    headers = message.headers or {}
-    for name in ("CC", "BCC"):
-        if name in headers and not isinstance(headers[name], list):
-            type_name = amqp_type_name(headers[name])
-            return AMQPError(
-                PRECONDITION_FAILED,
-                f'invalid message: {{unacceptable_type_in_header,"{name}",{type_name}}}',
-                60,
-                40,
-            )
-    return None
-
-
-def sender_selected_keys(message: Message, bcc: bool = True) -> list[str]:
-    """Routing keys from the CC (and BCC) headers; removes BCC from the message's header."""
-    headers = message.headers or {}
-    keys: list[str] = []
-    for name in ("CC", "BCC") if bcc else ("CC",):
-        value = headers.get(name)
-        if isinstance(value, list):
-            # RabbitMQ routes on the longstr items only (pamqp: str, or bytes if not UTF-8)
-            keys += [
-                v if isinstance(v, str) else v.decode(errors="replace")
-                for v in value
-                if isinstance(v, str) or type(v) is bytes
-            ]
-    if bcc and "BCC" in headers:
-        props = RawProperties(message.header)
-        props.edit_headers(remove=("BCC",))
-        message.header = props.encode()
-        message.headers_raw = peek_header(message.header).headers_raw
-        message.reset_headers()
-    return keys
-
-
-def _check_equivalent_arg(arg: str, what: str, received: object, current: object) -> None:
-    """An x-argument compared on redeclare, worded like rabbit_misc:assert_args_equivalence
-    (a side that is missing makes the other one show its value and AMQP type)."""
-    if arg == "x-queue-type":  # RabbitMQ: no x-queue-type is the same as "classic"
-        same = (received or "classic") == (current or "classic")
-    elif isinstance(received, bool) or isinstance(current, bool):
-        same = type(received) is type(current) and received == current
-    else:
-        same = received == current
-    if same:
-        return
-    typed = received is None or current is None
-    raise precondition_failed(
-        f"inequivalent arg '{arg}' {what}: received {_show_arg(received, typed)} "
-        f"but current is {_show_arg(current, typed)}"
-    )
-
-
-def _show_arg(value: object, typed: bool) -> str:
-    if value is None:
-        return "none"
-    if isinstance(value, bool):
-        text = "true" if value else "false"
-    elif isinstance(value, bytes | bytearray):
-        text = value.decode(errors="replace")
-    else:
-        text = str(value)
-    return f"the value '{text}' of type '{amqp_type_name(value)}'" if typed else f"'{text}'"
-
-
-def _show(value: object) -> str:
-    if value is None:
-        return "none"
-    if isinstance(value, str) and value in ("true", "false"):
-        return f"'{value}'"
-    return f"'{value}'"

@@ -105,7 +105,7 @@ class StoreRole:
             return
         backend.parse_store_url(self._url)
         if self._data_dir is not None:
-            from persistence.store import lock_directory
+            from persistence.sqlite_open import lock_directory
 
             self._data_dir.mkdir(parents=True, exist_ok=True)
             self._dir_lock = lock_directory(self._data_dir)

@@ -27,9 +27,10 @@ the reader's filter values is skipped after reading its 48-byte header. Locating
 is a bisect over the segments (kept in memory: a few per GB) and a binary search over the
 segment's index file (read from disk), so memory does not grow with the stream's length.
 
-Recovery (after a crash, kill -9 included): every segment's last index entry is checked
-against its chunk (crc, length); if it does not end the file, the segment is scanned
-forward from the last valid indexed chunk, the index rebuilt, and a torn tail truncated.
+Recovery (after a crash, kill -9 included; persistence/stream/segment.py): every
+segment's last index entry is checked against its chunk (crc, length); if it does not end
+the file, the segment is scanned forward from the last valid indexed chunk, the index
+rebuilt, and a torn tail truncated.
 A segment cut short that is not the last one makes every later segment go (none of their
 data was confirmed: fsyncs are in order). Everything fsynced before a confirm was sent
 is kept.
@@ -68,6 +69,12 @@ from persistence.stream.format import (
     decode_entries,
     encode_chunk,
 )
+from persistence.stream.segment import (
+    Segment,
+    pread_exact,
+    recover_segment,
+    remove_segment_files,
+)
 
 __all__ = ["LogReader", "StreamLog", "StreamStorage"]
 
@@ -82,32 +89,10 @@ _FILTER_LENGTH = FILTER_LENGTH.pack
 _NO_FILTER = FILTER_LENGTH.pack(0)
 
 
-class _Segment:
-    __slots__ = ("first_offset", "index_path", "last_timestamp", "next_offset", "path", "size")
-
-    def __init__(self, directory: Path, first_offset: int) -> None:
-        self.first_offset = first_offset
-        self.path = directory / f"{first_offset:020d}.seg"
-        self.index_path = directory / f"{first_offset:020d}.idx"
-        self.size = 0
-        self.next_offset = first_offset
-        self.last_timestamp = -1
-
-
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def _pread_exact(fd: int, size: int, position: int) -> bytes:
-    data = os.pread(fd, size, position)
-    while len(data) < size:
-        more = os.pread(fd, size - len(data), position + len(data))
-        if not more:
-            break
-        data += more
-    return data
 
 
 class StreamLog:
@@ -117,7 +102,7 @@ class StreamLog:
         self.directory = directory
         self.max_segment_bytes = max(max_segment_bytes, 1)
         directory.mkdir(parents=True, exist_ok=True)
-        self._segments: list[_Segment] = []
+        self._segments: list[Segment] = []
         self._firsts: list[int] = []
         self._read_fds: dict[Path, int] = {}
         self._rolled: list[int] = []  # dup'd fds of rolled segments awaiting their fsync
@@ -247,9 +232,9 @@ class StreamLog:
         active.last_timestamp = self._open_timestamp
         self.written_next = active.next_offset
 
-    def _roll(self, first_offset: int) -> _Segment:
+    def _roll(self, first_offset: int) -> Segment:
         self._rolled += [self._fd, self._index_fd]  # fsynced (then closed) by the next sync
-        segment = _Segment(self.directory, first_offset)
+        segment = Segment(self.directory, first_offset)
         self._fd = os.open(segment.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._index_fd = os.open(segment.index_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._segments.append(segment)
@@ -325,11 +310,11 @@ class StreamLog:
             return number, 0
         return number, self._index_entry(segment, low)[1]
 
-    def _index_count(self, segment: _Segment) -> int:
+    def _index_count(self, segment: Segment) -> int:
         return os.stat(segment.index_path).st_size // _INDEX if segment.size else 0
 
-    def _index_entry(self, segment: _Segment, number: int) -> tuple[int, int, int]:
-        raw = _pread_exact(self._read_fd(segment.index_path), _INDEX, number * _INDEX)
+    def _index_entry(self, segment: Segment, number: int) -> tuple[int, int, int]:
+        raw = pread_exact(self._read_fd(segment.index_path), _INDEX, number * _INDEX)
         first, position, timestamp = INDEX_ENTRY.unpack(raw)
         return first, position, timestamp
 
@@ -347,12 +332,12 @@ class StreamLog:
         segment = self._segments[segment_number]
         if position + _HEADER > segment.size:
             return None
-        raw = _pread_exact(self._read_fd(segment.path), _HEADER, position)
+        raw = pread_exact(self._read_fd(segment.path), _HEADER, position)
         return ChunkHeader(raw)
 
     def _read_payload(self, segment_number: int, position: int, length: int) -> bytes:
         segment = self._segments[segment_number]
-        return _pread_exact(self._read_fd(segment.path), length, position + _HEADER)
+        return pread_exact(self._read_fd(segment.path), length, position + _HEADER)
 
     # -- retention -----------------------------------------------------------------------
     def apply_retention(self, max_bytes: int | None, max_age_ms: int | None, now_ms: int) -> int:
@@ -418,101 +403,28 @@ class StreamLog:
             except (OSError, ValueError, AttributeError) as exc:
                 log.error("stream %s: unreadable offsets.json (%s); ignored", self.directory, exc)
         firsts = sorted(int(path.stem) for path in self.directory.glob("*.seg"))
-        segments: list[_Segment] = []
+        segments: list[Segment] = []
         for number, first in enumerate(firsts):
-            segment = _Segment(self.directory, first)
+            segment = Segment(self.directory, first)
             if segments and segments[-1].next_offset != first:
                 log.warning("stream %s: dropping segment %s after a gap", self.directory, first)
-                self._remove_files(firsts[number:])
+                remove_segment_files(self.directory, firsts[number:])
                 break
-            complete = self._recover_segment(segment)
+            complete = recover_segment(segment)
             segments.append(segment)
             if not complete and number + 1 < len(firsts):
                 log.warning(
                     "stream %s: torn segment %d; later segments dropped", self.directory, first
                 )
-                self._remove_files(firsts[number + 1 :])
+                remove_segment_files(self.directory, firsts[number + 1 :])
                 break
         if not segments:
-            segment = _Segment(self.directory, 0)
+            segment = Segment(self.directory, 0)
             segment.path.touch()
             segment.index_path.touch()
             segments.append(segment)
         self._segments = segments
         self._firsts = [segment.first_offset for segment in segments]
-
-    def _remove_files(self, firsts: list[int]) -> None:
-        for first in firsts:
-            segment = _Segment(self.directory, first)
-            for path in (segment.path, segment.index_path):
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
-
-    def _recover_segment(self, segment: _Segment) -> bool:
-        """Check (and repair) one segment; False if its tail was torn and cut off. Reads
-        the index from its end (one entry per step back), so a long segment recovers in
-        a few reads."""
-        if not segment.path.exists():
-            segment.path.touch()
-        if not segment.index_path.exists():
-            segment.index_path.touch()
-        size = segment.path.stat().st_size
-        index_size = segment.index_path.stat().st_size
-        count = index_size // _INDEX
-        with segment.path.open("rb") as file, segment.index_path.open("rb") as index:
-            fd, index_fd = file.fileno(), index.fileno()
-
-            def valid(position: int, first: int) -> ChunkHeader | None:
-                if position + _HEADER > size:
-                    return None
-                try:
-                    header = ChunkHeader(_pread_exact(fd, _HEADER, position))
-                except ValueError:
-                    return None
-                if header.first_offset != first:
-                    return None
-                payload = _pread_exact(fd, header.length, position + _HEADER)
-                return header if header.valid_payload(payload) else None
-
-            kept = count
-            position, expected, last_ts = 0, segment.first_offset, -1
-            while kept:  # the newest indexed chunk that is whole
-                raw = _pread_exact(index_fd, _INDEX, (kept - 1) * _INDEX)
-                first, at, _ts = INDEX_ENTRY.unpack(raw)
-                header = valid(at, first)
-                if header is not None:
-                    position = at + _HEADER + header.length
-                    expected = first + header.count
-                    last_ts = header.timestamp
-                    break
-                kept -= 1
-            added: list[bytes] = []
-            while True:  # chunks written after their index entry was lost
-                header = valid(position, expected)
-                if header is None:
-                    break
-                added.append(INDEX_ENTRY.pack(expected, position, header.timestamp))
-                last_ts = header.timestamp
-                expected += header.count
-                position += _HEADER + header.length
-        complete: bool = position == size
-        if not complete:
-            log.warning(
-                "stream %s: segment %d truncated from %d to %d bytes (torn tail)",
-                self.directory,
-                segment.first_offset,
-                size,
-                position,
-            )
-            os.truncate(segment.path, position)
-        if kept * _INDEX != index_size or added:
-            os.truncate(segment.index_path, kept * _INDEX)
-            with segment.index_path.open("ab") as index_file:
-                index_file.write(b"".join(added))
-        segment.size = position
-        segment.next_offset = expected
-        segment.last_timestamp = last_ts
-        return complete
 
 
 class LogReader:

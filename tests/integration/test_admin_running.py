@@ -28,7 +28,7 @@ from amqpd.cli.admin import main as admin
 from amqpd.model.broker import BrokerConfig
 from amqpd.shell.admin_socket import SOCKET_NAME
 from amqpd.shell.server import Server, ServerConfig, background_server
-from persistence.store import LOCK_FILENAME
+from persistence.sqlite_open import LOCK_FILENAME
 from tests.integration.pika_support import login, pump_until
 
 CLOSE_TIMEOUT = 10.0

@@ -32,8 +32,9 @@ from pamqp import commands
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from amqpd.model.broker import Broker
+from amqpd.model.exchange import Exchange
 from amqpd.model.message import Message
-from amqpd.model.vhost import Exchange, VirtualHost
+from amqpd.model.vhost import VirtualHost
 from amqpd.wire.codec import encode_shortstr
 from tests.unit.engine_driver import Client
 

@@ -369,7 +369,7 @@ def test_queue_listing_counts_persistent_and_paged_out_messages() -> None:
     client.received()
     queue = api.broker.vhosts["/"].queues["durable"]
     paged = next(iter(queue.ready)).message
-    paged.body = None  # paged out, as Queue.page_out does it
+    paged.body = None  # paged out, as paging.page_out does it
     queue.residency.dropped(paged)
     item = api.get("/api/queues/%2F/durable").json()
     assert (item["messages_persistent"], item["message_bytes_persistent"]) == (3, 15)

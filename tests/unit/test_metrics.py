@@ -386,7 +386,7 @@ def test_persistent_paged_out_and_store_families() -> None:
     client.received()
     queue = broker.vhosts["/"].queues["durable"]
     paged = next(iter(queue.ready)).message
-    paged.body = None  # as Queue.page_out leaves a body in the store only
+    paged.body = None  # as paging.page_out leaves a body in the store only
     queue.residency.dropped(paged)
     io = broker.statistics.store_io
     io.write_ops, io.write_bytes, io.messages_written, io.read_ops = 2, 300, 3, 1

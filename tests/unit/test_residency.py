@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from amqpd.model.held import drop_failed
 from amqpd.model.message import Clock, Message, QueueEntry
+from amqpd.model.paging import page_in, page_out
 from amqpd.model.queue import HOT_WINDOW, Queue
 from persistence.journal import Journal
 from persistence.records import OpKind
@@ -64,7 +65,7 @@ class Harness:
             if kind is OpKind.INSERT_MESSAGE:
                 for row in rows:
                     self.bodies.bodies[row[2]] = row[6]
-        self.queue.page_out(batch.id)
+        page_out(self.queue, batch.id)
 
     def take(self, count: int) -> None:
         for _ in range(count):
@@ -108,7 +109,7 @@ class Harness:
             self.clock.now += args[0] / 1000
             queue.tick()
         elif name == "page_in":
-            queue.page_in()
+            page_in(queue)
 
 
 def recount(queue: Queue) -> tuple[int, int, int, int]:

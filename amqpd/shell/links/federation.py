@@ -21,8 +21,8 @@ from contextlib import suppress
 from typing import Any
 
 from amqpd.model.broker import Broker
+from amqpd.model.exchange import FEDERATION_UPSTREAM, Exchange
 from amqpd.model.federation import UPSTREAM, resolve
-from amqpd.model.vhost import FEDERATION_UPSTREAM, Exchange
 from amqpd.shell.links.client import LocalEndpoint
 from amqpd.shell.links.federation_exchange import ExchangeLink, ExchangeLinkSpec
 from amqpd.shell.links.federation_status import FederationLinkStatus
