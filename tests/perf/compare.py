@@ -639,7 +639,17 @@ def snapshot(code: str, work_dir: Path, folder: str = "src") -> tuple[Path, str]
     sha = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
     ).stdout.strip()
-    if code != "worktree":
+    if Path(code).is_dir():  # another checkout, as it is (e.g. built with mypyc in place)
+        checkout = Path(code).resolve()
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=checkout, capture_output=True, text=True
+        ).stdout.strip()
+        for package in BROKER_PACKAGES:
+            shutil.copytree(
+                checkout / package, src / package, ignore=shutil.ignore_patterns("__pycache__")
+            )
+        label = f"the checkout {checkout} at {sha}, as built there"
+    elif code != "worktree":
         rev = "HEAD" if code == "head" else code
         sha = subprocess.run(
             ["git", "rev-parse", "--short", rev], cwd=REPO, capture_output=True, text=True
@@ -754,8 +764,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--baseline",
         default="",
-        help="also run amqpd from this git revision, interleaved, as a third column "
-        "(before/after figures measured in one run)",
+        help="also run amqpd from this git revision (pure Python: a git archive) or this "
+        "directory (another checkout as it is, e.g. compiled in place with `python setup.py "
+        "build_ext --inplace`), interleaved, as a third column (before/after in one run)",
     )
     p.add_argument("--no-rabbitmq", action="store_true", help="run amqpd only")
     p.add_argument(
