@@ -50,7 +50,6 @@ BASIC_GET: Final = 0x003C0046
 BASIC_ACK: Final = 0x003C0050
 BASIC_NACK: Final = 0x003C0078
 BASIC_CLASS: Final = 60
-# Methods pamqp warns about when instantiated (deprecated in 0-9-1 but still sent by clients).
 
 
 class FrameReader:
