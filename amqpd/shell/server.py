@@ -211,6 +211,7 @@ class Server:
                 group.start_soon(self._sample_rates)
                 if self.store.committer is not None:
                     group.start_soon(self.store.committer.run)
+                    group.start_soon(self.store.committer.run_idle)
                 if store is not None and self._role.shared:
                     group.start_soon(self._role.guard, store, self._lock_lost)
                 group.start_soon(listener.serve, self.sockets.handle, group)

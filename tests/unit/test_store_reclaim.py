@@ -95,6 +95,7 @@ def test_the_committer_reclaims_when_idle_and_commits_first(tmp_path: Path) -> N
             )
             async with anyio.create_task_group() as group:
                 group.start_soon(committer.run)
+                group.start_soon(committer.run_idle)
                 _fill(journal)
                 committer.wake()
                 with anyio.fail_after(60):
