@@ -36,7 +36,7 @@ Row: TypeAlias = tuple[SqlValue, ...]
 """One parameter row for ``executemany``."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class MessageRecord:
     """A persistent message as stored for one queue.
 
@@ -61,6 +61,28 @@ class MessageRecord:
     delivery_count: int = 0
     expires_at: float | None = None
     body_size: int | None = None
+
+    # init=False and a written __init__: mypyc compiles it (a dataclass-generated __init__
+    # stays interpreted, ~0.2 µs per object; this one is built per message).
+    def __init__(
+        self,
+        exchange: str,
+        routing_key: str,
+        header: bytes,
+        body: bytes,
+        redelivered: bool = False,
+        delivery_count: int = 0,
+        expires_at: float | None = None,
+        body_size: int | None = None,
+    ) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.header = header
+        self.body = body
+        self.redelivered = redelivered
+        self.delivery_count = delivery_count
+        self.expires_at = expires_at
+        self.body_size = body_size
 
 
 @dataclass(slots=True)
@@ -162,7 +184,7 @@ Op: TypeAlias = tuple[OpKind, list[Row]]
 """One ``executemany``: the kind (which names the SQL) and its parameter rows."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Batch:
     """The mutations that go into one store transaction.
 
@@ -179,6 +201,11 @@ class Batch:
     id: int
     ops: list[Op]
     size: int = 0
+
+    def __init__(self, id: int, ops: list[Op], size: int = 0) -> None:
+        self.id = id  # (init=False: see MessageRecord)
+        self.ops = ops
+        self.size = size
 
     def inserted_queues(self) -> set[QueueKey]:
         """The queues this batch inserts messages into."""

@@ -18,7 +18,7 @@ from amqpd.model.exchange import Exchange
 from amqpd.model.message import Message
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class BufferedPublish:
     """A publish waiting for tx.commit."""
 
@@ -27,6 +27,22 @@ class BufferedPublish:
     mandatory: bool
     expiration_ms: int | None
     promised: bool = False  # confirm / tx: delivered once stored (amqpd/model/held.py)
+
+    # init=False and a written __init__: mypyc compiles it (a dataclass-generated __init__
+    # stays interpreted, ~0.2 µs per object; this one is built per message).
+    def __init__(
+        self,
+        exchange: Exchange,
+        message: Message,
+        mandatory: bool,
+        expiration_ms: int | None,
+        promised: bool = False,
+    ) -> None:
+        self.exchange = exchange
+        self.message = message
+        self.mandatory = mandatory
+        self.expiration_ms = expiration_ms
+        self.promised = promised
 
 
 @dataclass(slots=True)
