@@ -155,6 +155,7 @@ class GroupCommitter:
                 async with self._lock:
                     if self._journal.pending or self._wakes != wakes:
                         continue
+                    self._committed = anyio.Event()  # commits until now are covered
                     try:
                         more = await idle()
                     except StoreError as exc:

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from persistence.errors import StoreError
@@ -305,5 +306,73 @@ def test_before_apply_runs_before_each_batch_and_its_store_error_fails_it() -> N
         assert (failed, committed) == ([first], [second])
         assert events == ["sync 0", "sync 0"]  # each time before the batch is written
         assert len(store.batches) == 1
+
+    run(main)
+
+
+class Naps:
+    """Stands in for ``anyio.sleep`` (patched in the anyio module, which the committer
+    uses): each nap (a sleep of more than 0 s: the idle task's) lasts until the test ends
+    it, so "a quiet period" is whatever the test says."""
+
+    def __init__(self) -> None:
+        self.napping = anyio.Event()
+        self._end = anyio.Event()
+
+    async def sleep(self, seconds: float) -> None:
+        if seconds <= 0:  # FakeStore's checkpoint
+            await anyio.lowlevel.checkpoint()
+            return
+        self.napping.set()
+        await self._end.wait()
+
+    async def end_one(self) -> None:
+        """End the current nap and wait until the idle task naps again (or is idle)."""
+        self.napping = anyio.Event()
+        end, self._end = self._end, anyio.Event()
+        end.set()
+        await anyio.wait_all_tasks_blocked()
+
+
+def test_idle_work_runs_only_after_a_nap_without_wake_ups(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def main() -> None:
+        naps = Naps()
+        monkeypatch.setattr("persistence.group_commit.anyio.sleep", naps.sleep)
+        store = FakeStore()
+        h = Harness(store)
+        steps: list[bool] = []
+
+        async def idle() -> bool:
+            assert not h.journal.pending  # never while something waits to be committed
+            steps.append(True)
+            return len(steps) < 2  # two steps of work, then nothing left
+
+        committer = GroupCommitter(store, h.journal, h.on_committed, h.on_failed, idle=idle)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(committer.run)
+            tg.start_soon(committer.run_idle)
+            await anyio.wait_all_tasks_blocked()
+            assert not naps.napping.is_set()  # nothing committed yet: no idle work to do
+
+            h.journal.insert_message(Q, 1, rec(1))
+            committer.wake()
+            await anyio.wait_all_tasks_blocked()
+            assert h.committed == [1] and naps.napping.is_set() and steps == []
+
+            h.journal.insert_message(Q, 2, rec(2))  # busy: a wake-up during the nap
+            committer.wake()
+            await naps.end_one()
+            assert h.committed == [1, 2] and steps == []  # so no step after that nap
+
+            await naps.end_one()  # a nap without a wake-up: one step, more to do
+            assert steps == [True]
+            await naps.end_one()  # the second step reports nothing left
+            assert steps == [True, True] and not naps.napping.is_set()
+
+            h.journal.insert_message(Q, 3, rec(3))  # the next commit starts it again
+            committer.wake()
+            await anyio.wait_all_tasks_blocked()
+            assert h.committed == [1, 2, 3] and naps.napping.is_set()
+            tg.cancel_scope.cancel()
 
     run(main)
