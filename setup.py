@@ -102,6 +102,10 @@ MYPYC_MODULES: tuple[str, ...] = (
     "persistence/fieldcodec.py",
     "persistence/journal.py",
     "persistence/records.py",
+    # persistence: the stream log's format and files (each published and replayed message)
+    "persistence/stream/format.py",
+    "persistence/stream/log.py",
+    "persistence/stream/segment.py",
 )
 
 # All compiled modules share one C library, amqpd/_core__mypyc*.so (inside the amqpd package,

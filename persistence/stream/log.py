@@ -92,7 +92,10 @@ _NO_FILTER = FILTER_LENGTH.pack(0)
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view) :]
+        # Two statements on purpose: compiled by mypyc (mypy 2.4), ``view = view[os.write(fd,
+        # view):]`` in this loop ran the write twice (a test of the compiled build caught it).
+        written = os.write(fd, view)
+        view = view[written:]
 
 
 class StreamLog:
