@@ -27,9 +27,11 @@ protocol applies what today's engine asks of a reader (`_check`):
 End of stream and transport errors (``eof_received``, ``connection_lost``) tell the
 connection (``conn.connection_lost()``) and finish. Nothing escapes a callback: an exception
 (a bug) finishes the reader with it in ``failure``; `Peers.handle` raises it in the
-connection's task, which logs it and drops that connection only. Chunks a transport still
-delivers while reading is paused (it should not) are held and fed, in order, when reading
-resumes. `close` (from `Peers.handle` when the connection's task ends, e.g. cancelled at
+connection's task, which logs it and drops that connection only. A chunk over READ_SIZE
+(uvloop reads up to 256 KiB) is cut into READ_SIZE pieces, held and fed one by one with the
+check between them, as anyio's ``receive(READ_SIZE)`` split it; chunks a transport still
+delivers while reading is paused (it should not) are held too, and fed in order when
+reading resumes. `close` (from `Peers.handle` when the connection's task ends, e.g. cancelled at
 shutdown) detaches the protocol from the connection: later callbacks do nothing.
 
 TLS sockets keep the read loop in amqpd/shell/peers.py (``TLSStream`` decrypts in user
