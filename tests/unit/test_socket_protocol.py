@@ -120,7 +120,32 @@ def test_an_alarm_stops_reading_mid_message_until_the_engine_unpauses() -> None:
     run(test)
 
 
-def test_a_large_chunk_is_fed_in_pieces_and_the_alarm_stops_it_between_them() -> None:
+async def until_reading(transport: FakeTransport) -> None:
+    """Let the loop run the protocol's callbacks (one piece each) until it reads again."""
+    for _ in range(100):
+        if transport.reading:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("still paused")
+
+
+def test_a_large_chunk_is_fed_one_piece_per_loop_iteration() -> None:
+    async def test() -> None:
+        conn, transport = StandIn(), FakeTransport()
+        reader = protocol(conn, transport, [])
+        reader.start([], eof=False)
+        data = bytes(range(256)) * (3 * READ_SIZE // 256 + 1)
+        reader.data_received(data)
+        assert len(conn.fed) == 1 and not transport.reading  # the writers run meanwhile
+        await asyncio.sleep(0)
+        assert len(conn.fed) == 2
+        await until_reading(transport)
+        assert b"".join(conn.fed) == data and max(map(len, conn.fed)) == READ_SIZE
+
+    run(test)
+
+
+def test_an_alarm_stops_a_large_chunk_between_its_pieces() -> None:
     async def test() -> None:
         broker = Broker(BrokerConfig(memory_high_watermark=1000))
         client = publisher(broker)
@@ -129,17 +154,19 @@ def test_a_large_chunk_is_fed_in_pieces_and_the_alarm_stops_it_between_them() ->
         reader.start([], eof=False)
         one = b"".join(frame.marshal(f, 1) for f in publish_frames("q", b"x" * 1000))
         total = 3 * READ_SIZE // len(one)
+        queue = broker.vhosts["/"].queues["q"]  # (mid-frame: no passive declare)
         broker.memory_used(2000)
         reader.data_received(one * total)
-        assert not transport.reading
-        stored = len(broker.vhosts["/"].queues["q"].ready)  # (mid-frame: no passive declare)
+        stored = len(queue.ready)
         assert 0 < stored < total  # the first piece only
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert len(queue.ready) == stored and not transport.reading  # blocked
         for _ in range(CLEAR_READINGS):
             broker.memory_used(10)
         reader.unpause()
-        await asyncio.sleep(0)
-        assert transport.reading
-        client.received()  # unblocked
+        await until_reading(transport)
+        client.received()  # blocked, unblocked
         assert counts(client, 1, "q") == (total, 0)
 
     run(test)
