@@ -26,6 +26,7 @@ _.deliver_get
 _.capture_signals  # overrides uvicorn.Server.capture_signals (amqpd/shell/http_listener.py)
 _.should_exit  # uvicorn.Server.should_exit, read by uvicorn's main loop (http_listener.py)
 _.ticket  # Basic.Get's deprecated ticket, set so the pamqp object is whole (wire/codec.py)
+_.data_received  # asyncio.Protocol callback, called by the transport (shell/socket_protocol.py)
 
 # -- interop.jms: public API documented in docs/jms.md, called by applications ----------------
 _.from_url  # ConnectionFactory.from_url (interop/jms/connection.py)

@@ -1,16 +1,19 @@
-"""The AMQP sockets: one `Connection` per accepted socket, fed by a reader task and drained by
+"""The AMQP sockets: one `Connection` per accepted socket, fed as data arrives and drained by
 a writer task.
 
 Theory of operation. `Peers.handle` runs once per accepted socket (TCP, or TLS after a
 handshake bounded by the AMQP handshake timeout). It creates the socket's `Connection` and a
-`Peer` (the shell-side state), then runs two tasks until the socket closes: the reader feeds
-every received chunk (up to READ_SIZE) to the connection and then calls ``after_core``; the
-writer sleeps on ``Peer.wake`` and sends everything pending in one write. `flush` (called by
-the server's ``after_core`` for every connection with output) writes straight into an idle
-transport (amqpd/shell/direct_write.py) and wakes the writer only when that cannot be done
-or left a backlog. A reader blocked by a resource alarm (``read_delay`` is infinite) waits on
-``Peer.resume``, which the server sets when the engine unpauses the connection. When the
-socket goes, the connection is told (``connection_lost``: its unacked messages are
+`Peer` (the shell-side state), then serves it until the socket closes. A plain TCP socket is
+read in the event loop's callback (amqpd/shell/socket_protocol.py: each chunk goes to the
+connection, then ``after_core``, with no task hop); a TLS socket (or a backend without
+asyncio transports) by a reader task that feeds every received chunk (up to READ_SIZE) to
+the connection and then calls ``after_core``. The writer task sleeps on ``Peer.wake`` and
+sends everything pending in one write. `flush` (called by the server's ``after_core`` for
+every connection with output) writes straight into an idle transport
+(amqpd/shell/direct_write.py) and wakes the writer only when that cannot be done or left a
+backlog. A connection blocked by a resource alarm (``read_delay`` is infinite) reads nothing
+until `Peer.unpause`, which the server calls when the engine unpauses the connection. When
+the socket goes, the connection is told (``connection_lost``: its unacked messages are
 requeued), the peer leaves `Peers.by_conn` and ``after_core`` runs once more.
 """
 
@@ -32,17 +35,26 @@ from amqpd.engine.connection import Connection
 from amqpd.engine.outbox import Outbox
 from amqpd.model.broker import Broker
 from amqpd.shell.direct_write import transport_of, write_now
+from amqpd.shell.socket_protocol import READ_SIZE, FeedProtocol, attach
 from amqpd.shell.tls import TLSOptions, certificate_identity, tls_failure_reason
 
 log = logging.getLogger(__name__)
-
-READ_SIZE = 65536
 
 
 class Peer:
     """Shell-side state of one socket."""
 
-    __slots__ = ("backlog", "conn", "done", "resume", "stream", "transport", "wake", "writing")
+    __slots__ = (
+        "backlog",
+        "conn",
+        "done",
+        "reader",
+        "resume",
+        "stream",
+        "transport",
+        "wake",
+        "writing",
+    )
 
     def __init__(self, conn: Connection, stream: anyio.abc.ByteStream) -> None:
         self.conn = conn
@@ -53,12 +65,16 @@ class Peer:
         self.wake = anyio.Event()
         self.done = anyio.Event()
         self.resume = anyio.Event()  # set when a connection blocked by an alarm may read
+        self.reader: FeedProtocol | None = None  # None: the read loop reads (TLS)
 
     def kick(self) -> None:
         self.wake.set()
 
     def unpause(self) -> None:
+        """The engine unpaused the connection (or the writer ended): read again."""
         self.resume.set()
+        if self.reader is not None:
+            self.reader.unpause()
 
 
 def flush(peer: Peer) -> None:
@@ -118,11 +134,19 @@ class Peers:
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._write_loop, peer)
-                await self._read_loop(peer)
+                reader = peer.reader = None if tls else attach(stream, conn, self._after_core)
+                if reader is None:
+                    await self._read_loop(peer)
+                else:
+                    await reader.finished.wait()
+                    if reader.failure is not None:
+                        raise reader.failure
                 peer.kick()
         except Exception:  # a bug in one connection must not take the broker down
             log.exception("connection from %s failed; dropping it", peer_name)
         finally:
+            if peer.reader is not None:
+                peer.reader.close()
             try:
                 conn.connection_lost()  # may requeue to other connections' consumers
             except Exception:

@@ -323,7 +323,7 @@ class Server:
             for conn in outbox.take_resume():
                 peer = peers.get(conn)
                 if peer is not None:
-                    peer.resume.set()
+                    peer.unpause()
         committer = self.store.committer
         if committer is not None and self._journal is not None and self._journal.pending:
             committer.wake()
