@@ -150,12 +150,7 @@ class FeedProtocol(StreamProtocol):
         if conn.should_close:
             self._finish()
             return
-        self._feeding = True
-        try:
-            conn.receive_data(data, time.time())
-            self.after_core()
-        finally:
-            self._feeding = False
+        self._deliver(data)
         if conn.should_close or self._held or conn.read_delay(time.time()) is not None:
             self._check()  # the common case (read on, reading already) skips it
 
@@ -198,11 +193,13 @@ class FeedProtocol(StreamProtocol):
             return
 
     def _feed_held(self) -> None:
-        data = self._held.pop(0)
-        conn = self.conn
+        self._deliver(self._held.pop(0))
+
+    def _deliver(self, data: bytes) -> None:
+        """One chunk to the connection, then the server's ``after_core``."""
         self._feeding = True
         try:
-            conn.receive_data(data, time.time())
+            self.conn.receive_data(data, time.time())
             self.after_core()
         finally:
             self._feeding = False
