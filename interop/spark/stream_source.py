@@ -234,8 +234,7 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read one range (in a task)."""
-        assert isinstance(partition, OffsetRange)
-        return read_range(self.options, partition, _task_name())
+        return _read_partition(self.options, partition)
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to do: progress lives in the checkpoint, not in the broker."""
@@ -279,8 +278,15 @@ class AmqpStreamBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read one range (in a task)."""
-        assert isinstance(partition, OffsetRange)
-        return read_range(self.options, partition, _task_name())
+        return _read_partition(self.options, partition)
+
+
+def _read_partition(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """Read one ``OffsetRange``. PySpark turns an empty list of partitions (nothing new in any
+    stream) into one ``InputPartition(None)``: that reads nothing."""
+    if not isinstance(partition, OffsetRange):
+        return iter(())
+    return read_range(options, partition, _task_name())
 
 
 def _task_name() -> str:

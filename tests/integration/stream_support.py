@@ -87,8 +87,27 @@ class StreamBroker:
     def publish(self, stream: str, numbers: range, size: int = 0) -> None:
         """Publish one message per number with confirms (a window of 500): body
         ``{"n": number}`` padded to ``size`` bytes, message id ``m{number}``, routing key
-        the stream, header ``n``, AMQP timestamp 1,700,000,000 + number."""
+        the stream, header ``n``, AMQP timestamp 1,700,000,000 + number.
+
+        On RabbitMQ, then wait until ``queue.declare(passive)`` counts the messages: its count
+        lags by up to ~5 s, and while it says 0 the source probes the stream's end only for
+        ``emptyProbeMs`` (300 ms), which a busy machine can miss. A user who reads at once
+        after publishing to RabbitMQ sees the same lag (docs/spark.md, `emptyProbeMs`)."""
         publish_confirmed(self.url, stream, numbers, size)
+        if self.rabbit is not None and len(numbers) > 0:
+            self._wait_counted(stream)
+
+    def _wait_counted(self, stream: str, timeout: float = 60.0) -> None:
+        """Poll the passive declare (RabbitMQ offers no event for its count)."""
+        deadline = time.monotonic() + timeout
+        conn = pika.BlockingConnection(pika.URLParameters(self.url))
+        try:
+            channel = conn.channel()
+            while channel.queue_declare(stream, passive=True).method.message_count == 0:
+                assert time.monotonic() < deadline, f"RabbitMQ never counted {stream}'s messages"
+                conn.sleep(0.2)
+        finally:
+            conn.close()
 
 
 def publish_confirmed(url: str, stream: str, numbers: range, size: int = 0) -> None:

@@ -101,6 +101,24 @@ def test_batch_read_returns_each_message_once_with_its_columns(
     assert sum(1 for r in got if r.stream == "src-b") == 2000
 
 
+def test_batch_read_of_an_empty_stream_returns_no_rows(
+    spark: SparkSession, broker: StreamBroker
+) -> None:
+    # no partitions at all: PySpark then reads one InputPartition(None)
+    broker.declare("src-empty")
+    frame = _read(spark, broker.url, "src-empty")
+    assert frame.count() == 0
+    assert frame.columns == [
+        "stream",
+        "offset",
+        "timestamp",
+        "routing_key",
+        "message_id",
+        "headers",
+        "value",
+    ]
+
+
 def test_streaming_trigger_cap_available_now_and_restart_from_the_checkpoint(
     spark: SparkSession, broker: StreamBroker, tmp_path: Path
 ) -> None:
