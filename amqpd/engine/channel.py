@@ -423,15 +423,20 @@ class Channel:
         """Send one message to a consumer of this channel."""
         tag, header = self.hand_out(queue, entry, consumer, consumer.no_ack)
         message = entry.message
-        first = codec.encode_deliver(
-            self.number,
-            consumer.tag_raw,
-            tag,
-            entry.redelivered,
-            message.exchange_raw,
-            message.routing_key_raw,
+        conn = self.conn
+        conn.send_parts(
+            codec.encode_delivery(
+                self.number,
+                consumer.tag_raw,
+                tag,
+                entry.redelivered,
+                message.exchange_raw,
+                message.routing_key_raw,
+                header,
+                message.payload,
+                conn.frame_max,
+            )
         )
-        self.send_content(first, header, message.payload)
 
     def hand_out(
         self, queue: Queue, entry: QueueEntry, consumer: Consumer | None, no_ack: bool

@@ -483,7 +483,7 @@ class VirtualHost:
             router = exchange.router
             headers = router_headers(router, message) if router.uses_headers else None
             destinations = router.route(routing_key, headers)
-            if exchange.alternate is None and all(isinstance(d, Queue) for d in destinations):
+            if exchange.alternate is None and _only_queues(destinations):
                 return list(destinations)  # type: ignore[arg-type]
         queues: list[Queue] = []
         seen_queues: set[Queue] = set()
@@ -550,3 +550,13 @@ class VirtualHost:
         for target in targets:
             if not is_cycle(deaths, target.name):
                 target.enqueue(dead)
+
+
+def _only_queues(destinations: list[Any]) -> bool:
+    """Whether every destination is a queue (no exchange-to-exchange hop). A loop, not
+    ``all()`` over a generator: compiled, the generator object per message cost ~3 % of
+    W1's broker time (py-spy)."""
+    for destination in destinations:  # noqa: SIM110 (see above)
+        if not isinstance(destination, Queue):
+            return False
+    return True

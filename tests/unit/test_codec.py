@@ -172,6 +172,40 @@ def test_encode_deliver_matches_pamqp(
 
 
 @CODEC
+@given(
+    channels,
+    names,
+    delivery_tags,
+    st.booleans(),
+    names,
+    names,
+    st.binary(max_size=40),
+    st.binary(max_size=600),
+    st.integers(4096, 4200) | st.just(9),
+)
+def test_encode_delivery_is_deliver_then_content(
+    channel: int,
+    tag: str,
+    delivery_tag: int,
+    redelivered: bool,
+    exchange: str,
+    key: str,
+    header: bytes,
+    body: bytes,
+    frame_max_or_small: int,
+) -> None:
+    # 9: one body byte per frame (a body split into many frames)
+    frame_max = frame_max_or_small
+    raw = (shortstr(tag), delivery_tag, redelivered, shortstr(exchange), shortstr(key))
+    ours = codec.encode_delivery(channel, *raw, header, body, frame_max)
+    reference = codec.encode_deliver(channel, *raw) + b"".join(
+        codec.encode_content(channel, header, body, frame_max)
+    )
+    assert b"".join(ours) == reference
+    assert all(type(part) is bytes for part in ours)
+
+
+@CODEC
 @given(channels, delivery_tags, st.booleans(), names, names, st.integers(0, 2**32 - 1))
 def test_encode_get_ok_matches_pamqp(
     channel: int, delivery_tag: int, redelivered: bool, exchange: str, key: str, count: int
@@ -464,6 +498,32 @@ def test_incomplete_frame_returns_none_never_raises() -> None:
         assert reader.next_frame() is None
     reader.feed(raw[-1:])
     assert reader.next_frame() == (codec.FRAME_METHOD, 5, b"\x00\x14\x00\x0a\x00")
+
+
+def test_a_trickled_frame_is_not_copied_again_for_every_piece() -> None:
+    """A client sending a large frame a byte at a time must not make the broker copy the
+    bytes received so far at each byte (O(n²)): pieces wait, unjoined, until the frame is
+    complete, and the payload comes back whole."""
+    payload = bytes(range(256)) * 400
+    raw = codec.frame(codec.FRAME_BODY, 3, payload)
+    reader = codec.FrameReader(frame_max=131072)
+    reader.feed(raw[:3])
+    assert reader.next_frame() is None
+    reader.feed(raw[3:9])  # the header is now complete: joined once, size checked
+    assert reader.next_frame() is None
+    reader.compact()
+    joined = reader._buf
+    for i in range(9, 9 + 5000):
+        reader.feed(raw[i : i + 1])
+        assert reader.next_frame() is None
+        reader.compact()
+    assert reader._buf is joined  # 5,000 pieces later: not joined again
+    assert reader.buffered == 9 + 5000
+    reader.feed(raw[9 + 5000 :] + codec.HEARTBEAT_FRAME[:2])
+    assert reader.next_frame() == (codec.FRAME_BODY, 3, payload)
+    assert reader.next_frame() is None
+    reader.compact()
+    assert reader.buffered == 2 and len(reader._buf) == 2  # only the unparsed tail is kept
 
 
 # ---------------------------------------------------------------------------------------------
