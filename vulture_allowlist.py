@@ -79,6 +79,7 @@ tb  # the traceback argument of __exit__ / __aexit__ (interop/jms/messages.py, p
 
 # -- amqpd: used only where vulture does not look ---------------------------------------------
 buffered  # FrameReader.buffered: tests assert a reader keeps no bytes (test_codec, test_engine)
+next_frame  # FrameReader.next_frame: the perf clients and tests (the broker: next_payload)
 _.require_policymaker  # management auth: for the policies endpoints (operations work)
 _.redirect_slashes  # Starlette's Router reads it (management app: answer, never redirect)
 

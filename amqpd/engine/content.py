@@ -43,14 +43,25 @@ FLOW_BACKLOG = 2000
 class PendingPublish:
     """A basic.publish waiting for its content."""
 
-    __slots__ = ("args", "body", "exchange", "expiration_ms", "header", "peek", "received")
+    __slots__ = (
+        "args",
+        "exchange",
+        "expiration_ms",
+        "first_body",
+        "header",
+        "more_bodies",
+        "peek",
+        "received",
+    )
 
     def __init__(self, args: codec.PublishArgs, exchange: Exchange) -> None:
         self.args = args
         self.exchange = exchange
         self.header: bytes | None = None
         self.peek: codec.HeaderPeek | None = None
-        self.body: list[bytes] = []
+        # the usual body fits one frame: a list only for the frames after the first
+        self.first_body = b""
+        self.more_bodies: list[bytes] | None = None
         self.received = 0
         self.expiration_ms: int | None = None
 
@@ -99,7 +110,12 @@ class PendingPublish:
             AMQPError: 505 UNEXPECTED_FRAME if the body grows past the declared size.
         """
         assert self.peek is not None
-        self.body.append(payload)
+        if not self.received:
+            self.first_body = payload
+        elif self.more_bodies is None:
+            self.more_bodies = [payload]
+        else:
+            self.more_bodies.append(payload)
         self.received += len(payload)
         expected = self.peek.body_size
         if self.received > expected:
@@ -115,14 +131,14 @@ class PendingPublish:
         peek = self.peek
         assert peek is not None and self.header is not None
         args = self.args
-        body = self.body
+        more = self.more_bodies
         return Message(
             args.exchange,
             args.routing_key,
             args.exchange_raw,
             args.routing_key_raw,
             self.header,
-            body[0] if len(body) == 1 else b"".join(body),
+            self.first_body if more is None else b"".join([self.first_body, *more]),
             peek.delivery_mode == 2,
             peek.priority,
             peek.expiration,

@@ -298,7 +298,7 @@ class Queue:
 
     def enqueue(
         self, message: Message, expiration_ms: int | None = None, promised: bool = False
-    ) -> QueueEntry:
+    ) -> None:
         """Append a message and try to deliver it; drop-head enforces the length limits.
 
         ``expiration_ms`` is the message's own TTL (the ``expiration`` property); the lower
@@ -347,7 +347,6 @@ class Queue:
         if ttl is not None:
             self.expire()
             self.watch()
-        return entry
 
     def restore(self, entry: QueueEntry) -> None:
         """Append an entry recovered from the store (already journaled)."""

@@ -155,7 +155,7 @@ class StreamQueue(Queue):
     # -- in ------------------------------------------------------------------------------
     def enqueue(
         self, message: Message, expiration_ms: int | None = None, promised: bool = False
-    ) -> QueueEntry:
+    ) -> None:
         """Append a message to the log (the confirm waits for its fsync with a store).
 
         ``promised`` needs nothing more here: a stream delivers nothing before its fsync.
@@ -169,7 +169,7 @@ class StreamQueue(Queue):
                 filter_value = value.encode()
             elif isinstance(value, bytes | bytearray):
                 filter_value = bytes(value)
-        offset = self.log.append(
+        self.log.append(
             message.exchange_raw,
             message.routing_key_raw,
             message.header,
@@ -184,7 +184,6 @@ class StreamQueue(Queue):
             dirty.add(self)
         elif self.consumers:
             self.dispatch()
-        return QueueEntry(message, offset)
 
     def log_synced(self, upto: int) -> None:
         """The group committer fsynced the log below ``upto``: deliver, apply retention."""

@@ -62,6 +62,30 @@ def test_publish_on_one_connection_delivers_on_another() -> None:
     assert isinstance(payload, body.ContentBody) and payload.value == b"hello"
 
 
+@pytest.mark.parametrize(
+    "pieces", [[b"whole"], [b"", b"ab", b"c"], [b"a", b"", b"b", b"cde"], [b"x" * 10, b"y"]]
+)
+def test_a_body_in_several_frames_is_delivered_whole(pieces: list[bytes]) -> None:
+    broker = Broker()
+    producer, consumer = Client(broker), Client(broker)
+    for c in (producer, consumer):
+        c.handshake()
+        c.open_channel()
+    consumer.send(1, commands.Queue.Declare(queue="q"))
+    consumer.send(1, commands.Basic.Consume(queue="q", consumer_tag="ctag"))
+    consumer.received()
+    whole = b"".join(pieces)
+    producer.send(
+        1,
+        commands.Basic.Publish(routing_key="q"),
+        header.ContentHeader(0, len(whole), commands.Basic.Properties()),
+        *(body.ContentBody(piece) for piece in pieces),
+    )
+    out = [v for _c, v in consumer.received()]
+    assert isinstance(out[0], commands.Basic.Deliver)
+    assert b"".join(v.value for v in out[2:]) == whole
+
+
 def test_confirms_for_a_batch_coalesce_into_one_ack() -> None:
     client = Client(Broker())
     client.handshake()
