@@ -447,6 +447,24 @@ def test_oversized_frame_is_501_from_the_header_alone(
 
 
 @CODEC
+@given(st.integers(4096, 131072), st.integers(1, 2**20), st.integers(1, 6))
+def test_oversized_frame_is_501_when_its_header_arrives_in_pieces(
+    frame_max: int, excess: int, cut: int
+) -> None:
+    """The size check runs once the pieces of the header are joined, before any payload."""
+    size = frame_max + excess
+    raw_header = struct.pack(">BHI", codec.FRAME_BODY, 1, size)
+    reader = codec.FrameReader(frame_max=frame_max)
+    reader.feed(raw_header[:cut])
+    assert reader.next_frame() is None
+    reader.feed(raw_header[cut:])
+    with pytest.raises(AMQPError) as info:
+        reader.next_frame()
+    assert info.value.reply_code == FRAME_ERROR
+    assert f"frame_too_large,{size}," in info.value.text
+
+
+@CODEC
 @given(st.integers(4096, 131072), st.integers(0, codec.FRAME_OVERHEAD))
 def test_frame_up_to_frame_max_plus_the_fudge_is_accepted(frame_max: int, extra: int) -> None:
     """rabbit_reader's FRAME_SIZE_FUDGE: payloads up to frame_max bytes (8 more than the
