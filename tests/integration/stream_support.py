@@ -97,6 +97,29 @@ class StreamBroker:
         if self.rabbit is not None and len(numbers) > 0:
             self._wait_counted(stream)
 
+    def wait_retention(self, stream: str, timeout: float = 60.0) -> None:
+        """Wait until the stream's first kept offset is past 0 (RabbitMQ applies retention
+        on its own schedule; amqpd at the append's sync). Polls: no event says so."""
+        deadline = time.monotonic() + timeout
+        conn = pika.BlockingConnection(pika.URLParameters(self.url))
+        try:
+            channel = conn.channel()
+            channel.basic_qos(prefetch_count=1)
+            while True:
+                first: Any = None
+                for _method, props, _body in channel.consume(
+                    stream, arguments={"x-stream-offset": "first"}, inactivity_timeout=5
+                ):
+                    first = None if props is None else props.headers.get("x-stream-offset")
+                    break
+                channel.cancel()
+                if first is not None and first > 0:
+                    return
+                assert time.monotonic() < deadline, f"{stream}: retention never removed offset 0"
+                conn.sleep(0.5)
+        finally:
+            conn.close()
+
     def _wait_counted(self, stream: str, timeout: float = 60.0) -> None:
         """Poll the passive declare (RabbitMQ offers no event for its count)."""
         deadline = time.monotonic() + timeout

@@ -181,6 +181,7 @@ def test_offsets_removed_by_retention_fail_the_read_unless_told_otherwise(
         **{"x-max-length-bytes": 60_000, "x-stream-max-segment-size-bytes": 20_000},
     )
     broker.publish("src-short", range(3000), size=200)
+    broker.wait_retention("src-short")
     start = json.dumps({"src-short": 0})
     with pytest.raises(PythonException) as info:
         _read(spark, broker.url, "src-short", startingOffsets=start).count()
