@@ -77,6 +77,11 @@ def run(
                 continue
             group, n, first = parts[1], int(parts[2]), parts[3] == "1"
             with lock:
+                if done.is_set():
+                    # the run is over and its consumers are being killed one by one: what a
+                    # killed one reported but had not acked goes to those still alive, and
+                    # is not part of the run
+                    continue
                 mine = reports.by_consumer[name]
                 mine.append((group, n, first))
                 seen.add((group, n))
