@@ -3,7 +3,8 @@
 :class:`Store` applies journal batches, one transaction each, and loads everything back at
 startup. It owns two aiosqlite connections (each runs its statements on its own thread):
 
-* the *writer*, which only runs :meth:`Store.apply` transactions, one at a time;
+* the *writer*, which only runs :meth:`Store.apply` transactions, one at a time (a small
+  batch on the event loop's own thread: `INLINE_MAX_ROWS`);
 * the *reader* (``query_only``), for :meth:`Store.load` and :meth:`Store.load_access`.
   WAL gives it a snapshot of committed data only, so a read never sees half of a batch
   that the writer is in the middle of, and never waits for it.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
@@ -36,6 +38,17 @@ __all__ = ["Store", "StoreError"]
 log = logging.getLogger(__name__)
 
 _QID = "(SELECT id FROM queues WHERE vhost = ?1 AND name = ?2)"
+
+# A batch of at most this many rows is written on the event loop's own thread, fsync
+# included, instead of aiosqlite's writer thread. Such a batch means a quiet broker: a
+# publisher waiting for each confirm, a tx.commit per message. There the two thread
+# hand-offs (wake the writer, wake the loop with the result) were a third of the round
+# trip and most of its CPU (docs/perf-2026-11-27-session9.md). A busy broker's batches are
+# larger and keep the thread, so reading and routing the next messages overlap the fsync.
+INLINE_MAX_ROWS = 8
+# A transaction slower than this (a slow or saturated disk) sends the following batches to
+# the thread until one is fast again, so the loop is never held for long by the disk.
+INLINE_SLOW = 0.002
 
 # The statements of each operation kind, run in order with the same rows (see OpKind for the
 # row layouts). Numbered parameters let one row feed several statements.
@@ -121,6 +134,7 @@ class Store:
         self._lock = lock
         self._closed = False
         self._applying = False
+        self._inline_ok = True  # the last transaction was fast enough to write small ones inline
         self.created = False  # the file was created (initialised) by this open
 
     @property
@@ -174,7 +188,9 @@ class Store:
         reader: aiosqlite.Connection | None = None
         try:
             schema.check_file_header(path)
-            writer = await aiosqlite.connect(path, isolation_level=None)
+            # check_same_thread off: small batches are written from the event loop's thread
+            # (Store.apply), never while the writer thread runs anything (``_applying``)
+            writer = await aiosqlite.connect(path, isolation_level=None, check_same_thread=False)
             created = await prepare(writer, path, sync) == 0
             reader = await aiosqlite.connect(path, isolation_level=None)
             await reader.execute("PRAGMA query_only = ON")
@@ -221,12 +237,37 @@ class Store:
         """
         if not batch.ops:
             return
-        db = self._writer
         if self._closed:
             raise StoreError(f"store {self._path} is closed")
         if self._applying:
             raise RuntimeError("Store.apply called while another apply is in flight")
         self._applying = True
+        started = time.monotonic()
+        try:
+            if self._inline_ok and _rows(batch) <= INLINE_MAX_ROWS:
+                self._apply_inline(batch)
+            else:
+                await self._apply_on_thread(batch)
+        finally:
+            self._applying = False
+            # a slow disk sends the next batches to the thread until a write is fast again
+            self._inline_ok = time.monotonic() - started < INLINE_SLOW
+
+    def _apply_inline(self, batch: Batch) -> None:
+        """Write a small batch on the event loop's thread (see `INLINE_MAX_ROWS`)."""
+        conn = self._writer._conn
+        try:
+            _write_statements_to(conn, _batch_statements(batch.ops))
+        except (sqlite3.Error, OSError, ValueError) as exc:
+            try:  # _write_statements_to rolled back already unless SQLite itself failed
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # the next transaction starts with a ROLLBACK anyway
+            raise StoreError(f"could not commit batch {batch.id} to {self._path}: {exc}") from exc
+
+    async def _apply_on_thread(self, batch: Batch) -> None:
+        db = self._writer
         with anyio.CancelScope(shield=True):
             try:
                 # The whole transaction runs as one call on aiosqlite's writer thread: one
@@ -240,8 +281,6 @@ class Store:
                 raise StoreError(
                     f"could not commit batch {batch.id} to {self._path}: {exc}"
                 ) from exc
-            finally:
-                self._applying = False
 
     async def reclaim(self, pages: int = RECLAIM_STEP, keep: int = RECLAIM_KEEP) -> bool:
         """Give free pages back to the file system, at most ``pages`` per call
@@ -369,9 +408,17 @@ class Store:
         return self._reader
 
 
+def _rows(batch: Batch) -> int:
+    return sum(len(rows) for _kind, rows in batch.ops)
+
+
+def _batch_statements(ops: list[tuple[OpKind, list[Any]]]) -> Iterable[tuple[str, list[Any]]]:
+    return ((sql, rows) for kind, rows in ops for sql in _SQL[kind])
+
+
 def _write_batch(db: aiosqlite.Connection, ops: list[tuple[OpKind, list[Any]]]) -> None:
     """Run on the writer thread: one transaction with every operation of a batch."""
-    _write_statements(db, ((sql, rows) for kind, rows in ops for sql in _SQL[kind]))
+    _write_statements(db, _batch_statements(ops))
 
 
 def _reclaim(db: aiosqlite.Connection, pages: int, keep: int) -> bool:
@@ -392,7 +439,13 @@ def _write_statements(
     db: aiosqlite.Connection, statements: Iterable[tuple[str, list[Any]]]
 ) -> None:
     """Run on the writer thread: BEGIN IMMEDIATE, each ``(sql, rows)``, COMMIT (or ROLLBACK)."""
-    conn = db._conn
+    _write_statements_to(db._conn, statements)
+
+
+def _write_statements_to(
+    conn: sqlite3.Connection, statements: Iterable[tuple[str, list[Any]]]
+) -> None:
+    """BEGIN IMMEDIATE, each ``(sql, rows)``, COMMIT (or ROLLBACK) on ``conn``."""
     if conn.in_transaction:  # left open by an earlier failure; never commit it
         conn.execute("ROLLBACK")
     conn.execute("BEGIN IMMEDIATE")

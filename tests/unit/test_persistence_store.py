@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from persistence import schema
+from persistence import store as store_module
 from persistence.errors import StoreError
 from persistence.journal import Journal
 from persistence.postgres import election
@@ -481,6 +482,91 @@ def test_disk_full_rolls_back_the_whole_batch(tmp_path: Path) -> None:
             await set_pragma(store, "max_page_count = 1073741823")
             await store.apply(batch)
             assert len((await store.load()).messages[Q]) == 100
+
+    run(main)
+
+
+def _count_thread_calls(store: Store) -> list[int]:
+    """Count the calls that run on aiosqlite's writer thread (``_execute``)."""
+    calls = [0]
+    on_thread = store._writer._execute
+
+    async def counted(fn: Any, *args: Any) -> Any:
+        calls[0] += 1
+        return await on_thread(fn, *args)  # type: ignore[no-untyped-call]
+
+    store._writer._execute = counted  # type: ignore[method-assign]
+    return calls
+
+
+def test_small_batches_are_written_on_the_loop_thread_and_large_ones_on_the_writer_thread(
+    tmp_path: Path,
+) -> None:
+    """A lone confirm's batch skips the two thread hand-offs; a busy broker's batch keeps
+    the thread so the loop goes on reading while it is written (INLINE_MAX_ROWS)."""
+
+    async def main() -> None:
+        async with await Store.open(tmp_path) as store:
+            calls = _count_thread_calls(store)
+            j = with_queue("q")
+            await commit(store, j)
+            for seq in range(store_module.INLINE_MAX_ROWS):
+                j.insert_message(Q, seq, rec(seq))
+            await commit(store, j)
+            assert calls == [0]
+            for seq in range(100, 101 + store_module.INLINE_MAX_ROWS):
+                j.insert_message(Q, seq, rec(seq))
+            await commit(store, j)
+            assert calls == [1]
+            assert len((await store.load()).messages[Q]) == 2 * store_module.INLINE_MAX_ROWS + 1
+
+    run(main)
+
+
+def test_a_slow_transaction_sends_the_next_small_batches_to_the_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slow disk must not hold the event loop: after a transaction slower than
+    INLINE_SLOW, small batches go to the writer thread until one is fast again."""
+
+    async def main() -> None:
+        async with await Store.open(tmp_path) as store:
+            calls = _count_thread_calls(store)
+            j = with_queue("q")
+            monkeypatch.setattr(store_module, "INLINE_SLOW", 0.0)  # every write is "slow"
+            await commit(store, j)  # inline (nothing was slow before), and slow
+            j.insert_message(Q, 1, rec(1))
+            await commit(store, j)
+            assert calls == [1]  # on the thread, and slow again
+            monkeypatch.setattr(store_module, "INLINE_SLOW", 3600.0)
+            j.insert_message(Q, 2, rec(2))
+            await commit(store, j)
+            assert calls == [2]  # still on the thread, but fast
+            j.insert_message(Q, 3, rec(3))
+            await commit(store, j)
+            assert calls == [2]  # inline again
+            assert (await store.load()).messages[Q] == [(1, rec(1)), (2, rec(2)), (3, rec(3))]
+
+    run(main)
+
+
+def test_a_failed_small_batch_on_the_loop_thread_rolls_back_and_the_store_goes_on(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        async with await Store.open(tmp_path) as store:
+            calls = _count_thread_calls(store)
+            j = with_queue("q")
+            await commit(store, j)
+            j.put_exchange(ExchangeDef("/", "x", "direct", False, False, {}))
+            j.insert_message(("/", "nowhere"), 1, rec(1))
+            with pytest.raises(StoreError, match="NOT NULL"):
+                await commit(store, j)
+            assert calls == [0] and not store._writer.in_transaction
+            j.insert_message(Q, 2, rec(2))
+            await commit(store, j)
+            state = await store.load()
+            assert state.exchanges == [] and state.messages[Q] == [(2, rec(2))]
 
     run(main)
 
