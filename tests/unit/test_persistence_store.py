@@ -500,10 +500,11 @@ def _count_thread_calls(store: Store) -> list[int]:
 
 
 def test_small_batches_are_written_on_the_loop_thread_and_large_ones_on_the_writer_thread(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A lone confirm's batch skips the two thread hand-offs; a busy broker's batch keeps
     the thread so the loop goes on reading while it is written (INLINE_MAX_ROWS)."""
+    monkeypatch.setattr(store_module, "INLINE_SLOW", 3600.0)  # a busy machine is not a slow disk
 
     async def main() -> None:
         async with await Store.open(tmp_path) as store:
@@ -551,8 +552,10 @@ def test_a_slow_transaction_sends_the_next_small_batches_to_the_thread(
 
 
 def test_a_failed_small_batch_on_the_loop_thread_rolls_back_and_the_store_goes_on(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(store_module, "INLINE_SLOW", 3600.0)  # a busy machine is not a slow disk
+
     async def main() -> None:
         async with await Store.open(tmp_path) as store:
             calls = _count_thread_calls(store)
