@@ -255,7 +255,11 @@ class Store:
 
     def _apply_inline(self, batch: Batch) -> None:
         """Write a small batch on the event loop's thread (see `INLINE_MAX_ROWS`)."""
-        conn = self._writer._conn
+        failure = f"could not commit batch {batch.id} to {self._path}"
+        try:
+            conn = self._writer._conn
+        except ValueError as exc:  # aiosqlite's "no active connection"
+            raise StoreError(f"{failure}: {exc}") from exc
         try:
             _write_statements_to(conn, _batch_statements(batch.ops))
         except (sqlite3.Error, OSError, ValueError) as exc:
@@ -264,7 +268,7 @@ class Store:
                     conn.execute("ROLLBACK")
             except sqlite3.Error:
                 pass  # the next transaction starts with a ROLLBACK anyway
-            raise StoreError(f"could not commit batch {batch.id} to {self._path}: {exc}") from exc
+            raise StoreError(f"{failure}: {exc}") from exc
 
     async def _apply_on_thread(self, batch: Batch) -> None:
         db = self._writer

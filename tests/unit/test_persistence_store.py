@@ -574,6 +574,23 @@ def test_a_failed_small_batch_on_the_loop_thread_rolls_back_and_the_store_goes_o
     run(main)
 
 
+def test_a_writer_connection_gone_behind_the_store_is_a_store_error_on_either_path(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        async with await Store.open(tmp_path) as store:
+            j = with_queue("q")
+            await commit(store, j)
+            await store._writer.close()  # aiosqlite's thread and connection are gone
+            for count in (1, store_module.INLINE_MAX_ROWS + 1):  # inline, then on the thread
+                for seq in range(count):
+                    j.insert_message(Q, seq, rec(seq))
+                with pytest.raises(StoreError, match="could not commit batch"):
+                    await commit(store, j)
+
+    run(main)
+
+
 def test_insert_for_unknown_queue_fails_the_batch(backend: Backend) -> None:
     async def main() -> None:
         async with await backend.open() as store:
