@@ -46,9 +46,11 @@ _QID = "(SELECT id FROM queues WHERE vhost = ?1 AND name = ?2)"
 # trip and most of its CPU (docs/perf-2026-11-27-session9.md). A busy broker's batches are
 # larger and keep the thread, so reading and routing the next messages overlap the fsync.
 INLINE_MAX_ROWS = 8
-# A transaction slower than this (a slow or saturated disk) sends the following batches to
-# the thread until one is fast again, so the loop is never held for long by the disk.
+# A transaction slower than this (a slow or saturated disk, a WAL checkpoint) sends every
+# batch of the next INLINE_BACKOFF seconds to the thread: on a slow disk the loop is held
+# by at most one transaction a second.
 INLINE_SLOW = 0.002
+INLINE_BACKOFF = 1.0
 
 # The statements of each operation kind, run in order with the same rows (see OpKind for the
 # row layouts). Numbered parameters let one row feed several statements.
@@ -134,7 +136,8 @@ class Store:
         self._lock = lock
         self._closed = False
         self._applying = False
-        self._inline_ok = True  # the last transaction was fast enough to write small ones inline
+        self._inline_from = 0.0  # small batches are written inline from then on (INLINE_SLOW)
+        self._clock = time.monotonic
         self.created = False  # the file was created (initialised) by this open
 
     @property
@@ -242,16 +245,17 @@ class Store:
         if self._applying:
             raise RuntimeError("Store.apply called while another apply is in flight")
         self._applying = True
-        started = time.monotonic()
+        started = self._clock()
         try:
-            if self._inline_ok and _rows(batch) <= INLINE_MAX_ROWS:
+            if started >= self._inline_from and _rows(batch) <= INLINE_MAX_ROWS:
                 self._apply_inline(batch)
             else:
                 await self._apply_on_thread(batch)
         finally:
             self._applying = False
-            # a slow disk sends the next batches to the thread until a write is fast again
-            self._inline_ok = time.monotonic() - started < INLINE_SLOW
+            ended = self._clock()
+            if ended - started >= INLINE_SLOW:  # a slow disk: keep the loop out of it a while
+                self._inline_from = ended + INLINE_BACKOFF
 
     def _apply_inline(self, batch: Batch) -> None:
         """Write a small batch on the event loop's thread (see `INLINE_MAX_ROWS`)."""

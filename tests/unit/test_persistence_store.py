@@ -524,29 +524,43 @@ def test_small_batches_are_written_on_the_loop_thread_and_large_ones_on_the_writ
     run(main)
 
 
-def test_a_slow_transaction_sends_the_next_small_batches_to_the_thread(
+def test_a_slow_transaction_sends_small_batches_to_the_thread_for_a_while(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A slow disk must not hold the event loop: after a transaction slower than
-    INLINE_SLOW, small batches go to the writer thread until one is fast again."""
+    INLINE_SLOW, small batches go to the writer thread for INLINE_BACKOFF seconds."""
 
     async def main() -> None:
         async with await Store.open(tmp_path) as store:
             calls = _count_thread_calls(store)
+            now = [1000.0]
+            store._clock = lambda: now[0]  # each transaction takes no time on this clock
             j = with_queue("q")
-            monkeypatch.setattr(store_module, "INLINE_SLOW", 0.0)  # every write is "slow"
-            await commit(store, j)  # inline (nothing was slow before), and slow
-            j.insert_message(Q, 1, rec(1))
+            seq = iter(range(100))
+
+            async def small() -> None:
+                j.insert_message(Q, next(seq), rec(0))
+                await commit(store, j)
+
             await commit(store, j)
-            assert calls == [1]  # on the thread, and slow again
-            monkeypatch.setattr(store_module, "INLINE_SLOW", 3600.0)
-            j.insert_message(Q, 2, rec(2))
-            await commit(store, j)
-            assert calls == [2]  # still on the thread, but fast
-            j.insert_message(Q, 3, rec(3))
-            await commit(store, j)
+            await small()
+            assert calls == [0]  # fast: inline
+            fast = store._clock
+            ended = 1000.0 + 2 * store_module.INLINE_SLOW
+            ticks = iter([1000.0, ended])
+            store._clock = lambda: next(ticks)
+            await small()  # inline, and slow
+            store._clock = fast
+            assert calls == [0]
+            now[0] = ended
+            await small()
+            now[0] = ended + store_module.INLINE_BACKOFF - 0.001
+            await small()
+            assert calls == [2]  # on the thread while the back-off lasts
+            now[0] = ended + store_module.INLINE_BACKOFF
+            await small()
             assert calls == [2]  # inline again
-            assert (await store.load()).messages[Q] == [(1, rec(1)), (2, rec(2)), (3, rec(3))]
+            assert len((await store.load()).messages[Q]) == 5
 
     run(main)
 
