@@ -57,7 +57,7 @@ class StoreBackend(Protocol):
         """One step of idle work giving free space back; True while more remains."""
         ...
 
-    async def apply(self, batch: Batch) -> None:
+    async def apply(self, batch: Batch, *, inline: bool = False) -> None:
         """Write ``batch`` in one transaction, committed before this returns; raise
         :class:`StoreError` if it was not (nothing of it was written)."""
         ...

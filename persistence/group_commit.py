@@ -68,8 +68,12 @@ IDLE_DELAY = 0.05  # seconds without a wake-up before each step of idle work
 class BatchStore(Protocol):
     """What the committer needs of a store (:class:`persistence.store.Store` fits)."""
 
-    async def apply(self, batch: Batch) -> None:
-        """Write ``batch`` in one transaction; raise :class:`StoreError` on failure."""
+    async def apply(self, batch: Batch, *, inline: bool = False) -> None:
+        """Write ``batch`` in one transaction; raise :class:`StoreError` on failure.
+
+        ``inline``: the batch is a lone round trip's (one client waits for it and sends
+        nothing until it is written: a publisher waiting for each confirm, a tx.commit per
+        message), so a store may write it without handing it to another thread."""
         ...
 
 
@@ -85,6 +89,8 @@ class GroupCommitter:
         idle: One step of idle work (see the module docstring).
         before_apply: Awaited before each batch is written (the streams' fsync); a
             StoreError from it fails the batch.
+        lone: Whether a batch is a lone round trip's (one client waits for it and sends
+            nothing meanwhile), passed to the store as ``apply(batch, inline=...)``.
     """
 
     def __init__(
@@ -95,8 +101,10 @@ class GroupCommitter:
         on_failed: Callable[[Batch, StoreError], None],
         idle: Callable[[], Awaitable[bool]] | None = None,
         before_apply: Callable[[], Awaitable[None]] | None = None,
+        lone: Callable[[Batch], bool] | None = None,
     ) -> None:
         self._before_apply = before_apply  # stream fsyncs (amqpd/shell/streams.py)
+        self._lone = lone  # a batch for a lone round trip: the store's ``inline`` hint
         self._idle = idle  # one step of idle work; True while more remains
         self._store = store
         self._journal = journal
@@ -209,10 +217,11 @@ class GroupCommitter:
         batch = self._journal.take_batch()
         if batch is None:
             return False
+        inline = self._lone is not None and self._lone(batch)
         try:
             if self._before_apply is not None:
                 await self._before_apply()  # files outside the store: durable first
-            await self._store.apply(batch)
+            await self._store.apply(batch, inline=inline)
         except StoreError as exc:
             log.debug("batch %d failed: %s", batch.id, exc)  # the callback logs it
             self._on_failed(batch, exc)

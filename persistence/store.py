@@ -39,17 +39,22 @@ log = logging.getLogger(__name__)
 
 _QID = "(SELECT id FROM queues WHERE vhost = ?1 AND name = ?2)"
 
-# A batch of at most this many rows is written on the event loop's own thread, fsync
-# included, instead of aiosqlite's writer thread. Such a batch means a quiet broker: a
-# publisher waiting for each confirm, a tx.commit per message. There the two thread
-# hand-offs (wake the writer, wake the loop with the result) were a third of the round
-# trip and most of its CPU (docs/perf-2026-11-27-session9.md). A busy broker's batches are
-# larger and keep the thread, so reading and routing the next messages overlap the fsync.
+# A lone batch (``apply(inline=True)``: the group committer saw no other input since the
+# last batch) of at most this many rows is written on the event loop's own thread, fsync
+# included, instead of aiosqlite's writer thread. That is a quiet broker: a publisher
+# waiting for each confirm, a tx.commit per message. There the two thread hand-offs (wake
+# the writer, wake the loop with the result) were a third of the round trip and most of its
+# CPU (docs/perf-2026-11-27-session9.md). With several publishers (or a larger batch) the
+# thread stays: the loop reads and journals the next messages while it writes, so they
+# share the next fsync (8 publishers waiting for each confirm: 2x the rate of inline
+# writes).
 INLINE_MAX_ROWS = 8
-# A transaction slower than this (a slow or saturated disk, a WAL checkpoint) sends every
-# batch of the next INLINE_BACKOFF seconds to the thread: on a slow disk the loop is held
-# by at most one transaction a second.
-INLINE_SLOW = 0.002
+# A transaction slower than this (a slow or saturated disk) sends every batch of the next
+# INLINE_BACKOFF seconds to the thread: on a slow disk the loop is held by at most one
+# transaction a second. (A healthy disk's commits take 0.1-0.3 ms here, 3-4 ms at p99 when
+# the WAL is checkpointed: a 2 ms threshold kept two thirds of a lone publisher's batches
+# on the thread.)
+INLINE_SLOW = 0.010
 INLINE_BACKOFF = 1.0
 
 # The statements of each operation kind, run in order with the same rows (see OpKind for the
@@ -223,7 +228,7 @@ class Store:
     ) -> None:
         await self.close()
 
-    async def apply(self, batch: Batch) -> None:
+    async def apply(self, batch: Batch, *, inline: bool = False) -> None:
         """Write a batch in one transaction, committed before this returns.
 
         A batch with no operations is a no-op. Cancellation does not interrupt a started
@@ -231,6 +236,10 @@ class Store:
 
         Args:
             batch: The batch, from :meth:`persistence.journal.Journal.take_batch`.
+            inline: The caller saw nothing else arrive since the previous batch (a lone
+                round trip): a batch of at most `INLINE_MAX_ROWS` rows is then written on
+                this thread, fsync included, unless the back-off of a slow transaction
+                (`INLINE_SLOW`) is running. Otherwise the writer thread writes it.
 
         Raises:
             StoreError: SQLite or the operating system failed (the transaction was rolled
@@ -247,7 +256,7 @@ class Store:
         self._applying = True
         started = self._clock()
         try:
-            if started >= self._inline_from and _rows(batch) <= INLINE_MAX_ROWS:
+            if inline and _rows(batch) <= INLINE_MAX_ROWS and started >= self._inline_from:
                 self._apply_inline(batch)
             else:
                 await self._apply_on_thread(batch)

@@ -69,6 +69,18 @@ class BatchWaits:
             if (waiting := waiters.get(waiter)) is not None
         )
 
+    def lone_waiter(self, batch: int) -> BatchWaiter | None:
+        """The waiter of ``batch`` when it is the only one and waits for one thing only (a
+        confirm or a tx.commit-ok): a client in a round trip, sending nothing until it
+        has its answer (persistence/store.py writes such a batch without a thread hop)."""
+        waiters = self._batches.get(batch)
+        if waiters is None or len(waiters) != 1:
+            return None
+        for waiter, waiting in waiters.items():
+            if len(waiting.confirms) + waiting.commit_oks == 1:
+                return waiter
+        return None
+
     def committed(self, batch: int) -> None:
         """The committer wrote ``batch``: release everything that waited for it."""
         for waiter, waiting in self._batches.pop(batch, {}).items():

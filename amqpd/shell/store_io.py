@@ -27,10 +27,10 @@ class CountingStore:
         self._store = store
         self._io = io
 
-    async def apply(self, batch: Batch) -> None:
+    async def apply(self, batch: Batch, *, inline: bool = False) -> None:
         """Write ``batch`` through the store and count it once it committed."""
         started = time.perf_counter()
-        await self._store.apply(batch)
+        await self._store.apply(batch, inline=inline)
         io = self._io
         io.sync_seconds += time.perf_counter() - started
         io.write_ops += 1

@@ -69,6 +69,7 @@ class StoreLifecycle:
         self._disk_probe = disk_probe
         self._after_core = after_core
         self._unmeasured = 0  # bytes the store wrote since free disk space was measured
+        self._last_waiter: object | None = None  # the lone waiter of the last batch (_lone_batch)
 
     async def open(self) -> StoreBackend | None:
         """Open the store and recover the broker from it (None: memory only)."""
@@ -107,9 +108,21 @@ class StoreLifecycle:
             self._batch_failed,
             idle=store.reclaim,
             before_apply=self._streams.sync,
+            lone=self._lone_batch,
         )
         self.store = store
         return store
+
+    def _lone_batch(self, batch: Batch) -> bool:
+        """Whether ``batch`` is a lone round trip's: one channel waits for one confirm or
+        tx.commit-ok in it, the same channel as for the batch before. Such a client sends
+        nothing until it has its answer, so the store writes the batch without a thread hop
+        (persistence/store.py, `INLINE_MAX_ROWS`). Several clients in turn, or one with more
+        in flight, gain more from a writer thread: the loop reads on while it writes."""
+        waiter = self.broker.batch_waits.lone_waiter(batch.id)
+        lone = waiter is not None and waiter is self._last_waiter
+        self._last_waiter = waiter
+        return lone
 
     async def _first_user(self, store: StoreBackend, state: AccessState) -> AccessState:
         """A new data directory: RabbitMQ's default_user / default_pass replace guest."""

@@ -214,8 +214,9 @@ class PgStore:
                 await conn.execute("UPDATE schema_version SET version = $1", target)
                 log.info("migrated %s to schema %d", redact(self._url), target)
 
-    async def apply(self, batch: Batch) -> None:
-        """Write a batch in one transaction, committed before this returns.
+    async def apply(self, batch: Batch, *, inline: bool = False) -> None:
+        """Write a batch in one transaction, committed before this returns (``inline`` is
+        the SQLite store's hint; asyncpg's writes are already on the event loop).
 
         Raises:
             StoreError: PostgreSQL failed (nothing of the batch was written) or the store

@@ -29,10 +29,10 @@ class FailingStore:
         self.store = store
         self.failing = False
 
-    async def apply(self, batch: Batch) -> None:
+    async def apply(self, batch: Batch, *, inline: bool = False) -> None:
         if self.failing:
             raise StoreError(f"batch {batch.id}: database or disk is full (injected)")
-        await self.store.apply(batch)  # type: ignore[attr-defined]
+        await self.store.apply(batch, inline=inline)  # type: ignore[attr-defined]
 
 
 def _inject(server: Server) -> FailingStore:

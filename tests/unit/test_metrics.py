@@ -407,7 +407,7 @@ def test_the_store_counters_count_transactions_and_pages() -> None:
     io = StoreIO()
 
     class _Store:
-        async def apply(self, batch: Batch) -> None:
+        async def apply(self, batch: Batch, *, inline: bool = False) -> None:
             return None
 
     class _Reader:

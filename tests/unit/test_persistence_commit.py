@@ -38,8 +38,10 @@ class FakeStore:
         self.gate: anyio.Event | None = None
         self.fail_ids: set[int] = set()
         self.crash = False
+        self.inline: list[bool] = []  # each apply's ``inline`` hint
 
-    async def apply(self, batch: Batch) -> None:
+    async def apply(self, batch: Batch, *, inline: bool = False) -> None:
+        self.inline.append(inline)
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
@@ -106,6 +108,26 @@ def test_lone_mutation_is_committed_at_once() -> None:
             assert h.committed == [1]
             tg.cancel_scope.cancel()
         assert inserted_seqs(store.batches[0]) == [1]
+        assert store.inline == [False]  # without a ``lone`` callback: never inline
+
+    run(main)
+
+
+def test_the_lone_callback_decides_the_stores_inline_hint() -> None:
+    async def main() -> None:
+        store = FakeStore()
+        journal = Journal()
+        seen: list[int] = []
+
+        def lone(batch: Batch) -> bool:
+            seen.append(batch.id)
+            return batch.id % 2 == 0
+
+        committer = GroupCommitter(store, journal, lambda b: None, lambda b, e: None, lone=lone)
+        for seq in range(3):
+            journal.insert_message(Q, seq, rec(seq))
+            await committer.drain()
+        assert seen == [1, 2, 3] and store.inline == [False, True, False]
 
     run(main)
 

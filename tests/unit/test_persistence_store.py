@@ -61,10 +61,10 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-async def commit(store: Store, journal: Journal) -> None:
+async def commit(store: Store, journal: Journal, inline: bool = False) -> None:
     batch = journal.take_batch()
     assert batch is not None
-    await store.apply(batch)
+    await store.apply(batch, inline=inline)
 
 
 def with_queue(*names: str) -> Journal:
@@ -499,7 +499,7 @@ def _count_thread_calls(store: Store) -> list[int]:
     return calls
 
 
-def test_small_batches_are_written_on_the_loop_thread_and_large_ones_on_the_writer_thread(
+def test_lone_small_batches_are_written_on_the_loop_thread_others_on_the_writer_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A lone confirm's batch skips the two thread hand-offs; a busy broker's batch keeps
@@ -510,16 +510,19 @@ def test_small_batches_are_written_on_the_loop_thread_and_large_ones_on_the_writ
         async with await Store.open(tmp_path) as store:
             calls = _count_thread_calls(store)
             j = with_queue("q")
-            await commit(store, j)
+            await commit(store, j, inline=True)
             for seq in range(store_module.INLINE_MAX_ROWS):
                 j.insert_message(Q, seq, rec(seq))
-            await commit(store, j)
+            await commit(store, j, inline=True)
             assert calls == [0]
             for seq in range(100, 101 + store_module.INLINE_MAX_ROWS):
                 j.insert_message(Q, seq, rec(seq))
-            await commit(store, j)
+            await commit(store, j, inline=True)
             assert calls == [1]
-            assert len((await store.load()).messages[Q]) == 2 * store_module.INLINE_MAX_ROWS + 1
+            j.insert_message(Q, 200, rec(200))
+            await commit(store, j)  # not a lone batch: the caller saw others publishing
+            assert calls == [2]
+            assert len((await store.load()).messages[Q]) == 2 * store_module.INLINE_MAX_ROWS + 2
 
     run(main)
 
@@ -540,9 +543,9 @@ def test_a_slow_transaction_sends_small_batches_to_the_thread_for_a_while(
 
             async def small() -> None:
                 j.insert_message(Q, next(seq), rec(0))
-                await commit(store, j)
+                await commit(store, j, inline=True)
 
-            await commit(store, j)
+            await commit(store, j, inline=True)
             await small()
             assert calls == [0]  # fast: inline
             fast = store._clock
@@ -574,14 +577,14 @@ def test_a_failed_small_batch_on_the_loop_thread_rolls_back_and_the_store_goes_o
         async with await Store.open(tmp_path) as store:
             calls = _count_thread_calls(store)
             j = with_queue("q")
-            await commit(store, j)
+            await commit(store, j, inline=True)
             j.put_exchange(ExchangeDef("/", "x", "direct", False, False, {}))
             j.insert_message(("/", "nowhere"), 1, rec(1))
             with pytest.raises(StoreError, match="NOT NULL"):
-                await commit(store, j)
+                await commit(store, j, inline=True)
             assert calls == [0] and not store._writer.in_transaction
             j.insert_message(Q, 2, rec(2))
-            await commit(store, j)
+            await commit(store, j, inline=True)
             state = await store.load()
             assert state.exchanges == [] and state.messages[Q] == [(2, rec(2))]
 
@@ -594,13 +597,13 @@ def test_a_writer_connection_gone_behind_the_store_is_a_store_error_on_either_pa
     async def main() -> None:
         async with await Store.open(tmp_path) as store:
             j = with_queue("q")
-            await commit(store, j)
+            await commit(store, j, inline=True)
             await store._writer.close()  # aiosqlite's thread and connection are gone
             for count in (1, store_module.INLINE_MAX_ROWS + 1):  # inline, then on the thread
                 for seq in range(count):
                     j.insert_message(Q, seq, rec(seq))
                 with pytest.raises(StoreError, match="could not commit batch"):
-                    await commit(store, j)
+                    await commit(store, j, inline=True)
 
     run(main)
 
