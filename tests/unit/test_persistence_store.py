@@ -499,18 +499,25 @@ def _count_thread_calls(store: Store) -> list[int]:
     return calls
 
 
+async def _counted_with_queue(store: Store) -> tuple[list[int], Journal]:
+    """Count the writer thread's calls, stop the store's clock (a busy machine must not
+    look like a slow disk), and commit queue ``q`` inline."""
+    calls = _count_thread_calls(store)
+    store._clock = lambda: 1000.0
+    journal = with_queue("q")
+    await commit(store, journal, inline=True)
+    return calls, journal
+
+
 def test_lone_small_batches_are_written_on_the_loop_thread_others_on_the_writer_thread(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     """A lone confirm's batch skips the two thread hand-offs; a busy broker's batch keeps
     the thread so the loop goes on reading while it is written (INLINE_MAX_ROWS)."""
-    monkeypatch.setattr(store_module, "INLINE_SLOW", 3600.0)  # a busy machine is not a slow disk
 
     async def main() -> None:
         async with await Store.open(tmp_path) as store:
-            calls = _count_thread_calls(store)
-            j = with_queue("q")
-            await commit(store, j, inline=True)
+            calls, j = await _counted_with_queue(store)
             for seq in range(store_module.INLINE_MAX_ROWS):
                 j.insert_message(Q, seq, rec(seq))
             await commit(store, j, inline=True)
@@ -528,24 +535,22 @@ def test_lone_small_batches_are_written_on_the_loop_thread_others_on_the_writer_
 
 
 def test_a_slow_transaction_sends_small_batches_to_the_thread_for_a_while(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     """A slow disk must not hold the event loop: after a transaction slower than
     INLINE_SLOW, small batches go to the writer thread for INLINE_BACKOFF seconds."""
 
     async def main() -> None:
         async with await Store.open(tmp_path) as store:
-            calls = _count_thread_calls(store)
+            calls, j = await _counted_with_queue(store)
             now = [1000.0]
             store._clock = lambda: now[0]  # each transaction takes no time on this clock
-            j = with_queue("q")
             seq = iter(range(100))
 
             async def small() -> None:
                 j.insert_message(Q, next(seq), rec(0))
                 await commit(store, j, inline=True)
 
-            await commit(store, j, inline=True)
             await small()
             assert calls == [0]  # fast: inline
             fast = store._clock
@@ -569,15 +574,11 @@ def test_a_slow_transaction_sends_small_batches_to_the_thread_for_a_while(
 
 
 def test_a_failed_small_batch_on_the_loop_thread_rolls_back_and_the_store_goes_on(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
-    monkeypatch.setattr(store_module, "INLINE_SLOW", 3600.0)  # a busy machine is not a slow disk
-
     async def main() -> None:
         async with await Store.open(tmp_path) as store:
-            calls = _count_thread_calls(store)
-            j = with_queue("q")
-            await commit(store, j, inline=True)
+            calls, j = await _counted_with_queue(store)
             j.put_exchange(ExchangeDef("/", "x", "direct", False, False, {}))
             j.insert_message(("/", "nowhere"), 1, rec(1))
             with pytest.raises(StoreError, match="NOT NULL"):
