@@ -349,8 +349,29 @@ def _one_delivery(
 
 
 def offset_split(header: bytes) -> tuple[bytes, bytes]:
-    """``header`` patched by `with_offset`, cut where the offset's 8 bytes go."""
-    zeros = with_offset(header, 0)
+    """``header`` patched by `with_offset`, cut where the offset's 8 bytes go.
+
+    Once per delivery when the headers differ from one message to the next (a message id
+    each, say), so the usual cases are cut directly: a headers table without
+    ``x-stream-offset`` (the entry goes last), or none (a table of that entry alone)."""
+    flags = (header[12] << 8) | header[13]
+    if not flags & 1:
+        pos = 14
+        if flags & 0x8000:  # content_type
+            pos += 1 + header[pos]
+        if flags & 0x4000:  # content_encoding
+            pos += 1 + header[pos]
+        if not flags & 0x2000:
+            before = header[:12] + _FLAGS.pack(flags | 0x2000) + header[14:pos] + _NEW_TABLE
+            return before, header[pos:]
+        (size,) = _TABLE_SIZE.unpack_from(header, pos)
+        end = pos + 4 + size
+        if header.find(_OFFSET_ENTRY, pos + 4, end) < 0:
+            before = b"".join(
+                (header[:pos], _TABLE_SIZE.pack(size + _ENTRY_SIZE), header[pos + 4 : end])
+            )
+            return before + _OFFSET_ENTRY, header[end:]
+    zeros = with_offset(header, 0)  # the publisher sent x-stream-offset: cut by difference
     ones = with_offset(header, -1)  # the offset's bytes are all that differ
     at = 0
     while zeros[at] == ones[at]:

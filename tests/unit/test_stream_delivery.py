@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pamqp import commands, header
 
-from amqpd.model.stream_delivery import StreamReader, with_offset
+from amqpd.model.stream_delivery import StreamReader, offset_split, with_offset
 from amqpd.wire import codec
 from persistence.stream.log import StreamLog
 
@@ -73,3 +73,23 @@ def test_filtered_runs_skip_other_values_and_stop_at_end(tmp_path: Path) -> None
     assert reader.take(20, 100) is None  # offset 20 on is not visible yet
     run = reader.take(30, 100)
     assert run is not None and run.offset_list() == [21, 24, 27]
+
+
+def _split_by_difference(head: bytes) -> tuple[bytes, bytes]:
+    zeros, ones = with_offset(head, 0), with_offset(head, -1)
+    at = next(i for i in range(len(zeros)) if zeros[i] != ones[i])
+    return zeros[:at], zeros[at + 8 :]
+
+
+def test_offset_split_cuts_where_with_offset_puts_the_offset() -> None:
+    heads = [
+        *_HEADERS,
+        _header(0, commands.Basic.Properties(message_id="bench-1", headers={"s": "spark"})),
+        _header(9, commands.Basic.Properties(content_type="a", content_encoding="b")),
+        _header(9, commands.Basic.Properties(content_type="json", headers={})),
+        _header(9, commands.Basic.Properties(headers={"x-stream-offset": 1}, delivery_mode=2)),
+    ]
+    for head in heads:
+        before, after = offset_split(head)
+        assert (before, after) == _split_by_difference(head)
+        assert before + (12345).to_bytes(8, "big") + after == with_offset(head, 12345)
