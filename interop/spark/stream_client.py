@@ -31,10 +31,10 @@ from pika.adapters.select_connection import IOLoop
 
 from interop.spark.errors import redact_url, scrub
 from interop.spark.retry import is_retryable_open_error
+from interop.spark.stream_rows import OFFSET_HEADER, Rows
 
 __all__ = ["Cursor", "Delivery", "PikaConsumer", "StreamClient", "StreamError"]
 
-OFFSET_HEADER = "x-stream-offset"
 CLOSE_GRACE = 2.0
 
 
@@ -385,26 +385,24 @@ class PikaConsumer:
         assert self.cursor is not None
         self.cursor.ack(tag)
 
-    def poll(self, timeout: float) -> list[tuple[Any, ...]]:
+    def poll(self, timeout: float) -> Rows:
         cursor = self.cursor
         assert cursor is not None
         self.client.run_until(lambda: bool(cursor.buffer), timeout)
-        out = []
+        rows = Rows()
         while cursor.buffer:
             d = cursor.buffer.popleft()
             props = d.properties
-            out.append(
-                (
-                    d.offset,
-                    d.tag,
-                    d.routing_key,
-                    props.timestamp,
-                    props.message_id,
-                    props.headers or {},
-                    d.body,
-                )
+            rows.add(
+                d.offset,
+                d.tag,
+                d.routing_key,
+                props.timestamp,
+                props.message_id,
+                props.headers or {},
+                d.body,
             )
-        return out
+        return rows
 
     def close(self) -> None:
         self.client.close()

@@ -8,8 +8,11 @@ acks, per-consumer prefetch) and walks the deliveries in offset order:
 - the task is done at the first offset ``>= end - 1`` (offsets need not be contiguous, so
   ``end - 1`` itself may not exist; a later offset then ends the range).
 
-Deliveries are acknowledged (``multiple``) every half prefetch, which is what gives the
-consumer credit. At the end the connection is closed, never ``basic.reject``-ed.
+A poll hands over deliveries as columns (`Rows`, interop/spark/stream_rows.py); offsets
+increase, so the rows a poll adds are one slice of it, found by bisection, and are copied
+column by column. Record batches of ``BATCH_ROWS`` or a little more are cut from what was
+gathered. Deliveries are acknowledged (``multiple``) every half prefetch, which is what gives
+the consumer credit. At the end the connection is closed, never ``basic.reject``-ed.
 
 Data loss: if the first delivery is past ``start``, either ``start`` fell into a gap of the
 offsets (RabbitMQ skips one per segment) or retention removed it. The task then asks for the
@@ -30,14 +33,15 @@ needed offsets still exist fails the task with "no message".
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
-from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from interop.spark.source_options import SourceOptions
-from interop.spark.stream_client import OFFSET_HEADER, PikaConsumer, StreamClient, StreamError
+from interop.spark.stream_client import PikaConsumer, StreamClient, StreamError
 from interop.spark.stream_ranges import OffsetRange
+from interop.spark.stream_rows import ARROW_SCHEMA, Rows
 from interop.spark.stream_socket import SocketConsumer
 
 __all__ = ["ARROW_SCHEMA", "DDL_SCHEMA", "DataLossError", "read_range"]
@@ -48,17 +52,6 @@ DDL_SCHEMA = (
     "stream string, offset long, timestamp timestamp, routing_key string, "
     "message_id string, headers map<string,string>, value binary"
 )
-ARROW_SCHEMA = pa.schema(
-    [
-        ("stream", pa.string()),
-        ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-        ("routing_key", pa.string()),
-        ("message_id", pa.string()),
-        ("headers", pa.map_(pa.string(), pa.string())),
-        ("value", pa.binary()),
-    ]
-)
 BATCH_ROWS = 10_000
 STALL_PROBE_S = 5.0
 
@@ -68,15 +61,15 @@ class DataLossError(StreamError):
 
 
 def read_range(options: SourceOptions, part: OffsetRange, name: str) -> Iterator[pa.RecordBatch]:
-    """Yield the messages of ``part`` as record batches of up to ``BATCH_ROWS`` rows.
+    """Yield the messages of ``part`` as record batches of ``BATCH_ROWS`` rows or a few more
+    (what one poll added past it).
 
     Raises:
         StreamError: The connection failed or was lost, the stream is gone, or nothing
             arrived for ``readTimeoutMs`` while offsets of the range were still missing.
         DataLossError: Offsets of the range were removed and ``failOnDataLoss`` is true.
     """
-    columns = _Columns(part.stream)
-    walk = _Walk(options, part, name, columns)
+    walk = _Walk(options, part, name)
     position = part.start
     while position < part.end:
         consumer = _consumer(options, name)
@@ -88,8 +81,8 @@ def read_range(options: SourceOptions, part: OffsetRange, name: str) -> Iterator
         if walk.resume_at is None:
             break
         position, walk.resume_at = walk.resume_at, None
-    while len(columns):
-        yield columns.flush(min(BATCH_ROWS, len(columns)))
+    if walk.rows is not None and len(walk.rows):
+        yield walk.rows.batch(part.stream)
 
 
 def _consumer(options: SourceOptions, name: str) -> SocketConsumer | PikaConsumer:
@@ -102,19 +95,17 @@ def _consumer(options: SourceOptions, name: str) -> SocketConsumer | PikaConsume
 class _Walk:
     """The deliveries of one range, in offset order, over one or more subscriptions."""
 
-    def __init__(
-        self, options: SourceOptions, part: OffsetRange, name: str, columns: _Columns
-    ) -> None:
+    def __init__(self, options: SourceOptions, part: OffsetRange, name: str) -> None:
         self.options = options
         self.part = part
         self.name = name
-        self.columns = columns
+        self.rows: Rows | None = None  # gathered, not yet in a record batch
         self.last = part.start - 1  # the highest offset of the range read so far
         self.resume_at: int | None = None  # resubscribe here after data loss was skipped
 
     def run(self, consumer: SocketConsumer | PikaConsumer) -> Iterator[pa.RecordBatch]:
         """Walk one subscription until the range is done or it must resubscribe."""
-        options, part, columns = self.options, self.part, self.columns
+        options, part = self.options, self.part
         ack_every = max(1, options.prefetch // 2)
         timeout = options.read_timeout_ms / 1000
         start, end = part.start, part.end
@@ -123,8 +114,9 @@ class _Walk:
         waited = 0.0
         while True:
             wait = min(STALL_PROBE_S, timeout - waited)
-            deliveries = consumer.poll(wait)
-            if not deliveries:
+            polled = consumer.poll(wait)
+            offsets = polled.offsets
+            if not offsets:
                 waited += wait
                 if self._removed_ahead():
                     return
@@ -138,20 +130,32 @@ class _Walk:
             waited = 0.0
             if first:
                 first = False
-                _check_start(options, part, deliveries[0][0], self.name)
-            for delivery in deliveries:
-                offset = delivery[0]
-                if self.last < offset < end and offset >= start:
-                    columns.add(delivery)
-                    self.last = offset
-                unacked += 1
-                if offset >= end - 1:
-                    return
+                _check_start(options, part, offsets[0], self.name)
+            # the rows of the range past what was read; the range is done at ``end - 1``
+            lo = bisect_right(offsets, max(self.last, start - 1))
+            hi = bisect_left(offsets, end)
+            done = bisect_left(offsets, end - 1) < len(offsets)
+            if lo < hi:
+                self._keep(polled, lo, hi)
+                self.last = offsets[hi - 1]
+            if done:
+                return
+            unacked += len(offsets)
             if unacked >= ack_every:
-                consumer.ack(deliveries[-1][1])
+                consumer.ack(polled.last_tag)
                 unacked = 0
-            while len(columns) >= BATCH_ROWS:
-                yield columns.flush(BATCH_ROWS)
+            if self.rows is not None and len(self.rows) >= BATCH_ROWS:
+                yield self.rows.batch(part.stream)
+                self.rows = None
+
+    def _keep(self, polled: Rows, lo: int, hi: int) -> None:
+        rows = self.rows
+        if rows is None and lo == 0 and hi == len(polled):
+            self.rows = polled  # the whole poll: no copy
+            return
+        if rows is None:
+            rows = self.rows = Rows(polled.headers)
+        rows.extend(polled, lo, hi)
 
     def _removed_ahead(self) -> bool:
         """After a stall: did retention remove the next offsets this range needs? Raises
@@ -196,66 +200,3 @@ def _lost(options: SourceOptions, part: OffsetRange, needed: int, first: int) ->
             text + "; set failOnDataLoss=false to skip them and go on", refused=True
         )
     log.warning("amqp-stream source: %s; skipped (failOnDataLoss=false)", text)
-
-
-class _Columns:
-    """Column lists of the rows read so far."""
-
-    def __init__(self, stream: str) -> None:
-        self.stream = stream
-        self.offsets: list[int] = []
-        self.timestamps: list[int | None] = []
-        self.keys: list[str] = []
-        self.ids: list[str | None] = []
-        self.headers: list[list[tuple[str, str | None]]] = []
-        self.values: list[bytes] = []
-
-    def __len__(self) -> int:
-        return len(self.offsets)
-
-    def add(self, delivery: tuple[Any, ...]) -> None:
-        offset, _tag, routing_key, stamp, message_id, headers, body = delivery
-        self.offsets.append(offset)
-        self.timestamps.append(None if stamp is None else stamp * 1_000_000)
-        self.keys.append(routing_key)
-        self.ids.append(None if message_id is None else str(message_id))
-        self.headers.append([(k, _text(v)) for k, v in headers.items() if k != OFFSET_HEADER])
-        self.values.append(body)
-
-    def flush(self, rows: int) -> pa.RecordBatch:
-        """A record batch of the first ``rows`` rows (removed from the lists)."""
-        size = rows
-        batch = pa.RecordBatch.from_arrays(
-            [
-                pa.array([self.stream] * size, pa.string()),
-                pa.array(self.offsets[:rows], pa.int64()),
-                pa.array(self.timestamps[:rows], pa.timestamp("us", tz="UTC")),
-                pa.array(self.keys[:rows], pa.string()),
-                pa.array(self.ids[:rows], pa.string()),
-                pa.array(self.headers[:rows], pa.map_(pa.string(), pa.string())),
-                pa.array(self.values[:rows], pa.binary()),
-            ],
-            schema=ARROW_SCHEMA,
-        )
-        for column in (
-            self.offsets,
-            self.timestamps,
-            self.keys,
-            self.ids,
-            self.headers,
-            self.values,
-        ):
-            del column[:rows]
-        return batch
-
-
-def _text(value: Any) -> str | None:
-    """A header value as a string: text as is, bytes decoded as UTF-8 (replacing what is
-    not), anything else with ``str`` (numbers, booleans, timestamps, decimals)."""
-    if value is None:
-        return None
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, str):
-        return value
-    return str(value)

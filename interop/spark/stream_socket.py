@@ -4,11 +4,14 @@ Theory of operation. pika decodes a delivery through several layers of objects a
 callbacks (about 15k messages/s on this machine); a Spark task reading a stream needs only
 ``basic.deliver`` + content header + body, in order, on one channel. This client does the
 handshake, ``channel.open``, ``basic.qos`` (per consumer) and ``basic.consume`` with pamqp,
-then parses deliveries itself from a byte buffer: the 7-byte frame header, the deliver
-arguments, the property flags and the few properties the source returns, the headers table
-through pamqp. Any other frame goes through pamqp: ``channel.close`` / ``connection.close``
-from the broker become a ``StreamError`` with the reply code and text; heartbeats are
-answered (the client proposes none).
+then parses deliveries itself from a byte buffer straight into the columns of a `Rows`
+(interop/spark/stream_rows.py): the 7-byte frame header, the deliver arguments, the
+properties the source returns (walked by a plan per property-flags value) and the headers
+table, decoded once per distinct table by `HeaderSets`. A delivery's fields are held aside
+until its body is complete, so a `Rows` only ever holds whole deliveries. Any other frame
+goes through pamqp: ``channel.close`` / ``connection.close`` from the broker become a
+``StreamError`` with the reply code and text; heartbeats are answered (the client proposes
+none).
 
 It never sends ``basic.reject``/``nack`` (a stream answers them with connection error 540):
 ``close()`` sends ``connection.close`` and waits briefly for close-ok, ignoring deliveries
@@ -26,22 +29,35 @@ from urllib.parse import unquote, urlsplit
 
 import pika
 from pamqp import commands, frame, heartbeat
-from pamqp.decode import field_table
 
 from interop.spark.errors import redact_url
-from interop.spark.stream_client import OFFSET_HEADER, StreamError
+from interop.spark.stream_client import StreamError
+from interop.spark.stream_rows import OFFSET_HEADER, HeaderSets, NotAStreamError, Rows
 
-__all__ = ["RawDelivery", "SocketConsumer"]
+__all__ = ["SocketConsumer"]
 
 _FRAME = struct.Struct(">BHI")
 _DELIVER = b"\x00\x3c\x00\x3c"  # class 60, method 60
+_U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _HEADER = struct.Struct(">HHQH")
 RECV = 1 << 18
 FRAME_END = 0xCE
+MAX_HEADER_SETS = 1024  # distinct headers tables interned before a fresh `HeaderSets`
 
-# (offset, delivery tag, routing key, timestamp or None, message id or None, headers, body)
-RawDelivery = tuple[int, int, str, int | None, str | None, dict[str, Any], bytes]
+# what each basic property is to the parser, by flag bit (15: content_type … 2: cluster_id)
+_SKIP_SHORTSTR, _TABLE, _OCTET, _STAMP, _MESSAGE_ID = range(5)
+_KINDS = {13: _TABLE, 12: _OCTET, 11: _OCTET, 7: _MESSAGE_ID, 6: _STAMP}
+_PLANS: dict[int, tuple[int, ...]] = {}
+
+
+def _plan(flags: int) -> tuple[int, ...]:
+    """The fields present for ``flags``, in wire order (cached per flags value)."""
+    plan = _PLANS.get(flags)
+    if plan is None:
+        bits = [bit for bit in range(15, 1, -1) if flags & (1 << bit)]
+        plan = _PLANS[flags] = tuple(_KINDS.get(bit, _SKIP_SHORTSTR) for bit in bits)
+    return plan
 
 
 class SocketConsumer:
@@ -59,10 +75,13 @@ class SocketConsumer:
         self.password = unquote(parts.password or "guest")
         self.name = name
         self.sock: socket.socket | None = None
-        self.buf = bytearray()
+        self.buf = b""
         self.pos = 0
         self.frame_max = 131072
-        self._partial: list[Any] | None = None  # a delivery waiting for header/body frames
+        # a delivery waiting for its header or body frames:
+        # [tag, routing key, offset, timestamp, message id, headers set, body size, pieces]
+        self._pending: list[Any] | None = None
+        self.headers = HeaderSets()
         self.stream = ""
 
     # -- frames -----------------------------------------------------------------------------
@@ -77,9 +96,6 @@ class SocketConsumer:
     def _fill(self, deadline: float) -> bool:
         """Receive more bytes; False when ``deadline`` passed first."""
         assert self.sock is not None
-        if self.pos > RECV:
-            del self.buf[: self.pos]
-            self.pos = 0
         wait = deadline - time.monotonic()
         if wait <= 0:
             return False
@@ -92,7 +108,8 @@ class SocketConsumer:
             raise StreamError(f"connection to {redact_url(self.url)} lost: {exc!r}") from None
         if not chunk:
             raise StreamError(f"connection to {redact_url(self.url)} closed by the broker")
-        self.buf += chunk
+        self.buf = self.buf[self.pos :] + chunk  # what is left is less than a frame
+        self.pos = 0
         return True
 
     def _next_frame(self, deadline: float) -> tuple[int, int, int, int] | None:
@@ -211,53 +228,66 @@ class SocketConsumer:
         """``basic.ack`` everything up to ``tag`` (credit for the consumer)."""
         self._send(self._method(1, commands.Basic.Ack(tag, multiple=True)))
 
-    def poll(self, timeout: float) -> list[RawDelivery]:
+    def poll(self, timeout: float) -> Rows:
         """Deliveries that arrived within ``timeout`` s (at least one unless it passed)."""
-        out: list[RawDelivery] = []
+        if len(self.headers.pairs) >= MAX_HEADER_SETS:
+            self.headers = HeaderSets()
+        rows = Rows(self.headers)
         deadline = time.monotonic() + timeout
-        while not out:
-            self._parse(out)
-            if out or not self._fill(deadline):
-                break
-        return out
+        while True:
+            self._parse(rows)
+            if rows.offsets or not self._fill(deadline):
+                return rows
 
-    def _parse(self, out: list[RawDelivery]) -> None:
-        """Take every complete frame in the buffer; complete deliveries go to ``out``."""
+    def _parse(self, rows: Rows) -> None:
+        """Take every complete frame in the buffer; complete deliveries go to ``rows``."""
         buf = self.buf
         size = len(buf)
-        while size - self.pos >= 8:
-            pos = self.pos
-            kind, _channel, length = _FRAME.unpack_from(buf, pos)
-            start = pos + 7
-            end = start + length
-            if end >= size:
-                return
-            if buf[end] != FRAME_END:
-                raise StreamError("malformed frame from the broker (no frame end)")
-            self.pos = end + 1
-            partial = self._partial
-            if kind == 1:
-                if buf[start : start + 4] == _DELIVER:
-                    self._partial = _deliver(buf, start + 4)
-                    continue
-                value = frame.unmarshal(bytes(buf[pos : end + 1]))[2]
-                self._control(value)
-            elif kind == 2 and partial is not None:
-                _class, _weight, body_size, flags = _HEADER.unpack_from(buf, start)
-                partial.extend(_properties(buf, start + 14, flags))
-                partial.append(body_size)
-                partial.append([])
-                if body_size == 0:
-                    out.append(_finish(partial))
-                    self._partial = None
-            elif kind == 3 and partial is not None:
-                pieces: list[bytes] = partial[6]
-                pieces.append(bytes(buf[start:end]))
-                if sum(map(len, pieces)) >= partial[5]:
-                    out.append(_finish(partial))
-                    self._partial = None
-            elif kind == 8:
-                self._send(bytes(frame.marshal(heartbeat.Heartbeat(), 0)))
+        pos = self.pos
+        pending = self._pending
+        unpack_length = _U32.unpack_from
+        try:
+            while size - pos >= 8:
+                kind = buf[pos]
+                start = pos + 7
+                end = start + unpack_length(buf, pos + 3)[0]
+                if end >= size:
+                    return
+                if buf[end] != FRAME_END:
+                    raise StreamError("malformed frame from the broker (no frame end)")
+                pos = end + 1
+                if kind == 3:
+                    if pending is None:
+                        continue
+                    pieces: list[bytes] = pending[7]
+                    if not pieces and end - start == pending[6]:
+                        _append(rows, pending, buf[start:end])
+                        pending = None
+                        continue
+                    pieces.append(buf[start:end])
+                    if sum(map(len, pieces)) >= pending[6]:
+                        _append(rows, pending, b"".join(pieces))
+                        pending = None
+                elif kind == 2:
+                    if pending is None:
+                        continue
+                    _class, _weight, body_size, flags = _HEADER.unpack_from(buf, start)
+                    _properties(buf, start + 14, flags, pending, rows.headers)
+                    pending[6] = body_size
+                    if body_size == 0:
+                        _append(rows, pending, b"")
+                        pending = None
+                elif kind == 1:
+                    if buf[start : start + 4] == _DELIVER:
+                        pending = _deliver(buf, start + 4)
+                        continue
+                    self.pos = pos
+                    self._control(frame.unmarshal(buf[start - 7 : end + 1])[2])
+                elif kind == 8:
+                    self._send(bytes(frame.marshal(heartbeat.Heartbeat(), 0)))
+        finally:
+            self.pos = pos
+            self._pending = pending
 
     def close(self) -> None:
         """``connection.close``, then wait up to 2 s for close-ok (deliveries ignored)."""
@@ -281,52 +311,57 @@ class SocketConsumer:
             self.sock = None
 
 
-def _deliver(buf: bytearray, at: int) -> list[Any]:
-    """[tag, exchange, routing key] of a ``basic.deliver``'s arguments at ``at``."""
-    tag_len = buf[at]
-    at += 1 + tag_len
+def _deliver(buf: bytes, at: int) -> list[Any]:
+    """A pending delivery from a ``basic.deliver``'s arguments at ``at``."""
+    at += 1 + buf[at]  # consumer tag
     (tag,) = _U64.unpack_from(buf, at)
     at += 9  # delivery tag + redelivered
-    exchange_len = buf[at]
-    at += 1 + exchange_len
-    key_len = buf[at]
-    routing_key = buf[at + 1 : at + 1 + key_len].decode()
-    return [tag, routing_key]
+    at += 1 + buf[at]  # exchange
+    key_end = at + 1 + buf[at]
+    return [tag, buf[at + 1 : key_end], -1, None, None, -1, 0, []]
 
 
-def _properties(buf: bytearray, at: int, flags: int) -> list[Any]:
-    """[headers, timestamp, message id] from the property list at ``at``."""
-    headers: dict[str, Any] = {}
-    timestamp = None
-    message_id = None
-    for bit in range(15, 1, -1):
-        if not flags & (1 << bit):
-            continue
-        if bit == 13:  # headers table
-            (length,) = struct.unpack_from(">I", buf, at)
-            _used, headers = field_table(bytes(buf[at : at + 4 + length]))
-            at += 4 + length
-        elif bit in (12, 11):  # delivery mode, priority
+def _properties(buf: bytes, at: int, flags: int, pending: list[Any], sets: HeaderSets) -> None:
+    """The offset, headers set, timestamp and message id from the property list at ``at``.
+
+    Raises:
+        StreamError: No ``x-stream-offset`` header: the queue is not a stream.
+    """
+    found = False
+    for kind in _plan(flags):
+        if kind == _SKIP_SHORTSTR:
+            at += 1 + buf[at]
+        elif kind == _TABLE:
+            end = at + 4 + _U32.unpack_from(buf, at)[0]
+            try:
+                pending[2], pending[5] = sets.add_raw(buf[at:end])
+            except NotAStreamError:
+                break
+            found = True
+            at = end
+        elif kind == _OCTET:
             at += 1
-        elif bit == 6:  # timestamp
-            (timestamp,) = _U64.unpack_from(buf, at)
+        elif kind == _STAMP:
+            pending[3] = _U64.unpack_from(buf, at)[0]
             at += 8
-        else:  # short strings
-            length = buf[at]
-            if bit == 7:
-                message_id = buf[at + 1 : at + 1 + length].decode("utf-8", "replace")
-            at += 1 + length
-    return [headers, timestamp, message_id]
-
-
-def _finish(partial: list[Any]) -> RawDelivery:
-    tag, routing_key, headers, timestamp, message_id, _size, pieces = partial
-    body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-    offset = headers.get(OFFSET_HEADER)
-    if not isinstance(offset, int):
+        else:  # message id
+            end = at + 1 + buf[at]
+            pending[4] = buf[at + 1 : end]
+            at = end
+    if not found:
         raise StreamError(
             f"deliveries carry no {OFFSET_HEADER} header: not a stream (declare it with "
             "x-queue-type=stream)",
             refused=True,
         )
-    return (offset, tag, routing_key, timestamp, message_id, headers, body)
+
+
+def _append(rows: Rows, pending: list[Any], body: bytes) -> None:
+    tag, key, offset, stamp, message_id, headers, _size, _pieces = pending
+    rows.offsets.append(offset)
+    rows.keys.append(key)
+    rows.stamps.append(stamp)
+    rows.ids.append(message_id)
+    rows.sets.append(headers)
+    rows.values.append(body)
+    rows.last_tag = tag

@@ -108,20 +108,20 @@ def read_stream(
     return seconds, spark.read.parquet(str(out / "data")).count()
 
 
-def consumer_only(url: str, stream: str, rows: int) -> float:
-    """msgs/s of the task's socket consumer alone (reads ``rows`` messages)."""
+def consumer_only(url: str, stream: str, wanted: int) -> float:
+    """msgs/s of the task's socket consumer alone (reads ``wanted`` messages)."""
     consumer = SocketConsumer(url, 10.0, "bench").open(stream, "first", 2000)
     seen = unacked = 0
     started = time.perf_counter()
     try:
-        while seen < rows:
-            batch = consumer.poll(30.0)
-            if not batch:
+        while seen < wanted:
+            rows = consumer.poll(30.0)
+            if not rows:
                 break
-            seen += len(batch)
-            unacked += len(batch)
+            seen += len(rows)
+            unacked += len(rows)
             if unacked >= 1000:
-                consumer.ack(batch[-1][1])
+                consumer.ack(rows.last_tag)
                 unacked = 0
     finally:
         consumer.close()

@@ -18,6 +18,7 @@ from interop.spark import AmqpStreamDataSource, ConfigError
 from interop.spark.source_options import EARLIEST, LATEST, parse_source_options
 from interop.spark.stream_client import StreamError
 from interop.spark.stream_ranges import OffsetRange, cap_ends, split_ranges
+from interop.spark.stream_rows import Rows
 from interop.spark.stream_socket import SocketConsumer
 
 URL = "amqp://guest:s3cret@127.0.0.1:5672/%2F"
@@ -135,16 +136,17 @@ def test_socket_consumer_parses_deliveries_split_anywhere() -> None:
     )
     for cut in (1, 7, 13, 64, len(wire)):
         consumer = SocketConsumer(URL, 1.0, "t")
-        got: list[Any] = []
+        got = Rows(consumer.headers)
         for at in range(0, len(wire), cut):
             consumer.buf += wire[at : at + cut]
             consumer._parse(got)
-        assert [d[0] for d in got] == [40, 41, 43]
-        assert [d[1] for d in got] == [1, 2, 3]
-        assert got[0][2] == "rk.1" and got[0][4] == "m1"
-        assert got[0][6] == b"first body, longer than one frame"
-        assert got[1][4] is None and got[1][6] == b""
-        assert got[2][4] == "m3" and got[2][5]["app"] == "x" and got[2][6] == b"third"
+        assert got.offsets == [40, 41, 43] and got.last_tag == 3
+        assert got.keys == [b"rk.1"] * 3 and got.ids == [b"m1", None, b"m3"]
+        assert got.values == [b"first body, longer than one frame", b"", b"third"]
+        assert got.stamps == [None, None, None]
+        table = got.batch("s").to_pylist()
+        assert [row["headers"] for row in table] == [[("app", "x")]] * 3
+        assert table[0]["routing_key"] == "rk.1" and table[2]["message_id"] == "m3"
 
 
 def test_socket_consumer_reports_a_channel_close_and_a_queue_that_is_no_stream() -> None:
@@ -155,7 +157,7 @@ def test_socket_consumer_reports_a_channel_close_and_a_queue_that_is_no_stream()
     sent: list[bytes] = []
     consumer._send = lambda *frames: sent.extend(frames)  # type: ignore[method-assign]
     with pytest.raises(StreamError, match="stream 'nope' not found in vhost '/'") as info:
-        consumer._parse([])
+        consumer._parse(Rows())
     assert info.value.reply_code == 404 and info.value.refused and sent
     plain = SocketConsumer(URL, 1.0, "t")
     properties = Basic.Properties(message_id="m")
@@ -163,7 +165,7 @@ def test_socket_consumer_reports_a_channel_close_and_a_queue_that_is_no_stream()
     plain.buf += frame.marshal(header.ContentHeader(0, 1, properties), 1)
     plain.buf += frame.marshal(body.ContentBody(b"x"), 1)
     with pytest.raises(StreamError, match="not a stream"):
-        plain._parse([])
+        plain._parse(Rows())
 
 
 class FakePositions:
@@ -264,9 +266,12 @@ class StallingConsumer:
         self.queue = [o for o in self.stored if o >= offset]
         return self
 
-    def poll(self, _timeout: float) -> list[tuple[Any, ...]]:
+    def poll(self, _timeout: float) -> Rows:
         batch, self.queue = self.queue[:7], self.queue[7:]
-        return [(o, o + 1, "rk", None, f"m{o}", {}, b"x") for o in batch]
+        rows = Rows()
+        for o in batch:
+            rows.add(o, o + 1, "rk", None, f"m{o}", {}, b"x")
+        return rows
 
     def ack(self, _tag: int) -> None:
         pass
