@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pickle
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -14,6 +15,8 @@ import itertools
 from pamqp import body, commands, frame, header
 from pamqp.commands import Basic
 
+from amqpd.model.stream_delivery import with_offset
+from amqpd.wire import codec
 from interop.spark import AmqpStreamDataSource, ConfigError
 from interop.spark.source_options import EARLIEST, LATEST, parse_source_options
 from interop.spark.stream_client import StreamError
@@ -147,6 +150,32 @@ def test_socket_consumer_parses_deliveries_split_anywhere() -> None:
         table = got.batch("s").to_pylist()
         assert [row["headers"] for row in table] == [[("app", "x")]] * 3
         assert table[0]["routing_key"] == "rk.1" and table[2]["message_id"] == "m3"
+
+
+def test_socket_consumer_reads_broker_deliveries_whole_or_cut_and_decodes_each_table_once() -> None:
+    """Deliveries as amqpd sends them (``x-stream-offset`` a long, last in the table): read
+    in one step when whole in the buffer, frame by frame when cut; the same columns."""
+    wire = b""
+    for offset in range(100, 150):
+        properties = Basic.Properties(
+            message_id=f"m{offset}",
+            headers={"source": "spark"},
+            timestamp=datetime.fromtimestamp(offset, UTC),
+        )
+        head = with_offset(header.ContentHeader(0, 3, properties).marshal(), offset)
+        deliver = frame.marshal(Basic.Deliver("ctag", offset - 99, False, "", "s1"), 1)
+        wire += bytes(deliver) + b"".join(codec.encode_content(1, head, b"abc", 4096))
+    for cut in (5, 97, len(wire)):
+        consumer = SocketConsumer(URL, 1.0, "t")
+        got = Rows(consumer.headers)
+        for at in range(0, len(wire), cut):
+            consumer.buf += wire[at : at + cut]
+            consumer._parse(got)
+        assert got.offsets == list(range(100, 150)) and got.last_tag == 50
+        assert got.ids == [f"m{o}".encode() for o in range(100, 150)]
+        assert got.stamps == list(range(100, 150)) and got.keys == [b"s1"] * 50
+        assert got.values == [b"abc"] * 50 and got.sets == [0] * 50
+        assert consumer.headers.pairs == [[("source", "spark")]]
 
 
 def test_socket_consumer_reports_a_channel_close_and_a_queue_that_is_no_stream() -> None:
