@@ -27,8 +27,6 @@ from typing import Final, Protocol, final
 from amqpd.model.message import Message, QueueEntry
 from amqpd.wire.properties import HEADERS, RawProperties
 from persistence.stream.format import (
-    ENTRY_LENGTHS,
-    FILTER_LENGTH,
     bloom_bits,
     filter_value_at,
     skip_entries,
@@ -228,11 +226,14 @@ class StreamRun:
     def frames(
         self, channel: int, consumer_tag: bytes, first_tag: int, frame_max: int
     ) -> list[bytes]:
-        """Each delivery's frames as one byte string (tags from ``first_tag`` on). What
-        does not change between consecutive entries with the same exchange, routing key,
-        content header and body size (most of a run, usually) is built once: the method
-        frame's head, the stored names up to the patched header's offset value, and from
-        there to the body."""
+        """The run's deliveries (tags from ``first_tag`` on) as byte strings to send in
+        order: pieces, not one string per delivery, since the connection joins all it
+        sends once. What does not change between consecutive entries is built once: the
+        method frame's head (same exchange and routing key), the body frame's head (same
+        body size), and when the content header is the same too, everything around the
+        offset's 8 bytes. A content header that differs from the one before (a message id
+        each, say) is sent as three slices of the chunk around the new table size and the
+        offset entry (`offset_cut`), nothing patched in a copy first."""
         payload = self.payload
         parts: list[bytes] = []
         prefix = _DELIVER_METHOD + consumer_tag
@@ -241,77 +242,129 @@ class StreamRun:
         pack_frame = _FRAME_HEADER.pack
         pack_tag = _TAG_NOT_REDELIVERED.pack
         pack_offset = _OFFSET_VALUE.pack
-        unpack_len = ENTRY_LENGTHS.unpack_from
         tag = first_tag
         last_names = last_header = b""
         last_body_len = -1
-        method_head = middle = tail = b""
+        method_head = names_end_frame = body_head = b""
+        middle = tail = b""  # around the offset for ``last_header`` (once both are known)
+        header_cut = False  # ``middle``/``tail`` are stale: ``last_header`` was sent in cuts
         starts = self.starts
         pos = self.start
-        unpack_filter = FILTER_LENGTH.unpack_from
         for number, offset in enumerate(self.offset_list()):
             if starts is not None:
                 pos = starts[number]
             names_end = pos + 1 + payload[pos]
             names_end += 1 + payload[names_end]
-            (header_len,) = unpack_len(payload, names_end)
-            header_end = names_end + 4 + header_len
-            (body_len,) = unpack_len(payload, header_end)
+            header_start = names_end + 4
+            header_end = header_start + _u32(payload, names_end)
             body_start = header_end + 4
+            body_len = _u32(payload, header_end)
             body_end = body_start + body_len
+            entry_end = body_end + 2 + (payload[body_end] | payload[body_end + 1] << 8)
             names = payload[pos:names_end]
-            (filter_len,) = unpack_filter(payload, body_end)
-            pos = body_end + 2 + filter_len  # the next entry
-            header = payload[names_end + 4 : header_end]
-            if names != last_names or header != last_header or body_len != last_body_len:
-                if body_len > body_max:  # several body frames: built apart
-                    parts.append(
-                        _one_delivery(
-                            channel,
-                            prefix,
-                            tag,
-                            names,
-                            header,
-                            offset,
-                            payload,
-                            body_start,
-                            body_len,
-                            body_max,
-                        )
+            pos = entry_end  # the next entry
+            if body_len > body_max:  # several body frames: built apart
+                header = payload[header_start:header_end]
+                parts.append(
+                    _one_delivery(
+                        channel,
+                        prefix,
+                        tag,
+                        names,
+                        header,
+                        offset,
+                        payload,
+                        body_start,
+                        body_len,
+                        body_max,
                     )
-                    last_body_len = -1
+                )
+                tag += 1
+                continue
+            if names != last_names:
+                last_names = names
+                method_head = pack_frame(1, channel, method_fixed + len(names)) + prefix
+                names_end_frame = names + _FRAME_END
+                last_header = b""  # ``middle`` starts with the names
+            if body_len != last_body_len:
+                last_body_len = body_len
+                body_head = _FRAME_END + pack_frame(3, channel, body_len) if body_len else b""
+                last_header = b""  # ``tail`` ends with the body frame's head
+            header = payload[header_start:header_end]
+            if header != last_header:
+                last_header = header
+                cut = offset_cut(payload, header_start, header_end)
+                if cut is not None:
+                    table_at, table_end = cut
+                    header_cut = True
+                    parts += (
+                        method_head,
+                        pack_tag(tag, 0),
+                        names_end_frame,
+                        pack_frame(2, channel, header_end - header_start + _ENTRY_SIZE),
+                        payload[header_start:table_at],
+                        _TABLE_SIZE.pack(table_end - table_at - 4 + _ENTRY_SIZE),
+                        payload[table_at + 4 : table_end],
+                        _OFFSET_ENTRY,
+                        pack_offset(offset),
+                        payload[table_end:header_end],
+                    )
+                    _add_body(parts, body_head, payload, body_start, body_end)
                     tag += 1
                     continue
-                last_names, last_header, last_body_len = names, header, body_len
+                header_cut = False
                 before, after = offset_split(header)
-                method_head = pack_frame(1, channel, method_fixed + len(names)) + prefix
-                patched = len(before) + 8 + len(after)
-                middle = names + _FRAME_END + pack_frame(2, channel, patched) + before
-                tail = after + _FRAME_END
-                if body_len:
-                    tail += pack_frame(3, channel, body_len)
+                middle = names_end_frame + pack_frame(2, channel, len(before) + 8 + len(after))
+                middle += before
+                tail = after + body_head if body_len else after + _FRAME_END
+            elif header_cut:  # the same header twice: build its pieces once from now on
+                header_cut = False
+                before, after = offset_split(header)
+                middle = names_end_frame + pack_frame(2, channel, len(before) + 8 + len(after))
+                middle += before
+                tail = after + body_head if body_len else after + _FRAME_END
+            parts += (method_head, pack_tag(tag, 0), middle, pack_offset(offset), tail)
             if body_len:
-                parts.append(
-                    b"".join(
-                        (
-                            method_head,
-                            pack_tag(tag, 0),
-                            middle,
-                            pack_offset(offset),
-                            tail,
-                            payload[body_start:body_end],
-                            _FRAME_END,
-                        )
-                    )
-                )
-            else:
-                parts.append(
-                    b"".join((method_head, pack_tag(tag, 0), middle, pack_offset(offset), tail))
-                )
+                parts += (payload[body_start:body_end], _FRAME_END)
             tag += 1
         if starts is None:
             self.end = pos
         return parts
+
+
+def _u32(payload: bytes, at: int) -> int:
+    """The little-endian u32 at ``at`` (an entry's header or body length)."""
+    return payload[at] | payload[at + 1] << 8 | payload[at + 2] << 16 | payload[at + 3] << 24
+
+
+def _add_body(parts: list[bytes], body_head: bytes, payload: bytes, start: int, end: int) -> None:
+    """The header frame's end and the body frame (none for an empty body)."""
+    if end > start:
+        parts += (body_head, payload[start:end], _FRAME_END)
+    else:
+        parts.append(_FRAME_END)
+
+
+def offset_cut(payload: bytes, start: int, end: int) -> tuple[int, int] | None:
+    """Where the headers table of the content header ``payload[start:end]`` starts and
+    ends, when `with_offset` would append the offset entry to it (a table without
+    ``x-stream-offset``); None otherwise (no table: one is added; or it has one)."""
+    flags = (payload[start + 12] << 8) | payload[start + 13]
+    if flags & 1 or not flags & 0x2000:
+        return None
+    pos = start + 14
+    if flags & 0x8000:  # content_type
+        pos += 1 + payload[pos]
+    if flags & 0x4000:  # content_encoding
+        pos += 1 + payload[pos]
+    table_end = (
+        pos
+        + 4
+        + (payload[pos] << 24 | payload[pos + 1] << 16 | payload[pos + 2] << 8 | payload[pos + 3])
+    )
+    if payload.find(_OFFSET_ENTRY, pos + 4, table_end) >= 0:
+        return None
+    return pos, table_end
 
 
 def _one_delivery(

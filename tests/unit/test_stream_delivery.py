@@ -23,6 +23,11 @@ _HEADERS = [
     _header(5, commands.Basic.Properties(content_type="text/plain", headers={"a": 1})),
     _header(5, commands.Basic.Properties(headers={"x-stream-offset": 7, "b": "c"})),
     _header(5, commands.Basic.Properties(content_encoding="gzip", correlation_id="id")),
+    *(  # a message id each: headers that differ from one message to the next
+        _header(5, commands.Basic.Properties(headers={"s": "x"}, message_id=f"m{n}"))
+        for n in range(3)
+    ),
+    _header(5, commands.Basic.Properties(content_type="a", content_encoding="b", headers={})),
 ]
 
 
@@ -37,15 +42,19 @@ def test_run_frames_match_the_general_encoders(tmp_path: Path) -> None:
     log = StreamLog(tmp_path / "s")
     stored = []
     bodies = [b"hello", b"hello", b"", b"x" * 10_000, b"hello", b"hi", b"hi"]
-    for number in range(60):
+    for number in range(90):
         body = bodies[number % len(bodies)]
-        head = _HEADERS[(number // 3) % len(_HEADERS)]
+        head = _HEADERS[(number // 3 + number % 2) % len(_HEADERS)]
         key = b"\x02rk" if number % 5 else b"\x03key"
         exchange = b"\x00" if number % 7 else b"\x02ex"
         offset = log.append(exchange, key, head, body, None, 1000)
         stored.append((offset, exchange, key, head, body))
         if number == 20:
             log.flush()  # two chunks
+    for number in range(4):  # one header, then the same header again: both ways of sending
+        head = _HEADERS[4 + number // 2]
+        offset = log.append(b"\x00", b"\x02rk", head, b"hello", None, 1000)
+        stored.append((offset, b"\x00", b"\x02rk", head, b"hello"))
     log.flush()
     reader = StreamReader(log.reader(3), None, False, None)
     got: list[bytes] = []
@@ -55,7 +64,7 @@ def test_run_frames_match_the_general_encoders(tmp_path: Path) -> None:
         got += run.frames(1, b"\x03ctg", tag, _FRAME_MAX)
         tag += len(run)
     expected = [_expected(tag, *entry) for tag, entry in enumerate(stored[3:], start=1)]
-    assert got == expected
+    assert b"".join(got) == b"".join(expected)
     assert reader.offset == log.next_offset
 
 
