@@ -42,6 +42,9 @@ _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _OFFSET = struct.Struct(">q")
 _HEADER = struct.Struct(">HHQH")
+_METHOD_HEAD = struct.Struct(">BHII")  # frame type, channel, size; class and method ids
+_DELIVER_ID = 0x003C003C
+_CONTENT_HEAD = struct.Struct(">BHIHHQH")  # frame head; class, weight, body size, flags
 RECV = 1 << 18
 FRAME_END = 0xCE
 MAX_HEADER_SETS = 1024  # distinct headers tables interned before a fresh `HeaderSets`
@@ -329,18 +332,23 @@ def _whole(buf: bytes, pos: int, size: int, rows: Rows) -> int:
     Raises:
         StreamError: No ``x-stream-offset`` header: the queue is not a stream.
     """
-    unpack_length = _U32.unpack_from
-    header: int = pos + 8 + unpack_length(buf, pos + 3)[0]  # the header frame
-    if header + 21 >= size or buf[pos + 7 : pos + 11] != _DELIVER or buf[header] != 2:
+    if pos + 11 > size:
         return 0
-    content: int = header + 8 + unpack_length(buf, header + 3)[0]  # the body frame
-    body_size: int = _U64.unpack_from(buf, header + 11)[0]
-    after = content + 8 + body_size
+    _kind, _channel, length, method = _METHOD_HEAD.unpack_from(buf, pos)
+    header: int = pos + 8 + length  # the header frame
+    if method != _DELIVER_ID or header + 21 > size:
+        return 0
+    kind, _channel, length, _class, _weight, body_size, flags = _CONTENT_HEAD.unpack_from(
+        buf, header
+    )
+    content: int = header + 8 + length  # the body frame
+    after: int = content + 8 + body_size
+    if kind != 2 or not body_size or after > size:
+        return 0
+    kind, _channel, length = _FRAME.unpack_from(buf, content)
     if (
-        not body_size
-        or after > size
-        or buf[content] != 3
-        or unpack_length(buf, content + 3)[0] != body_size
+        kind != 3
+        or length != body_size
         or buf[header - 1] != FRAME_END
         or buf[content - 1] != FRAME_END
         or buf[after - 1] != FRAME_END
@@ -358,13 +366,11 @@ def _whole(buf: bytes, pos: int, size: int, rows: Rows) -> int:
     headers = -1
     sets = rows.headers
     at = header + 21
-    for kind in _PLANS.get(buf[header + 19] << 8 | buf[header + 20]) or _plan(
-        buf[header + 19] << 8 | buf[header + 20]
-    ):
-        if kind == _SKIP_SHORTSTR:
+    for field in _PLANS.get(flags) or _plan(flags):
+        if field == _SKIP_SHORTSTR:
             at += 1 + buf[at]
-        elif kind == _TABLE:
-            end = at + 4 + unpack_length(buf, at)[0]
+        elif field == _TABLE:
+            end = at + 4 + _U32.unpack_from(buf, at)[0]
             found = sets.index.get(buf[at : end - 8])
             if found is None:
                 try:
@@ -374,9 +380,9 @@ def _whole(buf: bytes, pos: int, size: int, rows: Rows) -> int:
             else:
                 offset, headers = _OFFSET.unpack_from(buf, end - 8)[0], found
             at = end
-        elif kind == _OCTET:
+        elif field == _OCTET:
             at += 1
-        elif kind == _STAMP:
+        elif field == _STAMP:
             stamp = _U64.unpack_from(buf, at)[0]
             at += 8
         else:  # message id

@@ -16,7 +16,9 @@ read rate) and a ``readStream`` with ``Trigger.AvailableNow`` does the same on a
 checkpoint (streaming rate, ``--max-per-trigger`` rows per micro-batch). Each Parquet output
 is counted. A warm-up round (``--warmup-rows``) runs first: the first job of a session pays
 for Python worker start-up. ``--consumer-only`` also times the task's socket consumer alone
-(no Spark) on the first stream.
+(no Spark) on the first stream. ``--ceiling`` also times Spark alone: a source of the same
+schema and partitions that yields ready-made record batches (no broker, no decoding) written
+to Parquet the same way; what no AMQP source can beat on this machine.
 """
 
 from __future__ import annotations
@@ -29,13 +31,19 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pika
+import pyarrow as pa  # type: ignore[import-untyped]
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
 
 from interop.spark import AmqpDataSource, AmqpStreamDataSource
+from interop.spark.stream_read import DDL_SCHEMA
+from interop.spark.stream_rows import Rows
 from interop.spark.stream_socket import SocketConsumer
 
 
@@ -128,6 +136,53 @@ def consumer_only(url: str, stream: str, wanted: int) -> float:
     return seen / (time.perf_counter() - started)
 
 
+class _ReadyReader(DataSourceReader):
+    """``rows`` rows over ``parts`` partitions, as one record batch built once per task
+    and yielded again and again (10,000 rows each, like the source's batches)."""
+
+    def __init__(self, rows: int, parts: int) -> None:
+        self.rows, self.parts = rows, parts
+
+    def partitions(self) -> list[InputPartition]:
+        return [InputPartition(number) for number in range(self.parts)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        size = 10_000
+        sample = Rows()
+        body = b'{"order":1234,"customer":12,"at":"2024-05-06T07:08:09Z","status":"created"}'
+        for offset in range(size):
+            sample.add(offset, offset, "s", 1_700_000_000, f"bench-{offset}", {"a": "b"}, body)
+        batch = sample.batch(f"bench-src-{partition.value}")
+        left = self.rows // self.parts
+        while left > 0:
+            yield batch if left >= size else batch.slice(0, left)
+            left -= size
+
+
+class ReadySource(DataSource):
+    """Spark alone: the stream schema from ready-made batches (``--ceiling``)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "ready-batches"
+
+    def schema(self) -> str:
+        return DDL_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _ReadyReader(int(self.options["rows"]), int(self.options["parts"]))
+
+
+def ceiling(spark: SparkSession, rows: int, parts: int, out: Path) -> float:
+    """rows/s of Spark writing ready-made batches of the source's schema to Parquet."""
+    started = time.perf_counter()
+    reader = spark.read.format("ready-batches").option("rows", str(rows))
+    reader.option("parts", str(parts)).load().write.mode("overwrite").parquet(str(out))
+    seconds = time.perf_counter() - started
+    assert spark.read.parquet(str(out)).count() == rows
+    return rows / seconds
+
+
 def start_brokers(which: str, stack: contextlib.ExitStack) -> list[tuple[str, str]]:
     """Private brokers for ``--broker``: (label, url) each, stopped with ``stack``."""
     started: list[tuple[str, str]] = []
@@ -160,6 +215,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--max-per-trigger", type=int, default=50_000)
     parser.add_argument("--consumer-only", action="store_true")
+    parser.add_argument("--ceiling", action="store_true")
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -174,6 +230,7 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(AmqpDataSource)
     spark.dataSource.register(AmqpStreamDataSource)
+    spark.dataSource.register(ReadySource)
     names = [f"bench-src-{i}" for i in range(args.streams)]
     work = Path(tempfile.mkdtemp(prefix="spark-source-bench-"))
     stack = contextlib.ExitStack()
@@ -202,6 +259,9 @@ def main() -> None:
             if args.consumer_only and not label.endswith("warm-up"):
                 alone = consumer_only(url, names[0], rows // len(names))
                 line += f" | socket consumer alone {alone:,.0f} msgs/s"
+            if args.ceiling:
+                alone = ceiling(spark, rows, len(names), work / "ceiling")
+                line += f" | Spark alone (ready batches) -> parquet {alone:,.0f} rows/s"
             print(line, flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
