@@ -72,6 +72,7 @@ MYPYC_MODULES: tuple[str, ...] = (
     "amqpd/model/policies.py",
     "amqpd/model/priority.py",
     "amqpd/model/queue.py",
+    "amqpd/model/queue_limits.py",  # Queue's TTL, x-expires and length limits (per message)
     "amqpd/model/queue_args.py",
     "amqpd/model/selective.py",
     "amqpd/model/selector.py",

@@ -10,10 +10,8 @@ requeued it goes back to its original position (by ``seq``) with redelivered set
 RabbitMQ's classic queues. The queue never does I/O: delivering appends frames to the
 consumer's connection output.
 
-Length limits (``x-max-length``, ``x-max-length-bytes``) count ready messages only, as in
-RabbitMQ. ``x-overflow=drop-head`` drops the oldest ready messages after an enqueue;
-``reject-publish`` / ``reject-publish-dlx`` refuse a publish that would overflow
-(`would_overflow`), which the channel turns into a basic.nack in confirm mode.
+Message TTL, x-expires, the length limits (``x-max-length``, ``x-max-length-bytes``,
+``x-overflow``) and x-delivery-limit are the queue's limits and timers: model/queue_limits.py.
 
 Paging (long durable queues, like RabbitMQ's lazy queues): a persistent message enqueued
 behind the first ``HOT_WINDOW`` entries becomes a page-out candidate; its body is dropped once
@@ -29,7 +27,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from amqpd.model import selective
+from amqpd.model import queue_limits, selective
 from amqpd.model.dedup import Deduplicator, parse_dedup_arguments
 from amqpd.model.groups import MessageGroups, parse_groups_argument
 from amqpd.model.message import Clock, Message, QueueEntry
@@ -237,30 +235,9 @@ class Queue:
         return f"<Queue {self.name!r} in vhost {self.vhost_name!r}>"
 
     def reconfigure(self, settings: QueueSettings) -> None:
-        """Adopt new effective settings (a policy changed; model/policies.py): a lower
-        length limit drops (or dead-letters) the excess at once, as RabbitMQ does; a TTL
-        applies to messages enqueued from now on; a new expires counts from now (RabbitMQ
-        restarts the expiry timer)."""
-        if settings.expires != self.settings.expires:
-            self.last_used = self.clock.now
-        if self.demand_set is not None:
-            self.demand_set.add(self)
-        self.settings = settings
-        self.max_length = settings.max_length
-        self.max_length_bytes = settings.max_length_bytes
-        self.rejects_overflow = settings.overflow != "drop-head" and (
-            self.max_length is not None or self.max_length_bytes is not None
-        )
-        self.message_ttl = settings.message_ttl / 1000 if settings.message_ttl is not None else None
-        if not self.rejects_overflow and (
-            self.max_length is not None or self.max_length_bytes is not None
-        ):
-            self._drop_head_over_limit()
-        if self.needs_ticks:
-            self.watch()
-            deadline = self.next_deadline()  # a policy's x-expires: announce its lease end
-            if deadline is not None:
-                self.clock.wake(deadline)
+        """Adopt new effective settings (a policy changed; model/policies.py): its limits
+        and timers apply at once (model/queue_limits.py)."""
+        queue_limits.reconfigure(self, settings)
 
     @property
     def message_count(self) -> int:
@@ -287,14 +264,7 @@ class Queue:
     # -- in ------------------------------------------------------------------------------
     def would_overflow(self, message: Message) -> bool:
         """True if this queue refuses the message (reject-publish and the limit reached)."""
-        if not self.rejects_overflow:
-            return False
-        if self.max_length is not None and len(self.ready) + 1 > self.max_length:
-            return True
-        return (
-            self.max_length_bytes is not None
-            and self.ready_bytes + message.body_size > self.max_length_bytes
-        )
+        return queue_limits.would_overflow(self, message)
 
     def enqueue(
         self, message: Message, expiration_ms: int | None = None, promised: bool = False
@@ -343,7 +313,7 @@ class Queue:
         if self.consumers:
             self.dispatch(entry)
         if self.max_length is not None or self.max_length_bytes is not None:
-            self._drop_head_over_limit()
+            queue_limits.drop_head_over_limit(self)
         if ttl is not None:
             self.expire()
             self.watch()
@@ -359,17 +329,6 @@ class Queue:
             self._timed += 1
             self.watch()
             self.clock.wake(entry.expires_at)
-
-    def _drop_head_over_limit(self) -> None:
-        ready = self.ready
-        max_length = self.max_length
-        max_bytes = self.max_length_bytes
-        while ready and (
-            (max_length is not None and len(ready) > max_length)
-            or (max_bytes is not None and self.ready_bytes > max_bytes)
-        ):
-            if not self._discard_head("maxlen"):
-                return  # its body cannot be read for dead-lettering now: retried later
 
     # -- out -----------------------------------------------------------------------------
     def _pop_ready(self) -> QueueEntry:
@@ -415,14 +374,6 @@ class Queue:
         else:
             self.dead_letter_counts.disabled[reason] += 1
 
-    def _discard_head(self, reason: str) -> bool:
-        """Discard the head entry. False (the entry stays) if it is to be dead-lettered but
-        its paged-out body cannot be read now."""
-        if self.dead_letter is not None and not self._load_body(self.ready[0]):
-            return False
-        self.discard(self._pop_ready(), reason)
-        return True
-
     def _load_body(self, entry: QueueEntry) -> bool:
         """Make sure a paged-out entry's body is in memory (model/paging.py)."""
         return load_body(self, entry)
@@ -430,12 +381,7 @@ class Queue:
     def expire(self) -> None:
         """Drop (or dead-letter) expired messages at the head (RabbitMQ expires messages
         when they reach the head; with x-message-ttl that is all of them, in order)."""
-        ready = self.ready
-        now = self.clock.now
-        while ready:
-            expires_at = ready[0].expires_at
-            if expires_at is None or expires_at > now or not self._discard_head("expired"):
-                return
+        queue_limits.expire(self)
 
     def take(self) -> QueueEntry | None:
         """Pop the head entry (basic.get)."""
@@ -452,31 +398,12 @@ class Queue:
     def tick(self) -> bool:
         """Timers: expire messages; return True when x-expires says the queue is unused for
         long enough and must be deleted. While body reads fail, retry delivering."""
-        if self.demand_set is not None:
-            self.demand_set.add(self)
-        self.expire()
-        if self.read_failing and self.consumers:
-            self.dispatch()
-        expires = self.settings.expires
-        return (
-            expires is not None
-            and not self.consumers
-            and self.clock.now >= self.last_used + expires / 1000  # as in next_deadline
-        )
+        return queue_limits.tick(self)
 
     def next_deadline(self) -> float | None:
         """When this queue's timers next have something to do: the head message's expiry
         (RabbitMQ expires messages at the head, one timer per queue) and x-expires."""
-        deadline = None
-        ready = self.ready
-        if ready and ready[0].expires_at is not None:
-            deadline = ready[0].expires_at
-        expires = self.settings.expires
-        if expires is not None and not self.consumers:
-            unused_until = self.last_used + expires / 1000
-            if deadline is None or unused_until < deadline:
-                deadline = unused_until
-        return deadline
+        return queue_limits.next_deadline(self)
 
     @property
     def needs_ticks(self) -> bool:
@@ -493,13 +420,7 @@ class Queue:
         back = sorted(entries, key=_by_seq)
         if self.groups is not None:
             self.groups.returned(self, back)
-        limit = self.settings.delivery_limit
-        if limit is not None:
-            over = [entry for entry in back if entry.delivery_count > limit]
-            if over:
-                back = [entry for entry in back if entry.delivery_count <= limit]
-                for entry in over:
-                    self.discard(entry, "delivery_limit")
+        back = queue_limits.within_delivery_limit(self, back)
         if not back:
             return
         if self._selective:
@@ -625,7 +546,7 @@ class Queue:
                 and expires_at <= now
                 and not (head is arriving and expires_at == now)
             ):
-                if not self._discard_head("expired"):
+                if not queue_limits.discard_head(self, "expired"):
                     return
                 continue
             if head.hold and self.held(head):
@@ -652,16 +573,7 @@ class Queue:
     def _expire_head(self, arriving: QueueEntry | None) -> bool:
         """Discard expired entries at the head (as `dispatch` does); False when one cannot
         be dead-lettered now."""
-        ready = self.ready
-        now = self.clock.now
-        while ready:
-            head = ready[0]
-            expires_at = head.expires_at
-            if expires_at is None or expires_at > now or (head is arriving and expires_at == now):
-                return True
-            if not self._discard_head("expired"):
-                return False
-        return True
+        return queue_limits.expire_head(self, arriving)
 
     def _take_ready(self, index: int) -> QueueEntry:
         """Remove the ready entry at ``index`` (a selective consumer's match)."""
