@@ -13,13 +13,15 @@ decoded each time (still correct, only slower).
 `Rows.batch` converts columns with Arrow's vectorised kernels: the byte strings are cast to
 UTF-8 (decoded one by one, replacing what is not UTF-8, only if that cast fails), the
 timestamps from seconds to microseconds, and the ``headers`` map is taken from the distinct
-tables by index. The interned tables belong to one `Rows` and are dropped with it.
+tables by index. A consumer keeps one `HeaderSets` for the `Rows` of all its polls, so a table
+is decoded once per task, and starts a fresh one after ``MAX_HEADER_SETS`` distinct tables
+(interop/spark/stream_socket.py), which bounds the memory of headers unique to each message;
+rows moved into another `Rows` bring the tables they use (`Rows.extend`).
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -180,8 +182,8 @@ def _strings(raw: list[bytes] | list[bytes | None]) -> pa.Array:
     try:
         return binary.cast(pa.string())
     except pa.ArrowInvalid:
-        decode: Callable[[bytes], str] = lambda b: b.decode("utf-8", "replace")  # noqa: E731
-        return pa.array([None if b is None else decode(b) for b in raw], pa.string())
+        decoded = [None if b is None else b.decode("utf-8", "replace") for b in raw]
+        return pa.array(decoded, pa.string())
 
 
 def text(value: Any) -> str | None:

@@ -178,6 +178,34 @@ def test_socket_consumer_reads_broker_deliveries_whole_or_cut_and_decodes_each_t
         assert consumer.headers.pairs == [[("source", "spark")]]
 
 
+def test_headers_unique_to_each_message_are_decoded_into_fresh_sets_and_kept_apart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After ``MAX_HEADER_SETS`` distinct tables a consumer starts a fresh `HeaderSets`
+    (bounded memory); rows gathered across the switch keep their own headers."""
+    from interop.spark import stream_socket
+
+    monkeypatch.setattr(stream_socket, "MAX_HEADER_SETS", 2)
+    consumer = SocketConsumer(URL, 1.0, "t")
+    gathered = None
+    first_sets = consumer.headers
+    for offset in range(6):
+        properties = Basic.Properties(headers={"trace": f"t{offset}"})
+        head = with_offset(header.ContentHeader(0, 1, properties).marshal(), offset)
+        deliver = frame.marshal(Basic.Deliver("ctag", offset + 1, False, "", "s1"), 1)
+        consumer.buf += bytes(deliver) + b"".join(codec.encode_content(1, head, b"x", 4096))
+        polled = consumer.poll(0.0)
+        assert polled.offsets == [offset]
+        if gathered is None:
+            gathered = polled
+        else:
+            gathered.extend(polled, 0, 1)
+    assert consumer.headers is not first_sets and len(consumer.headers.pairs) <= 2
+    assert gathered is not None
+    table = gathered.batch("s1").to_pylist()
+    assert [row["headers"] for row in table] == [[("trace", f"t{o}")] for o in range(6)]
+
+
 def test_socket_consumer_reports_a_channel_close_and_a_queue_that_is_no_stream() -> None:
     consumer = SocketConsumer(URL, 1.0, "t")
     consumer.stream = "nope"
