@@ -97,13 +97,24 @@ class StreamBroker:
         if self.rabbit is not None and len(numbers) > 0:
             self._wait_counted(stream)
 
-    def wait_retention(self, stream: str, timeout: float = 60.0) -> None:
-        """Wait until the stream's first kept offset is past 0 (RabbitMQ applies retention
-        on its own schedule; amqpd at the append's sync). Polls: no event says so."""
+    def wait_retention(self, stream: str, published: int, size: int, timeout: float = 90.0) -> int:
+        """Wait until the stream's first kept offset is past 0 and answer how many messages
+        it then holds in all (``published`` and more). amqpd applies retention at the
+        append's sync; RabbitMQ when a segment rolls over, on its own schedule, and it was
+        seen (once, on a quiet machine) to keep offset 0 for a minute after the last roll:
+        so every 15 s without retention one more segment's worth of messages is published
+        (numbers go on from ``published``), which rolls a segment and evaluates retention
+        again. Polls: no event says so."""
         deadline = time.monotonic() + timeout
+        nudge_at = time.monotonic() + 15.0
         while (first := self._first_offset(stream)) is None or first == 0:
             assert time.monotonic() < deadline, f"{stream}: retention never removed offset 0"
+            if time.monotonic() >= nudge_at:
+                self.publish(stream, range(published, published + 100), size=size)
+                published += 100
+                nudge_at = time.monotonic() + 15.0
             time.sleep(0.5)
+        return published
 
     def _first_offset(self, stream: str) -> int | None:
         """The offset of the first message a ``x-stream-offset: first`` consumer gets, on a
