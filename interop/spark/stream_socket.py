@@ -235,13 +235,22 @@ class SocketConsumer:
     def poll(self, timeout: float) -> Rows:
         """Deliveries that arrived within ``timeout`` s (at least one unless it passed)."""
         if len(self.headers.pairs) >= MAX_HEADER_SETS:
-            self.headers = HeaderSets()
+            self._fresh_header_sets()
         rows = Rows(self.headers)
         deadline = time.monotonic() + timeout
         while True:
             self._parse(rows)
             if rows.offsets or not self._fill(deadline):
                 return rows
+
+    def _fresh_header_sets(self) -> None:
+        """Start a fresh `HeaderSets`; a delivery read up to its body keeps the headers it
+        was read with (its set moves along: its index is into the old one)."""
+        old, self.headers = self.headers, HeaderSets()
+        pending = self._pending
+        if pending is not None and pending[5] >= 0:
+            self.headers.pairs.append(old.pairs[pending[5]])
+            pending[5] = 0
 
     def _parse(self, rows: Rows) -> None:
         """Take every complete frame in the buffer; complete deliveries go to ``rows``.

@@ -206,6 +206,35 @@ def test_headers_unique_to_each_message_are_decoded_into_fresh_sets_and_kept_apa
     assert [row["headers"] for row in table] == [[("trace", f"t{o}")] for o in range(6)]
 
 
+def test_a_delivery_cut_across_the_switch_to_fresh_header_sets_keeps_its_headers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A delivery whose header frame was read before the switch to a fresh `HeaderSets`
+    and whose body arrives after it keeps the headers it was read with (CI at c2501bc:
+    RabbitMQ's tables are decoded one by one, so its reads switch every 1,024 rows)."""
+    from interop.spark import stream_socket
+
+    monkeypatch.setattr(stream_socket, "MAX_HEADER_SETS", 2)
+    consumer = SocketConsumer(URL, 1.0, "t")
+    frames: list[bytes] = []
+    for offset in range(3):
+        properties = Basic.Properties(headers={"trace": f"t{offset}"})
+        head = with_offset(header.ContentHeader(0, 1, properties).marshal(), offset)
+        deliver = frame.marshal(Basic.Deliver("ctag", offset + 1, False, "", "s1"), 1)
+        frames.append(bytes(deliver) + b"".join(codec.encode_content(1, head, b"x", 4096)))
+    cut = len(frames[1]) - 9  # message 1's body frame (8 bytes of framing, 1 of body)
+    consumer.buf += frames[0] + frames[1][:cut]
+    first = consumer.poll(0.0)
+    assert first.offsets == [0] and len(consumer.headers.pairs) == 2
+    consumer.buf += frames[1][cut:] + frames[2]
+    second = consumer.poll(0.0)
+    assert second.headers is consumer.headers and second.headers is not first.headers
+    assert second.offsets == [1, 2]
+    first.extend(second, 0, 2)
+    table = first.batch("s1").to_pylist()
+    assert [row["headers"] for row in table] == [[("trace", f"t{o}")] for o in range(3)]
+
+
 def test_socket_consumer_reports_a_channel_close_and_a_queue_that_is_no_stream() -> None:
     consumer = SocketConsumer(URL, 1.0, "t")
     consumer.stream = "nope"
