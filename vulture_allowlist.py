@@ -97,3 +97,7 @@ _.storage_root  # StreamFiles.storage_root (tests/integration/test_streams.py)
 
 # -- persistence.stream.log: the decoded view of a chunk (the broker reads them undecoded)
 _.next_chunk  # LogReader.next_chunk (tests/unit/test_stream_log.py)
+
+# -- amqpd.shell.peers: the stream of a connection handed to another worker implements
+# anyio's ByteStream, whose send_eof is abstract (nothing calls it on this one)
+_.send_eof  # _Forgotten.send_eof

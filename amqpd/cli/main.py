@@ -31,6 +31,9 @@ from amqpd.model.definitions import DefinitionsError
 from amqpd.shell.listen_errors import ListenError
 from amqpd.shell.server import ServerConfig, run
 from amqpd.shell.store_role import LockLost
+from amqpd.shell.workers import placement
+from amqpd.shell.workers import role as worker_role
+from amqpd.shell.workers.supervisor import Supervisor, die_with_supervisor
 from persistence.errors import StoreError
 from persistence.schema import DB_FILENAME
 
@@ -117,11 +120,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise SettingError(
                 f"invalid setting --log-file {args.log_file}: cannot open it: {exc.strerror}"
             ) from None
+        role = worker_role.from_environment()
+        if args.workers > 1 and args.store is not None:
+            raise SettingError(
+                "invalid setting --workers: more than one worker needs the SQLite store "
+                "(--store postgresql:// runs as one process; use --workers 1)"
+            )
         check_data_dir(args.data_dir, STORE_FILES)
+        if role is None:  # a worker count too small for the data: one line, exit 2
+            placement.load(args.data_dir, args.workers)
         applied = apply_options(args)
     except (SettingError, ValueError) as exc:
         print(f"amqpd: {exc}", file=sys.stderr)
         return 2
+    if args.workers > 1 and role is None:
+        return Supervisor(argv, args.workers).run()
+    if role is not None:
+        die_with_supervisor()
+    data_dir = args.data_dir if role is None else role.data_dir(args.data_dir)
+    if data_dir is not None and data_dir != args.data_dir:
+        data_dir.mkdir(exist_ok=True)
     if BUILD.stale:
         log.warning("running the core as %s", BUILD.describe())
     broker_config = BrokerConfig(
@@ -134,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     server_config = ServerConfig(
         host=args.host,
         port=args.port,
-        data_dir=args.data_dir,
+        data_dir=data_dir,
         store=args.store,
         synchronous=args.sync.upper(),
         reopen_logs=reopen_logs,
@@ -143,6 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prometheus_port=None if args.no_prometheus else args.prometheus_port,
         management_host=args.management_host,
         prometheus_host=args.prometheus_host,
+        worker=role,
         **applied.server,
     )
     backend_options = {}

@@ -8,6 +8,7 @@ documented in docs/configuration.md (tests/unit/test_settings.py checks that eve
 
 from __future__ import annotations
 
+import os
 from typing import Final
 
 from amqpd.cli.settings import (
@@ -39,6 +40,7 @@ def _store_url(text: str) -> str:
 
 LOG_LEVELS: Final = ("debug", "info", "warning", "error", "critical", "none")
 MAX_MESSAGE_SIZE: Final = 536_870_912  # RabbitMQ's upper bound (512 MiB)
+MAX_WORKERS: Final = 256
 
 
 def _size(text: str) -> int:
@@ -70,6 +72,16 @@ def _relative_disk(text: str) -> str:
     if not factor > 0:
         raise Invalid("must be a number above 0 (a multiple of the memory, e.g. 1.5)")
     return str(int(factor * resources.total_memory()))
+
+
+def _workers(text: str) -> int:
+    """--workers: a count of worker processes, or "auto" (the CPUs this process may use)."""
+    text = text.strip().lower()
+    if text == "auto":
+        return len(os.sched_getaffinity(0))
+    if not text.isdigit() or not 1 <= int(text) <= MAX_WORKERS:
+        raise Invalid(f'must be "auto" or an integer from 1 to {MAX_WORKERS}')
+    return int(text)
 
 
 def _nonempty(text: str) -> str:
@@ -108,6 +120,16 @@ LOGS: Final = "logging"
 _BROKER: Final[tuple[Setting, ...]] = (
     Setting("host", host, "127.0.0.1", "address to listen on", ("amqpd.host",)),
     Setting("port", port(), "5672", "AMQP port; 0 picks a free one", ("amqpd.port",)),
+    Setting(
+        "workers",
+        _workers,
+        "1",
+        'worker processes, each serving its own vhosts ("auto": one per CPU; 1: one process). '
+        "Worker 0 keeps the listeners and hands each connection to its vhost's worker "
+        "(docs/multicore.md)",
+        ("amqpd.workers",),
+        metavar="N|auto",
+    ),
     Setting(
         "data_dir",
         directory,

@@ -13,7 +13,7 @@ engine's entry points, which set the one `Clock` queues and vhosts read.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -107,6 +107,9 @@ class Broker:
         self.batch_waits = BatchWaits()  # what confirms and tx.commit-oks wait for
         self.reply_queues: dict[str, Queue] = {}  # direct reply-to addresses -> pseudo-queue
         self._no_vhost = VirtualHost("")  # never registered: there may be no vhost at all
+        # With several workers, which vhosts of the access state this process holds (the
+        # others live on other workers, amqpd/shell/workers/placement.py); None: all of them
+        self.hosts: Callable[[str], bool] | None = None
 
     @property
     def default_vhost(self) -> VirtualHost:
@@ -146,11 +149,17 @@ class Broker:
         before `recover`, while the vhosts are still empty)."""
         self.access.state = state
         for name in list(self.vhosts):
-            if name not in state.vhosts:
+            if not self._holds(name):
                 del self.vhosts[name]
         for name in state.vhosts:
-            self.add_vhost(name)
+            if self._holds(name):
+                self.add_vhost(name)
         self.install_policies()
+
+    def _holds(self, name: str) -> bool:
+        """Whether the vhost ``name`` of the access state lives in this process."""
+        hosts = self.hosts
+        return name in self.access.state.vhosts and (hosts is None or hosts(name))
 
     def replace_access(self, state: AccessState) -> None:
         """Adopt changed access definitions while clients are connected, as RabbitMQ does:
@@ -159,10 +168,11 @@ class Broker:
         is deleted"); everyone else's permissions change at once, on open channels too
         (no permissions left: every check refuses with 403). New vhosts are created."""
         self.access.state = state
-        for name in [name for name in self.vhosts if name not in state.vhosts]:
+        for name in [name for name in self.vhosts if not self._holds(name)]:
             self.delete_vhost(name)
         for name in state.vhosts:
-            self.add_vhost(name)
+            if self._holds(name):
+                self.add_vhost(name)
         self.install_policies()
         for connection in list(self.connections):
             user = connection.user

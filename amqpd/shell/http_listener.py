@@ -16,6 +16,7 @@ import logging
 import socket
 from collections.abc import Generator
 from contextlib import contextmanager, suppress
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -48,6 +49,22 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def bind_unix(path: Path) -> socket.socket:
+    """A listening Unix socket at ``path`` (only this user may connect)."""
+    with suppress(FileNotFoundError):
+        path.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(path))
+        path.chmod(0o600)
+        sock.listen(128)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 async def serve_http(
     app: Any,
     sock: socket.socket,
@@ -65,7 +82,8 @@ async def serve_http(
         timeout_graceful_shutdown=int(SHUTDOWN_TIMEOUT),
     )
     server = _EmbeddedServer(config)
-    port = int(sock.getsockname()[1])
+    name = sock.getsockname()
+    port = int(name[1]) if isinstance(name, tuple) else 0  # 0: a Unix socket
     task = asyncio.ensure_future(server.serve(sockets=[sock]))
     task_status.started(port)
     try:

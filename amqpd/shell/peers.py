@@ -37,6 +37,8 @@ from amqpd.model.broker import Broker
 from amqpd.shell.direct_write import transport_of, write_now
 from amqpd.shell.socket_protocol import READ_SIZE, FeedProtocol, attach
 from amqpd.shell.tls import TLSOptions, certificate_identity, tls_failure_reason
+from amqpd.shell.workers.front import Front
+from amqpd.shell.workers.handover import Arrival
 
 log = logging.getLogger(__name__)
 
@@ -102,15 +104,21 @@ class Peers:
         self._outbox = outbox
         self._after_core = after_core
         self.tls_context: ssl.SSLContext | None = None  # set when serving AMQPS
+        self.front: Front | None = None  # worker 0 of several: the hand-over gate
         self.tls_options: TLSOptions | None = None
 
-    async def handle(self, stream: anyio.abc.SocketStream, tls: bool = False) -> None:
-        """Serve one accepted socket until it closes."""
+    async def handle(
+        self, stream: anyio.abc.SocketStream, tls: bool = False, arrival: Arrival | None = None
+    ) -> None:
+        """Serve one accepted socket until it closes (``arrival``: a connection another
+        worker handed over, amqpd/shell/workers/handover.py)."""
         try:
             address = stream.extra(SocketAttribute.remote_address)
             peer_name = f"{address[0]}:{address[1]}" if isinstance(address, tuple) else str(address)
         except Exception:
             peer_name = "?"
+        if arrival is not None:
+            peer_name = arrival.peer
         byte_stream: anyio.abc.ByteStream = stream
         cert_user = None
         if tls:
@@ -128,10 +136,19 @@ class Peers:
             if isinstance(local, tuple):
                 conn.stats.host, conn.stats.port = str(local[0]), int(local[1])
         conn.stats.ssl = tls
+        if arrival is not None:
+            _replay(conn, arrival)
         peer = Peer(conn, byte_stream)
         self.by_conn[conn] = peer
-        log.info("accepting AMQP connection %s", conn.audit_label())
+        if arrival is None:
+            log.info("accepting AMQP connection %s", conn.audit_label())
         try:
+            gate = self.front if arrival is None else None
+            if gate is not None and not await gate.gate(
+                conn, byte_stream, stream, self._after_core
+            ):
+                peer.stream = _Forgotten()  # handed over (or closed): nothing to close here
+                return
             async with anyio.create_task_group() as group:
                 group.start_soon(self._write_loop, peer)
                 reader = peer.reader = None if tls else attach(stream, conn, self._after_core)
@@ -156,13 +173,14 @@ class Peers:
             with suppress(Exception):
                 await peer.stream.aclose()
             peer.done.set()
-            opened = f", vhost: '{conn.vhost.name}', user: '{conn.user}'" if conn.user else ""
-            log.info(
-                "closing AMQP connection %s%s: %s",
-                conn.audit_label()[:-1],
-                opened + ")",
-                conn.close_reason or "client unexpectedly closed TCP connection",
-            )
+            if not isinstance(peer.stream, _Forgotten):
+                opened = f", vhost: '{conn.vhost.name}', user: '{conn.user}'" if conn.user else ""
+                log.info(
+                    "closing AMQP connection %s%s: %s",
+                    conn.audit_label()[:-1],
+                    opened + ")",
+                    conn.close_reason or "client unexpectedly closed TCP connection",
+                )
 
     async def _tls_handshake(
         self, stream: anyio.abc.SocketStream, peer_name: str
@@ -228,3 +246,32 @@ class Peers:
         peer.unpause()
         with suppress(Exception):
             await stream.aclose()
+
+
+def _replay(conn: Connection, arrival: Arrival) -> None:
+    """Run a handed-over connection's handshake again up to Connection.Open, its replies
+    thrown away (the client has them from worker 0), then feed Open and what followed."""
+    conn.peer_cert_user = arrival.cert_user
+    conn.stats.ssl = arrival.tls
+    if arrival.local_port:
+        conn.stats.host, conn.stats.port = arrival.local_host, arrival.local_port
+    now = time.time()
+    conn.receive_data(arrival.replay[: arrival.open_at], now)
+    conn.data_to_send()
+    conn.receive_data(arrival.replay[arrival.open_at :], now)
+
+
+class _Forgotten(anyio.abc.ByteStream):
+    """The stream of a connection handed to another worker: closing it does nothing."""
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        raise anyio.EndOfStream
+
+    async def send(self, item: bytes) -> None:
+        raise anyio.ClosedResourceError
+
+    async def send_eof(self) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None

@@ -47,7 +47,7 @@ from amqpd.model.global_parameters import ensure_cluster_id
 from amqpd.model.statistics import NodeSample
 from amqpd.shell import management, metrics, node_sample, resources
 from amqpd.shell.admin_socket import AdminReply, serve_admin
-from amqpd.shell.http_listener import bind, serve_http
+from amqpd.shell.http_listener import bind, bind_unix, serve_http
 from amqpd.shell.links.federation_status import (
     FederationLinkStatus,
     federation_table,
@@ -60,6 +60,10 @@ from amqpd.shell.store_lifecycle import StoreLifecycle
 from amqpd.shell.store_role import LockLost, StoreRole
 from amqpd.shell.streams import StreamFiles
 from amqpd.shell.tls import TLSOptions, server_context
+from amqpd.shell.workers.handover import Arrival
+from amqpd.shell.workers.node import WorkerNode
+from amqpd.shell.workers.role import WorkerRole
+from amqpd.shell.workers.supervisor import report_ready
 from persistence.backend import StoreBackend
 from persistence.errors import StoreError
 from persistence.journal import Journal
@@ -94,6 +98,16 @@ class ServerConfig:
     prometheus_port: int | None = None  # Prometheus /metrics (RabbitMQ: 15692); None: off
     management_host: str | None = None  # management.tcp.ip; None: ``host``
     prometheus_host: str | None = None  # prometheus.tcp.ip; None: ``host``
+    worker: WorkerRole | None = None  # one of several workers (``data_dir`` is its own)
+
+
+async def _serve_listener(
+    listener: anyio.abc.Listener[anyio.abc.SocketStream],
+    handle: Callable[[anyio.abc.SocketStream], Any],
+    group: anyio.abc.TaskGroup,
+) -> None:
+    async with listener:
+        await listener.serve(handle, group)
 
 
 def _journal_of(broker: Broker) -> Journal | None:
@@ -130,6 +144,13 @@ class Server:
         self._ticker_until = math.inf  # when the sleeping ticker wakes (inf: it is not asleep)
         broker.statistics.node = node_sample.node_name()
         self.streams = StreamFiles(broker, self.config.data_dir)  # amqpd/shell/streams.py
+        role = self.config.worker
+        # one of several workers (amqpd/shell/workers/node.py); None: the only process
+        self.node = (
+            WorkerNode(role, broker, self.config.data_dir)
+            if role is not None and role.count > 1
+            else None
+        )
         broker.set_stream_logs(self.streams)
         config = self.config
         self.store = StoreLifecycle(  # amqpd/shell/store_lifecycle.py
@@ -188,24 +209,26 @@ class Server:
         http_sockets: dict[str, socket.socket] = {}
         try:
             await self.store.import_definitions(self.config.definitions, store)
+            back = self.node is not None and not self.node.role.front
             host = self.config.host
-            with naming("AMQP", "--port", host, self.config.port):
-                listener = await anyio.create_tcp_listener(
-                    local_host=host, local_port=self.config.port, reuse_port=False
-                )
-            self.port = listener.extra(SocketAttribute.local_port)
-            tls_listener = None
-            if self.sockets.tls_context is not None and self.config.tls_port is not None:
-                with naming("AMQPS", "--tls-port", host, self.config.tls_port):
-                    tls_listener = await anyio.create_tcp_listener(
-                        local_host=host, local_port=self.config.tls_port, reuse_port=False
+            listener: anyio.abc.Listener[anyio.abc.SocketStream] | None = None
+            if not back:
+                with naming("AMQP", "--port", host, self.config.port):
+                    listener = await anyio.create_tcp_listener(
+                        local_host=host, local_port=self.config.port, reuse_port=False
                     )
-                self.tls_port = tls_listener.extra(SocketAttribute.local_port)
-            http_sockets = self._bind_http()
-            self._add_listener("amqp", self.port)
-            if tls_listener is not None:
-                self._add_listener("amqp/ssl", self.tls_port)
-            async with listener, anyio.create_task_group() as group:
+                self.port = listener.extra(SocketAttribute.local_port)
+                if self.sockets.tls_context is not None and self.config.tls_port is not None:
+                    with naming("AMQPS", "--tls-port", host, self.config.tls_port):
+                        tls_listener = await anyio.create_tcp_listener(
+                            local_host=host, local_port=self.config.tls_port, reuse_port=False
+                        )
+                    self.tls_port = tls_listener.extra(SocketAttribute.local_port)
+                http_sockets = self._bind_http()
+                self._add_listener("amqp", self.port)
+                if tls_listener is not None:
+                    self._add_listener("amqp/ssl", self.tls_port)
+            async with anyio.create_task_group() as group:
                 group.start_soon(self._ticker)
                 group.start_soon(self._resource_monitor)
                 group.start_soon(self._sample_rates)
@@ -214,7 +237,10 @@ class Server:
                     group.start_soon(self.store.committer.run_idle)
                 if store is not None and self._role.shared:
                     group.start_soon(self._role.guard, store, self._lock_lost)
-                group.start_soon(listener.serve, self.sockets.handle, group)
+                if self.node is not None:
+                    await self._start_worker(group)
+                if listener is not None:
+                    group.start_soon(_serve_listener, listener, self.sockets.handle, group)
                 if tls_listener is not None:
                     group.start_soon(
                         tls_listener.serve, partial(self.sockets.handle, tls=True), group
@@ -223,7 +249,11 @@ class Server:
                 if store is not None and self.config.data_dir is not None and not self._role.shared:
                     await group.start(serve_admin, self.config.data_dir, self.admin_request)
                 await self._serve_http(group, http_sockets)
-                self.links.start(self.config.host, self.port, self._shovel_finished)
+                if not back:  # a back worker's links: docs/multicore.md, left out
+                    self.links.start(self.config.host, self.port, self._shovel_finished)
+                if back:
+                    task_status.started(0)
+                    await anyio.sleep(math.inf)
                 log.info("listening on %s:%d", self.config.host, self.port)
                 task_status.started(self.port)
                 await anyio.sleep(math.inf)
@@ -239,6 +269,26 @@ class Server:
                 with anyio.CancelScope(shield=True):
                     await self.store.close(store, lost=self.lost is not None)
             self.streams.close()
+
+    async def _start_worker(self, group: anyio.abc.TaskGroup) -> None:
+        """One of several workers: worker 0 gates connections and replicates the access
+        state; worker K takes hand-overs and the state (amqpd/shell/workers/node.py)."""
+        node = self.node
+        assert node is not None
+        if node.role.front:
+            front = await node.start_front(group, self.broker.config.handshake_timeout)
+            self.sockets.front = front
+            return
+
+        async def adopt(access: Any) -> None:
+            self.broker.replace_access(access)
+            self.after_core()
+            await self.store.save_access()
+
+        async def handle(stream: anyio.abc.SocketStream, arrival: Arrival) -> None:
+            await self.sockets.handle(stream, arrival=arrival)
+
+        await node.start_back(group, handle, adopt)
 
     async def _shovel_finished(self, vhost: str, name: str) -> None:
         """A shovel reached src-delete-after: its parameter goes, as in RabbitMQ."""
@@ -275,7 +325,17 @@ class Server:
     async def _serve_http(
         self, group: anyio.abc.TaskGroup, sockets: dict[str, socket.socket]
     ) -> None:
-        """Start the management API and the Prometheus endpoint on their bound sockets."""
+        """Start the management API and the Prometheus endpoint on their bound sockets (a
+        back worker: on its Unix sockets, for worker 0's gateway)."""
+        node = self.node
+        if node is not None and not node.role.front:
+            index = node.role.index
+            for path, app in (
+                (node.role.management_socket(index), management.create_app(self)),
+                (node.role.prometheus_socket(index), metrics.create_app(self)),
+            ):
+                await group.start(serve_http, app, bind_unix(path))
+            return
         for protocol, sock in sockets.items():
             host, port = sock.getsockname()[:2]
             if protocol == "http":
@@ -399,6 +459,8 @@ class Server:
             StoreError: the store failed (the change stays in effect until a restart).
         """
         await self.store.save_access()
+        if self.node is not None:
+            await self.node.access_saved()  # worker 0: every worker applies it
 
     async def shutdown(self, reason: str = "shutdown") -> None:
         """Close every connection with 320 CONNECTION_FORCED, then stop serving."""
@@ -507,7 +569,9 @@ async def run(broker_config: BrokerConfig, server_config: ServerConfig) -> None:
                     return
 
         group.start_soon(watch_signals)
-        await server.serve()
+        async with anyio.create_task_group() as serving:
+            await serving.start(server.serve)
+            report_ready()  # one of several workers: the supervisor waits for this
         group.cancel_scope.cancel()
 
 

@@ -1,0 +1,301 @@
+"""Worker 0 of several: runs each connection's handshake up to Connection.Open, then keeps
+it or hands it to its vhost's worker; and replicates the access state to the workers.
+
+Theory of operation. `Front.gate` reads a new connection (``stream.receive``, not the
+fast callback reader, during the few handshake frames) and feeds the engine, writing its
+replies, until `find_open` sees Connection.Open (amqpd/shell/workers/handover.py). The
+vhost's owner (`Placement`) decides: worker 0 feeds Open itself and the connection goes on
+as usual (`gate` answers True); worker K gets the socket and the bytes so far over its
+hand-over link (`_Links`), worker 0 forgets the connection without a byte more (its copy
+of the descriptor is closed, not shut down, so the client's TCP connection lives on in
+worker K). A TLS connection is relayed instead (the TLS session cannot move; see
+handover.py). A worker that is restarting is waited for up to the handshake timeout; then
+the client gets 541 "vhost … is down", as RabbitMQ answers for a vhost whose supervisor is
+not running.
+
+The access state (users, vhosts, permissions, policies, parameters, limits) changes only
+on worker 0 (management API, ``amqpd ctl``, definitions): `replicate` sends it and the
+placement to every worker over its control link and waits (up to REPLICATE_TIMEOUT) until
+each applied and stored it, so a client told "created" can open the new vhost at once. A
+worker that (re)starts is sent the current state as soon as its control socket answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import socket
+import struct
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from typing import Any
+
+import anyio
+import anyio.abc
+from anyio.abc import SocketAttribute
+from pamqp import commands, frame
+
+from amqpd.engine.connection import Connection
+from amqpd.shell.workers.handover import Arrival, find_open, send_connection
+from amqpd.shell.workers.placement import Placement
+from amqpd.shell.workers.role import WorkerRole
+
+log = logging.getLogger(__name__)
+
+READ_SIZE = 65536
+RELAY_SIZE = 65536
+REPLICATE_TIMEOUT = 5.0  # seconds an admin change waits for the workers to apply it
+RECONNECT_INTERVAL = 0.1  # seconds between tries to reach a starting worker
+_LENGTH = struct.Struct(">I")
+
+
+def encode_state(access: Any, placement: Placement) -> bytes:
+    """A control message: the access state and the placement (pickled: both ends are this
+    program, on a socket only this user can open)."""
+    data = pickle.dumps({"access": access, "placement": placement.to_json()})
+    return _LENGTH.pack(len(data)) + data
+
+
+class Front:
+    """Worker 0's side of the links to the other workers."""
+
+    def __init__(
+        self,
+        role: WorkerRole,
+        placement: Placement,
+        handshake_timeout: float,
+        state: Callable[[], Any],
+    ) -> None:
+        self.role = role
+        self.placement = placement
+        self.handshake_timeout = handshake_timeout
+        self._state = state  # the current access state
+        self._handover: dict[int, socket.socket] = {}
+        self._connected: set[int] = set()  # workers with a control link
+        self._changed = {index: anyio.Event() for index in range(1, role.count)}
+        self._progress = anyio.Event()  # set (and replaced) when a worker applied a state
+        self._version = 0
+        self._applied = dict.fromkeys(range(1, role.count), -1)
+
+    # -- the handshake gate ------------------------------------------------------------------
+
+    async def gate(
+        self,
+        conn: Connection,
+        stream: anyio.abc.ByteStream,
+        raw: anyio.abc.SocketStream,
+        after_core: Callable[[], None],
+    ) -> bool:
+        """Serve ``conn``'s handshake; True: it stays on this worker (everything read so far
+        has been fed), False: it was handed over, relayed to its end, or closed."""
+        replay = bytearray()
+        while not conn.should_close:
+            try:
+                data = await stream.receive(READ_SIZE)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                conn.connection_lost()
+                return False
+            start = len(replay)
+            replay += data
+            found = find_open(replay)
+            if found is None:
+                await self._feed(conn, stream, data, after_core)
+                continue
+            at, vhost = found
+            owner = self.placement.owner(vhost)
+            if owner == self.role.index:
+                await self._feed(conn, stream, data, after_core)
+                return True
+            if at > start:
+                await self._feed(conn, stream, bytes(replay[start:at]), after_core)
+            if conn.should_close:
+                break
+            await self._move(conn, stream, raw, owner, vhost, bytes(replay), at)
+            return False
+        with suppress(Exception):
+            data = conn.data_to_send()
+            if data:
+                await stream.send(data)
+        return False
+
+    async def _feed(
+        self,
+        conn: Connection,
+        stream: anyio.abc.ByteStream,
+        data: bytes,
+        after_core: Callable[[], None],
+    ) -> None:
+        conn.receive_data(data, time.time())
+        out = conn.data_to_send()
+        if out:
+            await stream.send(out)
+        after_core()
+
+    async def _move(
+        self,
+        conn: Connection,
+        stream: anyio.abc.ByteStream,
+        raw: anyio.abc.SocketStream,
+        owner: int,
+        vhost: str,
+        replay: bytes,
+        open_at: int,
+    ) -> None:
+        tls = stream is not raw
+        local = raw.extra(SocketAttribute.local_address)
+        local_host, local_port = (
+            (str(local[0]), int(local[1])) if isinstance(local, tuple) else ("", 0)
+        )
+        arrival = Arrival(
+            conn.peer,
+            local_host,
+            local_port,
+            tls,
+            conn.peer_cert_user,
+            open_at,
+            replay,
+        )
+        conn.connection_lost()  # forgotten here: not a byte more from this worker
+        if tls:
+            await self._relay(stream, owner, vhost, arrival)
+            return
+        sock = raw.extra(SocketAttribute.raw_socket)
+        if not await self._send(owner, sock.fileno(), arrival):
+            await _refuse(stream, vhost, conn.user)
+            return
+        transport = getattr(raw, "_transport", None)
+        if transport is not None:
+            transport.abort()  # closes this copy of the descriptor; no FIN (worker K has it)
+
+    async def _relay(
+        self, stream: anyio.abc.ByteStream, owner: int, vhost: str, arrival: Arrival
+    ) -> None:
+        """Pump the TLS connection's plain bytes to and from worker ``owner``."""
+        here, there = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sent = await self._send(owner, there.fileno(), arrival)
+        finally:
+            there.close()
+        if not sent:
+            here.close()
+            await _refuse(stream, vhost, None)
+            return
+        inner = await anyio.abc.SocketStream.from_socket(here)
+
+        async def pump(source: anyio.abc.ByteStream, sink: anyio.abc.ByteStream) -> None:
+            with suppress(
+                anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError
+            ):
+                while True:
+                    await sink.send(await source.receive(RELAY_SIZE))
+            group.cancel_scope.cancel()
+
+        async with inner, anyio.create_task_group() as group:
+            group.start_soon(pump, stream, inner)
+            group.start_soon(pump, inner, stream)
+
+    async def _send(self, owner: int, fd: int, arrival: Arrival) -> bool:
+        """Hand ``fd`` to worker ``owner``, waiting for a restarting worker up to the
+        handshake timeout; False if it could not be reached."""
+        deadline = time.monotonic() + self.handshake_timeout
+        while True:
+            link = self._handover.get(owner)
+            try:
+                if link is None:
+                    link = self._handover[owner] = _connect(self.role.handover_socket(owner))
+                send_connection(link, fd, arrival)
+                return True
+            except BlockingIOError:
+                await anyio.wait_writable(link)  # type: ignore[arg-type]
+                continue
+            except OSError:
+                dropped = self._handover.pop(owner, None)
+                if dropped is not None:
+                    dropped.close()
+            if time.monotonic() >= deadline:
+                log.error(
+                    "worker %d did not take a connection within %.0f s",
+                    owner,
+                    self.handshake_timeout,
+                )
+                return False
+            await anyio.sleep(RECONNECT_INTERVAL)
+
+    # -- replicating the access state ----------------------------------------------------------
+
+    async def run_control(self) -> None:
+        """Keep a control link to every worker and send it the state when it (re)connects
+        or the state changed; runs until cancelled."""
+        async with anyio.create_task_group() as group:
+            for index in range(1, self.role.count):
+                group.start_soon(self._control_loop, index)
+
+    async def _control_loop(self, index: int) -> None:
+        while True:
+            try:
+                stream = await anyio.connect_unix(self.role.control_socket(index))
+            except OSError:
+                await anyio.sleep(RECONNECT_INTERVAL)
+                continue
+            self._connected.add(index)
+            try:
+                async with stream:
+                    while True:
+                        version = self._version
+                        await stream.send(encode_state(self._state(), self.placement))
+                        if await stream.receive(2) != b"ok":
+                            break
+                        self._applied[index] = version
+                        self._wake_replicators()
+                        if self._version == version:
+                            await self._changed[index].wait()
+                        self._changed[index] = anyio.Event()
+            except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                pass
+            finally:
+                self._connected.discard(index)
+                self._applied[index] = -1
+                self._wake_replicators()
+
+    def _wake_replicators(self) -> None:
+        self._progress.set()
+        self._progress = anyio.Event()
+
+    async def replicate(self) -> None:
+        """The state changed: every connected worker applies it before this returns (or
+        REPLICATE_TIMEOUT passes; a worker not reachable now gets it when it comes back)."""
+        self._version += 1
+        version = self._version
+        for event in self._changed.values():
+            event.set()
+        with anyio.move_on_after(REPLICATE_TIMEOUT) as scope:
+            while any(self._applied[i] < version for i in self._connected):
+                await self._progress.wait()
+        if scope.cancelled_caught:
+            log.warning("a worker did not apply the access change within %.0f s", REPLICATE_TIMEOUT)
+
+    def close(self) -> None:
+        for link in self._handover.values():
+            link.close()
+        self._handover.clear()
+
+
+def _connect(path: Any) -> socket.socket:
+    link = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        link.connect(str(path))
+    except OSError:
+        link.close()
+        raise
+    link.setblocking(False)
+    return link
+
+
+async def _refuse(stream: anyio.abc.ByteStream, vhost: str, user: str | None) -> None:
+    """541 for a vhost whose worker is down (RabbitMQ: "vhost … is down")."""
+    text = f"INTERNAL_ERROR - access to vhost '{vhost}' refused: vhost '{vhost}' is down"
+    close = commands.Connection.Close(541, text[:255], 10, 40)
+    with suppress(Exception):
+        await stream.send(bytes(frame.marshal(close, 0)))
+        await stream.aclose()

@@ -1,0 +1,247 @@
+"""The supervisor of ``--workers N``: starts the workers, restarts one that dies, stops them.
+
+Theory of operation. ``amqpd --workers N`` (N > 1) checks its settings, then becomes this
+supervisor instead of a broker. It creates a private runtime directory (the workers' Unix
+sockets; amqpd/shell/workers/role.py) and starts N workers, each ``python -m amqpd`` with
+the same arguments plus the worker variables, and a pipe on which the worker writes one
+byte once it serves. States::
+
+    STARTING --every worker ready--> SERVING --SIGTERM/SIGINT--> STOPPING --all exited--> done
+    STARTING --a worker exits--> STOPPING (its exit status is the node's: a refused setting,
+                                           a store that cannot open, a port in use)
+    SERVING --a worker exits--> SERVING (restarted at once; its store recovers every
+                                         confirmed message; the others keep serving)
+    SERVING --a worker died RESTART_LIMIT times within RESTART_WINDOW s--> STOPPING (exit 1)
+
+As RabbitMQ restarts a crashed queue process while the node stays up, a worker killed with
+kill -9 is restarted and recovers its store; its clients reconnect (their connection was on
+it), the other workers' clients notice nothing. The restart limit mirrors an OTP
+supervisor's intensity: a worker that cannot stay up stops the node rather than loop.
+SIGHUP is passed on (each worker reopens its log file). Everything waits on one selector:
+the signals arrive through ``signal.set_wakeup_fd`` (SIGCHLD included), the ready bytes
+through their pipes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import Sequence
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from amqpd.shell.workers.role import (
+    COUNT_VARIABLE,
+    DIR_VARIABLE,
+    INDEX_VARIABLE,
+    READY_FD_VARIABLE,
+)
+
+log = logging.getLogger("amqpd.supervisor")
+
+RESTART_LIMIT = 5  # restarts of one worker ...
+RESTART_WINDOW = 60.0  # ... within this many seconds stop the node
+PR_SET_PDEATHSIG = 1  # prctl(2)
+STOP_GRACE = 30.0  # seconds a worker has to close its connections and store on SIGTERM
+
+
+@dataclass
+class _Worker:
+    index: int
+    process: subprocess.Popen[bytes]
+    ready_fd: int  # read end of its ready pipe (-1 once ready or gone)
+    ready: bool = False
+    deaths: deque[float] = field(default_factory=deque)
+
+
+class Supervisor:
+    """Runs ``count`` workers of ``argv`` (the broker's own arguments)."""
+
+    def __init__(self, argv: Sequence[str], count: int) -> None:
+        self.argv = list(argv)
+        self.count = count
+        self.runtime = Path(tempfile.mkdtemp(prefix="amqpd-"))
+        self.workers: dict[int, _Worker] = {}
+        self.selector = selectors.DefaultSelector()
+        self.stopping = False
+        self.status = 0
+
+    def run(self) -> int:
+        """Serve until a signal stops the node; the exit status."""
+        wake_read, wake_write = os.pipe()
+        os.set_blocking(wake_write, False)
+        os.set_blocking(wake_read, False)
+        previous = signal.set_wakeup_fd(wake_write)
+        handlers = {
+            signum: signal.signal(signum, lambda *_: None)
+            for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        }
+        self.selector.register(wake_read, selectors.EVENT_READ, None)
+        try:
+            for index in range(self.count):
+                self._start(index)
+            while self.workers:
+                for key, _ in self.selector.select():
+                    if key.data is None:
+                        self._signals(os.read(wake_read, 512))
+                    else:
+                        self._ready(key.data)
+                self._reap()
+        finally:
+            signal.set_wakeup_fd(previous)
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
+            self.selector.close()
+            os.close(wake_read)
+            os.close(wake_write)
+            self._stop_all()
+            shutil.rmtree(self.runtime, ignore_errors=True)
+        return self.status
+
+    def _start(self, index: int) -> None:
+        ready_read, ready_write = os.pipe()
+        env = dict(os.environ)
+        env.update(
+            {
+                INDEX_VARIABLE: str(index),
+                COUNT_VARIABLE: str(self.count),
+                DIR_VARIABLE: str(self.runtime),
+                READY_FD_VARIABLE: str(ready_write),
+            }
+        )
+        process = subprocess.Popen(
+            [sys.executable, "-m", "amqpd", *self.argv], env=env, pass_fds=(ready_write,)
+        )
+        os.close(ready_write)
+        old = self.workers.get(index)
+        worker = _Worker(index, process, ready_read)
+        if old is not None:
+            worker.deaths = old.deaths
+        self.workers[index] = worker
+        self.selector.register(ready_read, selectors.EVENT_READ, worker)
+
+    def _ready(self, worker: _Worker) -> None:
+        data = os.read(worker.ready_fd, 16)
+        self._close_ready(worker)
+        if not data:
+            return  # it exited before serving: `_reap` decides
+        worker.ready = True
+        if all(w.ready for w in self.workers.values()) and len(self.workers) == self.count:
+            log.info("serving with %d workers (pids %s)", self.count, self._pids())
+
+    def _close_ready(self, worker: _Worker) -> None:
+        if worker.ready_fd >= 0:
+            self.selector.unregister(worker.ready_fd)
+            os.close(worker.ready_fd)
+            worker.ready_fd = -1
+
+    def _signals(self, received: bytes) -> None:
+        for signum in received:
+            if signum in (signal.SIGTERM, signal.SIGINT) and not self.stopping:
+                log.info("received %s; stopping the workers", signal.Signals(signum).name)
+                self.stopping = True
+                self._signal_all(signal.SIGTERM)
+            elif signum == signal.SIGHUP:
+                self._signal_all(signal.SIGHUP)
+
+    def _signal_all(self, signum: int) -> None:
+        for worker in self.workers.values():
+            if worker.process.poll() is None:
+                worker.process.send_signal(signum)
+
+    def _reap(self) -> None:
+        """Act on every worker that exited: restart it, or stop the node."""
+        for index, worker in list(self.workers.items()):
+            code = worker.process.poll()
+            if code is None:
+                continue
+            self._close_ready(worker)
+            del self.workers[index]
+            if self.stopping:
+                continue
+            if not worker.ready:
+                log.error("worker %d exited with status %s while starting; stopping", index, code)
+                self._stop(code if code > 0 else 1)
+                continue
+            now = time.monotonic()
+            worker.deaths.append(now)
+            while worker.deaths and worker.deaths[0] < now - RESTART_WINDOW:
+                worker.deaths.popleft()
+            if len(worker.deaths) > RESTART_LIMIT:
+                log.error(
+                    "worker %d died %d times within %.0f s; stopping the node",
+                    index,
+                    len(worker.deaths),
+                    RESTART_WINDOW,
+                )
+                self._stop(1)
+                continue
+            log.error("worker %d exited (%s); restarting it", index, _describe(code))
+            self._start(index)
+            self.workers[index].deaths = worker.deaths
+
+    def _stop(self, status: int) -> None:
+        self.status = status
+        self.stopping = True
+        self._signal_all(signal.SIGTERM)
+
+    def _stop_all(self) -> None:
+        """SIGTERM to every worker still running; SIGKILL after STOP_GRACE."""
+        self._signal_all(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE
+        for worker in list(self.workers.values()):
+            try:
+                worker.process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.error(
+                    "worker %d did not stop within %.0f s; killing it", worker.index, STOP_GRACE
+                )
+                worker.process.kill()
+                worker.process.wait()
+        self.workers.clear()
+
+    def _pids(self) -> str:
+        return ", ".join(str(self.workers[i].process.pid) for i in sorted(self.workers))
+
+
+def _describe(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"status {code}"
+
+
+def die_with_supervisor() -> None:
+    """In a worker (Linux): be killed when the supervisor dies, so kill -9 of the node's
+    main process is kill -9 of the node (no orphan workers keeping the ports or stores).
+    A worker that finds its supervisor already gone exits."""
+    supervisor = os.getppid()
+    with suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != supervisor or supervisor == 1:
+        os._exit(1)
+
+
+def report_ready() -> None:
+    """In a worker: tell the supervisor this worker serves (once; no-op elsewhere)."""
+    fd = os.environ.pop(READY_FD_VARIABLE, None)
+    if fd is None:
+        return
+    try:
+        os.write(int(fd), b"r")
+        os.close(int(fd))
+    except OSError:
+        pass

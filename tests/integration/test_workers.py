@@ -1,0 +1,182 @@
+"""``--workers 2``: each vhost served by its own worker process, connections handed over
+after the handshake, a killed worker restarted with every confirmed message, the others
+serving meanwhile; kill -9 of the whole node; a worker count too small for the data."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import pika
+import pika.exceptions
+import pytest
+
+from tests.integration.broker_process import BrokerProcess
+
+AMQPD = (sys.executable, "-m", "amqpd")
+
+
+def _admin(data_dir: Path, *args: str) -> None:
+    subprocess.run([*AMQPD, *args, "--data-dir", str(data_dir)], check=True, capture_output=True)
+
+
+def _workers(supervisor: int) -> dict[int, int]:
+    """worker index -> pid, of the supervisor's children."""
+    found: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with suppress(OSError):
+            stat = (entry / "stat").read_text()
+            if int(stat.rsplit(")", 1)[1].split()[1]) != supervisor:
+                continue
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            for item in environ:
+                if item.startswith(b"AMQPD_WORKER_INDEX="):
+                    found[int(item.split(b"=", 1)[1])] = int(entry.name)
+    return found
+
+
+def _wait_for(condition: object, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@contextmanager
+def _channel(port: int, vhost: str) -> Iterator[pika.adapters.blocking_connection.BlockingChannel]:
+    params = pika.ConnectionParameters("127.0.0.1", port, vhost, connection_attempts=1)
+    connection = pika.BlockingConnection(params)
+    try:
+        yield connection.channel()
+    finally:
+        with suppress(Exception):
+            connection.close()
+
+
+class Publisher(threading.Thread):
+    """Publishes persistent messages with confirms to ``queue`` in ``vhost``, reconnecting
+    after failures; ``confirmed`` holds every body the broker confirmed."""
+
+    def __init__(self, port: int, vhost: str, queue: str) -> None:
+        super().__init__(daemon=True)
+        self.port, self.vhost, self.queue = port, vhost, queue
+        self.confirmed: list[bytes] = []
+        self.failures = 0
+        self.stop = threading.Event()
+        self.progress = threading.Event()  # set after each confirm
+
+    def run(self) -> None:
+        sequence = 0
+        while not self.stop.is_set():
+            try:
+                with _channel(self.port, self.vhost) as channel:
+                    channel.confirm_delivery()
+                    while not self.stop.is_set():
+                        body = f"{self.vhost}-{sequence}".encode()
+                        sequence += 1
+                        channel.basic_publish(
+                            "", self.queue, body, pika.BasicProperties(delivery_mode=2)
+                        )
+                        self.confirmed.append(body)
+                        self.progress.set()
+            except (pika.exceptions.AMQPError, OSError):
+                self.failures += 1
+                self.stop.wait(0.05)  # the worker is restarting: try again
+
+
+def _drain(port: int, vhost: str, queue: str) -> set[bytes]:
+    bodies: set[bytes] = set()
+    with _channel(port, vhost) as channel:
+        while True:
+            method, _props, body = channel.basic_get(queue, auto_ack=True)
+            if method is None:
+                return bodies
+            bodies.add(body)
+
+
+def test_vhosts_on_two_workers_survive_a_killed_worker_and_a_killed_node(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    broker = BrokerProcess(data, extra=("--workers", "2", "--no-management", "--no-prometheus"))
+    try:
+        _admin(data, "vhosts", "add", "v1")
+        _admin(data, "users", "set-permissions", "guest", "--vhost", "v1", ".*", ".*", ".*")
+        assert (data / "shard-1").is_dir()
+        workers = _workers(broker.proc.pid)
+        assert sorted(workers) == [0, 1]
+        for vhost in ("/", "v1"):
+            with _channel(broker.port, vhost) as channel:
+                channel.queue_declare("work", durable=True)
+        # v1's queue is in worker 1's store, "/"'s in worker 0's
+        assert (data / "placement.json").read_text().count('"v1": 1') == 1
+
+        root = Publisher(broker.port, "/", "work")
+        moved = Publisher(broker.port, "v1", "work")
+        root.start()
+        moved.start()
+        _wait_for(lambda: len(moved.confirmed) >= 200 and len(root.confirmed) >= 200, "confirms")
+        subprocess.run(["kill", "-9", str(workers[1])], check=True)
+        served_during_restart = len(root.confirmed)
+        _wait_for(lambda: _workers(broker.proc.pid).get(1, workers[1]) != workers[1], "restart")
+        _wait_for(lambda: moved.failures > 0, "the publisher to notice")
+        before = len(moved.confirmed)
+        _wait_for(lambda: len(moved.confirmed) > before + 100, "confirms after the restart")
+        assert len(root.confirmed) > served_during_restart  # worker 0 kept serving
+        root.stop.set()
+        moved.stop.set()
+        root.join(30)
+        moved.join(30)
+        assert root.failures == 0  # its connection was on worker 0 throughout
+
+        broker.kill()  # the supervisor: its workers die with it
+        _wait_for(lambda: not _workers(broker.proc.pid), "the workers to die")
+        broker.restart()
+        for publisher in (root, moved):
+            stored = _drain(broker.port, publisher.vhost, "work")
+            lost = [body for body in publisher.confirmed if body not in stored]
+            assert not lost, f"{len(lost)} confirmed messages lost in {publisher.vhost}"
+        broker.stop()
+    finally:
+        if broker.proc.poll() is None:
+            broker.kill()
+
+
+def test_a_worker_count_too_small_for_the_data_is_refused(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    broker = BrokerProcess(data, extra=("--workers", "2", "--no-management", "--no-prometheus"))
+    try:
+        _admin(data, "vhosts", "add", "v1")
+    finally:
+        broker.stop()
+    result = subprocess.run(
+        [*AMQPD, "--workers", "1", "--port", "0", "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "amqpd: vhost 'v1' lives on worker 1 (its data is in shard-1/): "
+        "start with --workers 2 or more"
+    ]
+
+
+@pytest.mark.parametrize("setting", ["0", "two", "257"])
+def test_a_bad_worker_count_is_one_line_and_exit_2(tmp_path: Path, setting: str) -> None:
+    result = subprocess.run(
+        [*AMQPD, "--workers", setting, "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f'amqpd: invalid setting --workers {setting}: must be "auto" or an integer from 1 to 256'
+    ]
