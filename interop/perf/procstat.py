@@ -45,9 +45,36 @@ class ProcessSample:
 
     @classmethod
     def take(cls, pid: int) -> ProcessSample:
-        """Read process ``pid`` now."""
-        rss, hwm = memory_kb(pid)
-        return cls(cpu_seconds(pid), rss, hwm)
+        """Read process ``pid`` and its children now, summed (a broker of several worker
+        processes, ``amqpd --workers N``, is its supervisor and their CPU and memory)."""
+        cpu = 0.0
+        rss = hwm = 0
+        for each in [pid, *children(pid)]:
+            try:
+                each_rss, each_hwm = memory_kb(each)
+                cpu += cpu_seconds(each)
+            except OSError:
+                if each == pid:
+                    raise
+                continue  # a child that just exited
+            rss += each_rss
+            hwm += each_hwm
+        return cls(cpu, rss, hwm)
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
 
 
 def self_cpu_seconds() -> float:

@@ -134,6 +134,50 @@ def perf_workload(args: list[str], rate_key: str, latency: str) -> Callable[...,
     return run
 
 
+GROUPS = 4  # W1x4's load groups
+
+
+def w1_groups(broker: Broker, opts: argparse.Namespace) -> Metrics:
+    """W1x4: GROUPS W1 load groups at once, each its own producer, consumer and queue, in
+    its own vhost (``--workers N`` places vhosts on workers: docs/multicore.md); the rate is
+    their sum, the broker's CPU (every process of it) per 100k of all their messages."""
+    vhosts = [f"w1x4-{index}" for index in range(GROUPS)]
+    add_vhosts = getattr(broker, "add_vhosts", None)
+    if add_vhosts is None:
+        raise RuntimeError(f"{broker.name} cannot create vhosts here")
+    add_vhosts(vhosts)
+    duration = opts.duration + opts.warmup
+    base = broker.url.rstrip("/")
+    commands = [
+        [
+            sys.executable,
+            *("-m", "interop.perf.cli", "-u", f"{base}/{vhost}", "--json", "--interval", "0"),
+            *("--broker-pid", str(broker.pid), "-x", "1", "-y", "1", "-q", "100", "-A", "50"),
+            *("-z", str(duration), "--warmup", str(opts.warmup)),
+        ]
+        for vhost in vhosts
+    ]
+    running = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+        for command in commands
+    ]
+    results = []
+    for process in running:
+        out, err = process.communicate(timeout=duration + 180)
+        if process.returncode != 0:
+            raise RuntimeError(f"amqpd perf failed ({process.returncode}): {err[-2000:]!r}")
+        results.append(json.loads(out))
+    rate = sum(r["consumed_rate"] for r in results)
+    broker_cpu = statistics.median(r["broker"]["cpu_s"] for r in results)  # one window each
+    return {
+        "rate": rate,
+        "sent": sum(r["published_rate"] for r in results),
+        "cpu100k": broker_cpu / (rate * opts.duration) * 100_000 if rate else 0.0,
+        "broker_cores": broker_cpu / opts.duration,
+        "rss": results[0]["broker"]["rss_kb"] / 1024,
+    }
+
+
 def fill_drain(broker: Broker, opts: argparse.Namespace) -> Metrics:
     """W5: queue N transient messages (confirmed), measure RSS; then drain them."""
     n = str(opts.w5_messages)
@@ -248,6 +292,17 @@ def _workloads() -> list[Workload]:
             ],
             perf_workload(["-x", "1", "-y", "1", *consume], "consumed_rate", "deliver"),
             profile_args=["-x", "1", "-y", "1", *consume],
+        ),
+        Workload(
+            "W1x4",
+            f"{GROUPS} W1 load groups at once, each on its own queue in its own vhost",
+            [
+                Figure("e2e msgs/s (all groups)", "rate", "≥ 1.0x"),
+                Figure("broker CPU s / 100k msgs", "cpu100k", "≤ 1.0x", CPU),
+                Figure("broker cores", "broker_cores", fmt="{:.2f}"),
+                RSS,
+            ],
+            w1_groups,
         ),
         Workload(
             "W1r",
@@ -553,7 +608,8 @@ def _cell(value: float | None, fmt: str) -> str:
 
 def results_table(workloads: list[Workload], results: dict[str, Runs], names: list[str]) -> str:
     """The markdown table of medians, one row per figure (paired figures share a row)."""
-    baseline = next((n for n in names if n.startswith("amqpd@")), None)
+    # the second amqpd column: a baseline revision, or another --workers count
+    baseline = next((n for n in names if n.startswith(("amqpd@", "amqpd --workers"))), None)
     rival = next((n for n in names if not n.startswith("amqpd")), None)
     other = rival or "RabbitMQ"
     head = f"| workload | figure | amqpd | {other} | amqpd / {other} | goal |"
@@ -734,6 +790,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--duration", type=float, default=10.0, help="measured seconds per run [10]")
     p.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds per run [1]")
     p.add_argument("--only", default="", help="comma-separated workloads, e.g. W1,W2s")
+    p.add_argument(
+        "--workers",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[1],
+        help="amqpd --workers, comma-separated: one amqpd column each (the first is named "
+        "amqpd, the ratio's numerator), e.g. 1,2 [1]",
+    )
     p.add_argument("--w5-messages", type=int, default=1_000_000, help="W5 queue depth [1e6]")
     p.add_argument("--w6-connections", type=int, default=1000, help="W6 connections [1000]")
     p.add_argument(
@@ -821,9 +884,11 @@ def main(argv: list[str] | None = None) -> int:
     opts.work_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(opts.work_dir, 0o755)
     source, opts.code_label = snapshot(opts.broker_code, opts.work_dir)
-    brokers: list[Broker] = [
-        Amqpd(free_port(), opts.work_dir / "amqpd" / "data", opts.sync, source)
-    ]
+    brokers: list[Broker] = []
+    for count in opts.workers:
+        name = "amqpd" if count == opts.workers[0] else f"amqpd --workers {count}"
+        data = opts.work_dir / f"amqpd-w{count}" / "data"
+        brokers.append(Amqpd(free_port(), data, opts.sync, source, name, count))
     notes: list[str] = []
     if opts.baseline:
         base_source, base_label = snapshot(opts.baseline, opts.work_dir, "baseline-src")

@@ -54,7 +54,9 @@ class Amqpd:
         sync: str = "full",
         source: Path | None = None,
         name: str = "amqpd",
+        workers: int = 1,
     ) -> None:
+        self.workers = workers  # --workers
         self.port = port
         self.data_dir = data_dir
         self.sync = sync
@@ -95,6 +97,8 @@ class Amqpd:
                 "warning",
                 "--sync",
                 self.sync,
+                "--workers",
+                str(self.workers),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -106,6 +110,24 @@ class Amqpd:
         except TimeoutError:
             self.stop()
             raise
+
+    def add_vhosts(self, names: list[str]) -> None:
+        """Create vhosts with every permission for guest (through the admin socket)."""
+        env = dict(os.environ)
+        if self.source is not None:
+            env["PYTHONPATH"] = str(self.source)
+        for name in names:
+            for args in (
+                ("vhosts", "add", name),
+                ("users", "set-permissions", "guest", "--vhost", name, ".*", ".*", ".*"),
+            ):
+                subprocess.run(
+                    [sys.executable, "-m", "amqpd", *args, "--data-dir", str(self.data_dir)],
+                    check=True,
+                    capture_output=True,
+                    cwd=self.source,
+                    env=env,
+                )
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after a grace period."""
@@ -181,6 +203,12 @@ class RabbitMQ:
         """The beam.smp process."""
         assert self._pid is not None
         return self._pid
+
+    def add_vhosts(self, names: list[str]) -> None:
+        """Create vhosts with every permission for guest."""
+        for name in names:
+            self.ctl("add_vhost", name)
+            self.ctl("set_permissions", "-p", name, "guest", ".*", ".*", ".*")
 
     def ctl(self, *args: str) -> subprocess.CompletedProcess[str]:
         """``rabbitmqctl -n NODE ARGS`` as the rabbitmq user."""
