@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from amqpd.model.broker import Broker
 from amqpd.shell.metrics import RabbitCollector, render
-from amqpd.shell.workers.metrics_merge import merge_expositions
+from amqpd.shell.workers.metrics_merge import combiner, merge_expositions
 from tests.unit.management_support import Api, FakeHost
 
 WORKER_0 = """\
@@ -18,7 +20,7 @@ rabbitmq_queues 2.0
 rabbitmq_global_messages_received_total{protocol="amqp091"} 10.0
 # HELP rabbitmq_queue_messages Sum of ready and unacknowledged messages
 # TYPE rabbitmq_queue_messages gauge
-rabbitmq_queue_messages{vhost="/",queue="a \\"quoted\\" name"} 4.0
+rabbitmq_queue_messages{vhost="/",queue="a } \\"quoted\\" name 9"} 4.0
 # HELP rabbitmq_build_info RabbitMQ & Erlang/OTP version info
 # TYPE rabbitmq_build_info untyped
 rabbitmq_build_info{product_version="1",python_version="3.11.2"} 1.0
@@ -95,7 +97,7 @@ def test_families_once_with_samples_combined() -> None:
     samples = _samples(text)
     assert samples[("rabbitmq_queues", ())] == 5
     assert samples[("rabbitmq_global_messages_received_total", (("protocol", "amqp091"),))] == 15
-    quoted = (("queue", 'a "quoted" name'), ("vhost", "/"))
+    quoted = (("queue", 'a } "quoted" name 9'), ("vhost", "/"))
     assert samples[("rabbitmq_queue_messages", quoted)] == 4  # per object: kept as it is
     assert samples[("rabbitmq_queue_messages", (("queue", "b"), ("vhost", "v1")))] == 7
     builds = [name for name in samples if name[0] == "rabbitmq_build_info"]
@@ -137,3 +139,27 @@ def test_the_apps_own_expositions_merge_without_repeating_a_family() -> None:
     assert _type_lines(merged) == _type_lines(texts[0])
     assert _samples(merged)[("rabbitmq_queues", ())] == 6
     assert len([s for s in _samples(merged) if s[0] == "rabbitmq_identity_info"]) == 1
+
+
+def test_the_apps_per_object_scrapes_merge_as_the_parser_reads_them() -> None:
+    """The line-based merge against one made of prometheus_client's parsed samples."""
+    odd = 'odd } "name"\\ 1'  # a brace, quotes, a backslash and a number in a label value
+    texts = []
+    for vhost, queue in (("/", odd), ("v1", "plain")):
+        api = Api()
+        api.put("/api/vhosts/v1")
+        path = "/api/queues/" + "/".join(quote(part, safe="") for part in (vhost, queue))
+        assert api.put(path).status_code == 201
+        api.put(path.replace("/api/queues/", "/api/exchanges/"), json={"type": "topic"})
+        texts.append(render([RabbitCollector(api.host, "per-object")]).decode())  # type: ignore[arg-type]
+    expected: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for index, text in enumerate(texts):
+        for key, value in _samples(text).items():
+            if key not in expected:
+                expected[key] = value
+            elif not key[0].endswith("_info") or index == 0:
+                expected[key] = combiner(key[0])(expected[key], value)
+    merged = _samples(merge_expositions(texts).decode())
+    assert merged == expected
+    assert merged[("rabbitmq_queue_messages_ready", (("queue", odd), ("vhost", "/")))] == 0
+    assert merged[("rabbitmq_queue_messages_ready", (("queue", "plain"), ("vhost", "v1")))] == 0

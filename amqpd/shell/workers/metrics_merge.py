@@ -3,9 +3,7 @@
 
 Every worker serves the same families (amqpd/shell/metrics.py). A scrape must hold each
 family once (one ``# HELP`` / ``# TYPE``: Prometheus rejects a scrape that repeats them), so
-the texts are parsed with prometheus_client's parser (it round-trips what the app renders,
-byte for byte), their families merged by name, and rendered again. Samples with the same
-name and labels are combined:
+the families are merged by name and samples with the same name and labels combined:
 
 - node figures of a part of the node (queues, connections, channels, consumers, messages,
   the global counters, store I/O, ``process_*`` memory, CPU seconds and open fds, and the
@@ -21,18 +19,24 @@ name and labels are combined:
   worker 0's.
 
 Families keep the order of the first text that has them (worker 0's), then the others'.
+
+The texts are what prometheus_client's ``generate_latest`` wrote on each worker (format
+0.0.4: ``# HELP``, ``# TYPE``, then one ``name{labels} value`` line per sample, labels in the
+same order on every worker), so they are merged line by line: a sample is keyed by its text
+up to its value, a sample only one worker has keeps its line unchanged and a combined one is
+written as ``generate_latest`` writes values. prometheus_client's parser reads the same
+(tests/unit/test_worker_metrics_merge.py checks that the merged text parses back) but takes
+~27 µs per sample (5.4 s for 200,000 samples: the per-object scrape of 10,000 queues over
+four workers); this takes ~2 µs, output included (0.43 s).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Final
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.registry import Collector
-from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 Combine = Callable[[float, float], float]
 
@@ -41,6 +45,7 @@ _FIRST_VALUE: Final = frozenset(
 )
 _LONGEST: Final = frozenset({"rabbitmq_erlang_uptime_seconds"})
 _LEAST: Final = frozenset({"rabbitmq_disk_space_available_bytes"})
+_go_float: Callable[[float], str] = floatToGoString  # the value as generate_latest writes it
 
 
 def _sum(a: float, b: float) -> float:
@@ -67,46 +72,62 @@ def _first_worker_only(family: str) -> bool:
     return family.endswith("_info")
 
 
-class _Families(Collector):
-    def __init__(self, families: list[Metric]) -> None:
-        self.families = families
+@dataclass(slots=True)
+class _Family:
+    header: list[str] = field(default_factory=list)  # its # HELP and # TYPE lines
+    # sample text up to the value -> (the line as received, or None once combined; value)
+    samples: dict[str, tuple[str | None, float]] = field(default_factory=dict)
 
-    def collect(self) -> list[Metric]:
-        return self.families
+
+def _split(line: str) -> tuple[str, float]:
+    """(name{labels}, value) of a sample line (a label value may hold spaces and braces,
+    the value and a timestamp cannot)."""
+    brace = line.rfind("}")
+    if brace >= 0:
+        key, rest = line[: brace + 1], line[brace + 1 :]
+    else:
+        key, _, rest = line.partition(" ")
+    return key, float(rest.split()[0])
 
 
 def merge_expositions(texts: Sequence[str]) -> bytes:
     """One exposition (text format 0.0.4) of the families in ``texts`` (worker 0's first).
 
     Raises:
-        ValueError: a text that is not in the exposition format.
+        ValueError: a sample line without a number.
+        IndexError: a sample line without a value.
     """
-    merged: dict[str, Metric] = {}
-    values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], Sample]] = {}
+    families: dict[str, _Family] = {}
     for text in texts:
-        for family in text_string_to_metric_families(text):
-            into = merged.get(family.name)
-            if into is None:
-                into = merged[family.name] = Metric(family.name, family.documentation, family.type)
-                values[family.name] = {}
-            elif _first_worker_only(family.name):
+        new: set[str] = set()  # the families this text is the first to have
+        family: _Family | None = None
+        skip = False  # the samples of a first-worker-only family a former text had
+        for line in text.splitlines():
+            if line.startswith("#"):
+                parts = line.split(" ", 3)
+                if len(parts) < 3 or parts[1] not in ("HELP", "TYPE"):
+                    continue  # another comment
+                name = parts[2]
+                family = families.get(name)
+                if family is None:
+                    family = families[name] = _Family()
+                    new.add(name)
+                if name in new:
+                    family.header.append(line)
+                skip = name not in new and _first_worker_only(name)
                 continue
-            _add(values[family.name], family.samples)
-    for name, metric in merged.items():
-        metric.samples = list(values[name].values())
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families(list(merged.values())))
-    return generate_latest(registry)
-
-
-def _add(
-    into: dict[tuple[str, tuple[tuple[str, str], ...]], Sample], samples: Iterable[Sample]
-) -> None:
-    for sample in samples:
-        key = (sample.name, tuple(sorted(sample.labels.items())))
-        found = into.get(key)
-        if found is None:
-            into[key] = sample
-        else:
-            value = combiner(sample.name)(found.value, sample.value)
-            into[key] = found._replace(value=value)
+            if not line or family is None or skip:
+                continue
+            key, value = _split(line)
+            found = family.samples.get(key)
+            if found is None:
+                family.samples[key] = (line, value)
+            else:
+                combine = combiner(key.split("{", 1)[0])
+                family.samples[key] = (None, combine(found[1], value))
+    out: list[str] = []
+    for merged in families.values():
+        out.extend(merged.header)
+        for key, (kept, value) in merged.samples.items():
+            out.append(kept if kept is not None else f"{key} {_go_float(value)}")
+    return ("\n".join(out) + "\n").encode("utf-8") if out else b""
