@@ -57,10 +57,14 @@ def _grant(broker: Broker, vhost: str) -> None:
 
 
 class Host(FakeHost):
-    """FakeHost with no links running (the `BrokerHost` protocol in full)."""
+    """FakeHost with the shovels in ``shovels`` running (the `BrokerHost` protocol in full)."""
+
+    def __init__(self, broker: Broker) -> None:
+        super().__init__(broker)
+        self.shovels: list[dict[str, Any]] = []
 
     def shovel_status(self, vhost: str | None = None) -> list[dict[str, Any]]:
-        return []
+        return [item for item in self.shovels if vhost is None or item["vhost"] == vhost]
 
     def federation_status(self, vhost: str | None = None) -> list[FederationLinkStatus]:
         return []
@@ -433,3 +437,12 @@ def test_unix_caller_reaches_worker_k_over_its_socket_and_worker_0_in_process(no
     assert answers[0][2] == b'[{"name":"q1"}]'
     assert "made" in node.queues(1, "v1")
     assert answers[3][2] == b"[]"
+
+
+def test_links_are_listed_from_every_worker_that_runs_them(node: Node) -> None:
+    node.hosts[0].shovels = [{"name": "s0", "vhost": "v1"}, {"name": "s2", "vhost": "/"}]
+    node.hosts[1].shovels = [{"name": "s1", "vhost": "v1"}]
+    assert _names(node.get("/api/shovels").json()) == ["s2", "s0", "s1"]
+    assert _names(node.get("/api/shovels/v1").json()) == ["s0", "s1"]
+    assert _names(node.get("/api/shovels/%2F").json()) == ["s2"]
+    assert node.get("/api/shovels/nope").status_code == 404

@@ -12,12 +12,17 @@ owns (`Placement.owner`). `management_gateway` sends each request where its answ
 request                                                   goes to
 ========================================================  ===================================
 ``GET /api/{queues,exchanges,bindings,connections,         every worker at once; rows of a
-channels,consumers,vhosts,shovels,federation-links}``     vhost kept from its owner only
+channels,consumers,vhosts}``                              vhost kept from its owner only
                                                           (a row without a vhost: kept), then
                                                           sorted, filtered, paginated and
                                                           projected here (listing.present)
+``GET /api/{shovels,federation-links}``                   every worker, every row (a link
+                                                          runs on one worker, which need not
+                                                          be its vhost's owner), as above
+``GET /api/{shovels,federation-links}/{vhost}``           the owner (404, 401), then every
+                                                          worker's rows of that vhost
 ``/api/{queues,exchanges,bindings,consumers,              the vhost's owner, unchanged
-aliveness-test,shovels,federation-links}/{vhost}...``,
+aliveness-test}/{vhost}...``,
 ``/api/vhosts/{vhost}/{connections,channels}``,
 ``GET /api/vhosts/{vhost}``, ``GET /api/definitions/{vhost}``
 ``GET /api/overview``                                     every worker: worker 0's object,
@@ -324,6 +329,10 @@ def _vhost_name(row: dict[str, Any]) -> Any:
     return row.get("name")
 
 
+def _anywhere(row: dict[str, Any]) -> Any:
+    return None  # every worker's rows are kept
+
+
 @dataclass(frozen=True, slots=True)
 class _Listing:
     vhost: VhostOf = _row_vhost
@@ -338,9 +347,10 @@ _LISTINGS: Final[dict[str, _Listing]] = {
     "channels": _Listing(),
     "consumers": _Listing(vhost=_consumer_vhost),
     "vhosts": _Listing(vhost=_vhost_name),
-    "shovels": _Listing(),
-    "federation-links": _Listing(),
+    "shovels": _Listing(vhost=_anywhere),
+    "federation-links": _Listing(vhost=_anywhere),
 }
+_LINKS: Final = frozenset({"shovels", "federation-links"})
 # /api/{collection}/{vhost}...: everything under it is the vhost's
 _VHOST_SCOPED: Final = frozenset(
     {
@@ -349,8 +359,6 @@ _VHOST_SCOPED: Final = frozenset(
         "bindings",
         "consumers",
         "aliveness-test",
-        "shovels",
-        "federation-links",
     }
 )
 
@@ -371,6 +379,8 @@ def _plan(method: str, segments: list[str]) -> tuple[str, str]:
         return "local", ""
     if first in _VHOST_SCOPED:
         return "owner", segments[1]
+    if first in _LINKS:
+        return ("links", segments[1]) if count == 2 and method == "GET" else ("local", "")
     if first == "vhosts":
         if count == 2 and read:
             return "owner", segments[1]
@@ -540,6 +550,27 @@ def management_gateway(
         assert first is not None
         return first
 
+    async def links(request: _Request, vhost: str) -> Answer:
+        checked = await ask(owner(vhost), request)  # the vhost exists, the user may see it
+        if checked[0] != 200:
+            return checked
+        collection = "/api/" + request.segments[0]
+        answers = await _ask_all(call, workers, "GET", collection, b"", request.headers)
+        failed = _failed(answers)
+        if failed is not None:
+            return failed
+        documents = _documents(answers)
+        return _json(
+            200,
+            [
+                row
+                for rows in documents
+                if isinstance(rows, list)
+                for row in rows
+                if isinstance(row, dict) and row.get("vhost") == vhost
+            ],
+        )
+
     async def import_all(request: _Request) -> Answer:
         body = await request.body()
         document = _json_object(body)
@@ -607,6 +638,8 @@ def management_gateway(
             answer = await import_all(request)
         elif action == "import-vhost":
             answer = await import_vhost(request, vhost, index)
+        elif action == "links":
+            answer = await links(request, vhost)
         elif action == "find":
             answer = await find(request)
         elif action == "alarms":
