@@ -174,7 +174,9 @@ class _Listing:
         getters: Mapping[str, Getter],
         default: tuple[str, ...],
         banner: str,
+        per_vhost: bool = True,  # False: node-wide (connections, channels)
     ) -> None:
+        self.per_vhost = per_vhost
         self.items = items
         self.getters = getters
         self.default = default
@@ -209,12 +211,14 @@ LISTINGS: Final[Mapping[str, _Listing]] = {
         _CONNECTION_GETTERS,
         ("user", "peer_host", "peer_port", "state"),
         "Listing connections ...",
+        per_vhost=False,
     ),
     "list-channels": _Listing(
         lambda broker, _vhost: client_inventory.channels(broker),
         _CHANNEL_GETTERS,
         ("pid", "user", "consumer_count", "messages_unacknowledged"),
         "Listing channels ...",
+        per_vhost=False,
     ),
     "list-consumers": _Listing(
         client_inventory.consumers,
@@ -262,10 +266,13 @@ def list_table(broker: Broker, listing: _Listing, request: Mapping[str, Any]) ->
             f"{', '.join(listing.getters)}"
         )
     vhost = str(request.get("vhost") or "/")
-    if vhost not in broker.vhosts:
+    if vhost not in broker.access.state.vhosts:
         raise AdminError(f"Virtual host '{vhost}' does not exist")
     getters = [listing.getters[column] for column in columns]
-    rows = [[getter(item) for getter in getters] for item in listing.items(broker, vhost)]
+    # a vhost another worker holds (--workers N) has nothing here
+    held = vhost in broker.vhosts or not listing.per_vhost
+    items = listing.items(broker, vhost) if held else []
+    rows = [[getter(item) for getter in getters] for item in items]
     banner = listing.banner.format(vhost)
     if listing.items is inventory.queues:  # rabbitmqctl prints this for list_queues only
         banner = f"Timeout: 60.0 seconds ...\n{banner}"

@@ -208,6 +208,8 @@ class Server:
         tls_listener: anyio.abc.Listener[anyio.abc.SocketStream] | None = None
         http_sockets: dict[str, socket.socket] = {}
         try:
+            if self.node is not None:
+                self.node.store_opened()
             await self.store.import_definitions(self.config.definitions, store)
             back = self.node is not None and not self.node.role.front
             host = self.config.host
@@ -420,13 +422,24 @@ class Server:
             node = self.broker.statistics.node
             return AdminReply(True, json.dumps(federation_table(self.federation_status(), node)))
         if request.get("group") == "ctl":  # amqpd ctl: listings, status, close-connection
-            try:
-                answer = ctl_commands.execute(self.broker, request, self.node_sample())
-            except AdminError as exc:
-                return AdminReply(False, str(exc))
-            finally:
-                self.after_core()  # a closed connection's Connection.Close
-            return AdminReply(True, json.dumps(answer))
+            workers = self.node
+            if workers is not None and workers.front is not None:  # worker 0: the whole node
+                return await workers.ctl(request, self._ctl_here)
+            return await self._ctl_here(request)
+        return await self._admin_change(request)
+
+    async def _ctl_here(self, request: dict[str, Any]) -> AdminReply:
+        """An ``amqpd ctl`` request answered from this process's broker."""
+        try:
+            answer = ctl_commands.execute(self.broker, request, self.node_sample())
+        except AdminError as exc:
+            return AdminReply(False, str(exc))
+        finally:
+            self.after_core()  # a closed connection's Connection.Close
+        return AdminReply(True, json.dumps(answer))
+
+    async def _admin_change(self, request: dict[str, Any]) -> AdminReply:
+        """An ``amqpd users|vhosts|definitions`` (or ctl policy) change, then saved."""
         try:
             outcome = execute(self.broker, request)
         except AdminError as exc:

@@ -4,6 +4,8 @@ serving meanwhile; kill -9 of the whole node; a worker count too small for the d
 
 from __future__ import annotations
 
+import json
+import ssl
 import subprocess
 import sys
 import threading
@@ -13,10 +15,12 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pika
+import pika.credentials
 import pika.exceptions
 import pytest
 
 from tests.integration.broker_process import BrokerProcess
+from tests.integration.tls_certs import make_pki
 
 AMQPD = (sys.executable, "-m", "amqpd")
 
@@ -180,3 +184,81 @@ def test_a_bad_worker_count_is_one_line_and_exit_2(tmp_path: Path, setting: str)
     assert result.stderr.strip().splitlines() == [
         f'amqpd: invalid setting --workers {setting}: must be "auto" or an integer from 1 to 256'
     ]
+
+
+def test_tls_connections_to_another_workers_vhost_are_relayed_with_their_identity(
+    tmp_path: Path,
+) -> None:
+    """A TLS session cannot move between processes: worker 0 relays it, and worker 1 sees
+    the client's certificate identity (EXTERNAL login) and reports the connection as TLS."""
+    pki = make_pki(tmp_path / "pki")
+    data = tmp_path / "data"
+    tls = ("--tls-port", "0", "--tls-cert", str(pki.server_cert), "--tls-key")
+    tls += (str(pki.server_key), "--tls-ca", str(pki.ca), "--tls-verify-peer")
+    tls += ("--auth-mechanisms", "PLAIN,AMQPLAIN,EXTERNAL")
+    extra = ("--workers", "2", "--no-management", "--no-prometheus", "--log-level", "info")
+    broker = BrokerProcess(data, extra=(*extra, *tls))
+    try:
+        user = "CN=app-client,O=amqpd tests"
+        _admin(data, "vhosts", "add", "v1")
+        _admin(data, "users", "add", user, "--no-password")
+        _admin(data, "users", "set-permissions", user, "--vhost", "v1", ".*", ".*", ".*")
+        tls_port = _tls_port(data)
+        context = ssl.create_default_context(cafile=str(pki.ca))
+        context.load_cert_chain(str(pki.client_cert), str(pki.client_key))
+        params = pika.ConnectionParameters(
+            "127.0.0.1",
+            tls_port,
+            "v1",
+            credentials=pika.credentials.ExternalCredentials(),
+            ssl_options=pika.SSLOptions(context, "localhost"),
+            connection_attempts=1,
+        )
+        connection = pika.BlockingConnection(params)
+        try:
+            channel = connection.channel()
+            channel.queue_declare("relayed")
+            channel.basic_publish("", "relayed", b"x" * 200_000)  # several TLS records
+            _method, _props, body = channel.basic_get("relayed", auto_ack=True)
+            assert body == b"x" * 200_000
+            columns = ("user", "vhost", "ssl", "peer_host", "auth_mechanism")
+            listed = json.loads(
+                _ctl(data / "shard-1", "list-connections", *columns, "--format", "json", "-q")
+            )
+            assert listed == [  # on worker 1, reported as TLS from the client's address
+                {
+                    "user": user,
+                    "vhost": "v1",
+                    "ssl": True,
+                    "peer_host": "127.0.0.1",
+                    "auth_mechanism": "EXTERNAL",
+                }
+            ]
+            node_wide = _ctl(data, "list-connections", *columns, "--format", "json", "-q")
+            assert json.loads(node_wide) == listed  # worker 0 answers for the whole node
+            queues = _ctl(data, "list-queues", "-p", "v1", "--format", "json", "-q")
+            assert json.loads(queues) == [{"name": "relayed", "messages": 0}]
+        finally:
+            connection.close()
+        broker.stop()
+    finally:
+        if broker.proc.poll() is None:
+            broker.kill()
+
+
+def _ctl(data_dir: Path, *args: str) -> str:
+    done = subprocess.run(
+        [*AMQPD, "ctl", *args, "--data-dir", str(data_dir)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout
+
+
+def _tls_port(data_dir: Path) -> int:
+    """The AMQPS port worker 0 listens on (from ``amqpd ctl status``)."""
+    status = json.loads(_ctl(data_dir, "status", "--format", "json", "-q"))
+    ports = [item["port"] for item in status["listeners"] if item["protocol"] == "amqp/ssl"]
+    assert len(ports) == 1, status["listeners"]
+    return int(ports[0])

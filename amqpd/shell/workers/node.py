@@ -9,6 +9,7 @@ in its own data directory (``amqpd ctl --data-dir DATA/shard-K`` reaches it).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -18,6 +19,7 @@ import anyio
 import anyio.abc
 
 from amqpd.model.broker import Broker
+from amqpd.shell.admin_socket import AdminReply, send_request
 from amqpd.shell.workers import placement as placements
 from amqpd.shell.workers.front import Front
 from amqpd.shell.workers.handover import Arrival
@@ -28,6 +30,9 @@ from amqpd.shell.workers.role import WorkerRole
 log = logging.getLogger(__name__)
 
 Handle = Callable[[anyio.abc.SocketStream, Arrival], Coroutine[Any, Any, None]]
+Local = Callable[[dict[str, Any]], Awaitable[AdminReply]]
+VHOST_LISTINGS = frozenset({"list-queues", "list-exchanges", "list-bindings", "list-consumers"})
+NODE_LISTINGS = frozenset({"list-connections", "list-channels"})
 
 
 class WorkerNode:
@@ -47,10 +52,16 @@ class WorkerNode:
         else:
             broker.hosts = lambda name: self.placement.owner(name) == role.index
 
+    def store_opened(self) -> None:
+        """The store's vhosts are known: vhosts from now on (a definitions file's too) are
+        new ones, spread over the workers."""
+        self.placement.fresh = False
+
     async def start_front(self, group: anyio.abc.TaskGroup, handshake_timeout: float) -> Front:
         """Worker 0, once its store is open: record the placement, link to the workers."""
-        self.placement.fresh = False  # vhosts from now on are new ones
         self._forget_deleted()
+        for name in self.broker.access.state.vhosts:
+            self.placement.place(name)
         placements.save(self.data_dir, self.placement)
         self.front = Front(
             self.role, self.placement, handshake_timeout, lambda: self.broker.access.state
@@ -85,9 +96,54 @@ class WorkerNode:
         placements.save(self.data_dir, self.placement)
         await self.front.replicate()
 
+    async def ctl(self, request: dict[str, Any], local: Local) -> AdminReply:
+        """Worker 0: an ``amqpd ctl`` request answered for the whole node. A vhost's
+        listing comes from its worker; connections and channels from every worker, merged;
+        close-connection goes to whichever worker has the connection."""
+        command = request.get("command")
+        if command in VHOST_LISTINGS:
+            owner = self.placement.owner(str(request.get("vhost") or "/"))
+            return await local(request) if owner == 0 else await self._ask(owner, request)
+        if command in NODE_LISTINGS:
+            replies = [await local(request)]
+            replies += [await self._ask(index, request) for index in range(1, self.role.count)]
+            return _merge_tables(replies)
+        if command == "close-connection":
+            reply = await local(request)
+            for index in range(1, self.role.count):
+                if reply.ok:
+                    break
+                reply = await self._ask(index, request)
+            return reply
+        return await local(request)
+
+    async def _ask(self, index: int, request: dict[str, Any]) -> AdminReply:
+        """Worker ``index``'s answer, through its admin socket in its data directory."""
+        base = self.data_dir
+        reply = None
+        if base is not None:
+            shard = self.role.with_index(index).data_dir(base)
+            assert shard is not None
+            reply = await anyio.to_thread.run_sync(send_request, shard, request)
+        if reply is None:
+            return AdminReply(False, f"worker {index} is not running (restarting?); try again")
+        return reply
+
     def _forget_deleted(self) -> None:
         self.placement.keep_only(self.broker.access.state.vhosts)
 
     def close(self) -> None:
         if self.front is not None:
             self.front.close()
+
+
+def _merge_tables(replies: list[AdminReply]) -> AdminReply:
+    """One listing of every worker's rows (the first failure instead, if any)."""
+    failed = next((reply for reply in replies if not reply.ok), None)
+    if failed is not None:
+        return failed
+    tables = [json.loads(reply.text) for reply in replies]
+    merged = tables[0]
+    for table in tables[1:]:
+        merged["rows"].extend(table["rows"])
+    return AdminReply(True, json.dumps(merged))

@@ -51,6 +51,10 @@ class WorkerRole:
         """Where worker ``index`` (>= 1) serves its Prometheus endpoints."""
         return self.runtime / f"w{index}.prometheus"
 
+    def with_index(self, index: int) -> WorkerRole:
+        """Worker ``index`` of the same node."""
+        return WorkerRole(index, self.count, self.runtime)
+
     def data_dir(self, data_dir: Path | None) -> Path | None:
         """This worker's data directory: the given one for worker 0, ``shard-K`` inside it
         for worker K."""
