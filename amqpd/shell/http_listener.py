@@ -80,6 +80,9 @@ async def serve_http(
         log_level=logging.WARNING,
         server_header=False,
         timeout_graceful_shutdown=int(SHUTDOWN_TIMEOUT),
+        # a Unix socket is only ever worker 0's gateway (mode 600, in the workers' private
+        # directory): trust the client address it forwards (X-Forwarded-For)
+        forwarded_allow_ips="*" if sock.family == socket.AF_UNIX else None,
     )
     server = _EmbeddedServer(config)
     name = sock.getsockname()

@@ -60,6 +60,7 @@ from amqpd.shell.store_lifecycle import StoreLifecycle
 from amqpd.shell.store_role import LockLost, StoreRole
 from amqpd.shell.streams import StreamFiles
 from amqpd.shell.tls import TLSOptions, server_context
+from amqpd.shell.workers.gateway import management_gateway, metrics_gateway, unix_caller
 from amqpd.shell.workers.handover import Arrival
 from amqpd.shell.workers.node import WorkerNode
 from amqpd.shell.workers.role import WorkerRole
@@ -262,6 +263,8 @@ class Server:
         finally:
             with anyio.CancelScope(shield=True):
                 await self.links.aclose()
+                if self.node is not None:
+                    await self.node.aclose()
             for sock in http_sockets.values():
                 sock.close()  # closed by serve_http already unless serving never started
             if tls_listener is not None:
@@ -341,14 +344,29 @@ class Server:
         for protocol, sock in sockets.items():
             host, port = sock.getsockname()[:2]
             if protocol == "http":
-                self.management_port = await group.start(
-                    serve_http, management.create_app(self), sock
-                )
+                app = self._gateway(management.create_app(self), management=True)
+                self.management_port = await group.start(serve_http, app, sock)
                 self._add_listener(protocol, self.management_port, host)
             else:
-                self.prometheus_port = await group.start(serve_http, metrics.create_app(self), sock)
+                app = self._gateway(metrics.create_app(self), management=False)
+                self.prometheus_port = await group.start(serve_http, app, sock)
                 self._add_listener(protocol, self.prometheus_port, host)
             log.info("listening for %s on %s:%d", protocol, host, port)
+
+    def _gateway(self, app: Any, management: bool) -> Any:
+        """Worker 0 of several: ``app`` behind the gateway that answers for every worker
+        (amqpd/shell/workers/gateway.py); else ``app``."""
+        node = self.node
+        if node is None:
+            return app
+        role = node.role
+        if management:
+            caller = unix_caller(app, role.management_socket)
+            node.callers.append(caller)
+            return management_gateway(app, role.count, node.placement_owner, caller)
+        caller = unix_caller(app, role.prometheus_socket)
+        node.callers.append(caller)
+        return metrics_gateway(app, role.count, caller)
 
     def _add_listener(self, protocol: str, port: int, host: str | None = None) -> None:
         self.listeners.append(

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+import httpx
 import pika
 import pika.credentials
 import pika.exceptions
@@ -193,9 +194,9 @@ def test_tls_connections_to_another_workers_vhost_are_relayed_with_their_identit
     the client's certificate identity (EXTERNAL login) and reports the connection as TLS."""
     pki = make_pki(tmp_path / "pki")
     data = tmp_path / "data"
-    tls = ("--tls-port", "0", "--tls-cert", str(pki.server_cert), "--tls-key")
-    tls += (str(pki.server_key), "--tls-ca", str(pki.ca), "--tls-verify-peer")
-    tls += ("--auth-mechanisms", "PLAIN,AMQPLAIN,EXTERNAL")
+    tls = [*("--tls-port", "0", "--tls-cert", str(pki.server_cert), "--tls-key")]
+    tls += [str(pki.server_key), "--tls-ca", str(pki.ca), "--tls-verify-peer"]
+    tls += ["--auth-mechanisms", "PLAIN,AMQPLAIN,EXTERNAL"]
     extra = ("--workers", "2", "--no-management", "--no-prometheus", "--log-level", "info")
     broker = BrokerProcess(data, extra=(*extra, *tls))
     try:
@@ -262,3 +263,52 @@ def _tls_port(data_dir: Path) -> int:
     ports = [item["port"] for item in status["listeners"] if item["protocol"] == "amqp/ssl"]
     assert len(ports) == 1, status["listeners"]
     return int(ports[0])
+
+
+def _listener_port(data_dir: Path, protocol: str) -> int:
+    status = json.loads(_ctl(data_dir, "status", "--format", "json", "-q"))
+    return int(next(item["port"] for item in status["listeners"] if item["protocol"] == protocol))
+
+
+def test_the_management_api_and_prometheus_show_one_node(tmp_path: Path) -> None:
+    """Operators see one broker: a vhost created through the API goes to worker 1, a queue
+    declared there through the API lives on worker 1, listings and totals cover both
+    workers, Prometheus merges their metrics."""
+    data = tmp_path / "data"
+    http = ("--management-port", "0", "--prometheus-port", "0")
+    broker = BrokerProcess(data, extra=("--workers", "2", *http))
+    api = httpx.Client(auth=("guest", "guest"), timeout=30)
+    try:
+        api.base_url = httpx.URL(f"http://127.0.0.1:{_listener_port(data, 'http')}/api")
+        assert api.put("/vhosts/v1").status_code == 201
+        permit = {"configure": ".*", "write": ".*", "read": ".*"}
+        assert api.put("/permissions/v1/guest", json=permit).status_code in (201, 204)
+        assert api.put("/queues/v1/on-one", json={"durable": True}).status_code == 201
+        assert api.put("/queues/%2F/on-zero", json={"durable": True}).status_code == 201
+        with _channel(broker.port, "v1") as channel:
+            channel.confirm_delivery()
+            for _ in range(3):
+                channel.basic_publish("", "on-one", b"m", pika.BasicProperties(delivery_mode=2))
+        on_one = json.loads(_ctl(data / "shard-1", "list-queues", "-p", "v1", "--format", "json"))
+        assert on_one == [{"name": "on-one", "messages": 3}]  # in worker 1's broker
+        queues = api.get("/queues", params={"columns": "vhost,name,messages"}).json()
+        assert sorted((q["vhost"], q["name"], q["messages"]) for q in queues) == [
+            ("/", "on-zero", 0),
+            ("v1", "on-one", 3),
+        ]
+        assert api.get("/queues/v1/on-one").json()["messages"] == 3
+        overview = api.get("/overview").json()
+        assert overview["object_totals"]["queues"] == 2
+        assert overview["queue_totals"]["messages"] == 3
+        vhosts = {v["name"]: v.get("messages", 0) for v in api.get("/vhosts").json()}
+        assert vhosts == {"/": 0, "v1": 3}
+        metrics = httpx.get(
+            f"http://127.0.0.1:{_listener_port(data, 'http/prometheus')}/metrics", timeout=30
+        ).text
+        assert metrics.count("# TYPE rabbitmq_queues gauge") == 1
+        assert "\nrabbitmq_queues 2.0\n" in metrics
+        broker.stop()
+    finally:
+        api.close()
+        if broker.proc.poll() is None:
+            broker.kill()

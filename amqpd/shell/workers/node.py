@@ -22,6 +22,7 @@ from amqpd.model.broker import Broker
 from amqpd.shell.admin_socket import AdminReply, send_request
 from amqpd.shell.workers import placement as placements
 from amqpd.shell.workers.front import Front
+from amqpd.shell.workers.gateway import UnixCaller
 from amqpd.shell.workers.handover import Arrival
 from amqpd.shell.workers.inbox import serve_control, serve_handover
 from amqpd.shell.workers.placement import Placement
@@ -44,6 +45,7 @@ class WorkerNode:
         self.data_dir = data_dir  # this worker's own (DATA or DATA/shard-K)
         self.placement = placements.load(data_dir, role.count)
         self.front: Front | None = None
+        self.callers: list[UnixCaller] = []  # the gateways' clients (worker 0)
         if role.front:
             # until the store is open, the vhosts seen are those in worker 0's store (some
             # perhaps created while it ran as one process): they stay on worker 0
@@ -132,9 +134,16 @@ class WorkerNode:
     def _forget_deleted(self) -> None:
         self.placement.keep_only(self.broker.access.state.vhosts)
 
-    def close(self) -> None:
+    def placement_owner(self, vhost: str) -> int:
+        """The worker of ``vhost`` now (the gateway asks per request)."""
+        return self.placement.owner(vhost)
+
+    async def aclose(self) -> None:
+        """Close the links to the workers (hand-over sockets, the gateways' clients)."""
         if self.front is not None:
             self.front.close()
+        for caller in self.callers:
+            await caller.aclose()
 
 
 def _merge_tables(replies: list[AdminReply]) -> AdminReply:
