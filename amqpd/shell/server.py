@@ -46,7 +46,7 @@ from amqpd.model.broker import Broker, BrokerConfig
 from amqpd.model.global_parameters import ensure_cluster_id
 from amqpd.model.statistics import NodeSample
 from amqpd.shell import management, metrics, node_sample, resources
-from amqpd.shell.admin_socket import AdminReply, serve_admin
+from amqpd.shell.admin_socket import AdminReply, send_request, serve_admin
 from amqpd.shell.http_listener import bind, bind_unix, serve_http
 from amqpd.shell.links.federation_status import (
     FederationLinkStatus,
@@ -252,8 +252,12 @@ class Server:
                 if store is not None and self.config.data_dir is not None and not self._role.shared:
                     await group.start(serve_admin, self.config.data_dir, self.admin_request)
                 await self._serve_http(group, http_sockets)
-                if not back:  # a back worker's links: docs/multicore.md, left out
+                if not back:  # a back worker starts its links once worker 0 tells it where
                     self.links.start(self.config.host, self.port, self._shovel_finished)
+                    if self.node is not None and self.node.front is not None:
+                        secret = self.broker.access.internal_secret
+                        where = {"host": host, "port": self.port, "secret": secret}
+                        self.node.front.announce(where)
                 if back:
                     task_status.started(0)
                     await anyio.sleep(math.inf)
@@ -285,10 +289,14 @@ class Server:
             self.sockets.front = front
             return
 
-        async def adopt(access: Any) -> None:
+        async def adopt(access: Any, front: dict[str, Any]) -> None:
             self.broker.replace_access(access)
             self.after_core()
             await self.store.save_access()
+            if front and self.links.shovels is None:  # links reach the node through worker 0
+                finished = self._shovel_finished
+                self.links.start(front["host"], front["port"], finished, front["secret"])
+            self.links.reconcile()
 
         async def handle(stream: anyio.abc.SocketStream, arrival: Arrival) -> None:
             await self.sockets.handle(stream, arrival=arrival)
@@ -296,9 +304,15 @@ class Server:
         await node.start_back(group, handle, adopt)
 
     async def _shovel_finished(self, vhost: str, name: str) -> None:
-        """A shovel reached src-delete-after: its parameter goes, as in RabbitMQ."""
+        """A shovel reached src-delete-after: its parameter goes, as in RabbitMQ (on worker
+        0, which owns the parameters, when this is another worker)."""
         request = {"component": "shovel", "vhost": vhost, "name": name}
-        await self.admin_request({"group": "parameters", "command": "clear-parameter", **request})
+        request = {"group": "parameters", "command": "clear-parameter", **request}
+        node = self.node
+        if node is not None and node.front is None and self.config.data_dir is not None:
+            await anyio.to_thread.run_sync(send_request, self.config.data_dir.parent, request)
+            return
+        await self.admin_request(request)
 
     def shovel_status(self, vhost: str | None = None) -> list[dict[str, Any]]:
         """The shovels' state, as RabbitMQ's /api/shovels lists it."""

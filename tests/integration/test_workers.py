@@ -21,6 +21,7 @@ import pika.exceptions
 import pytest
 
 from tests.integration.broker_process import BrokerProcess
+from tests.integration.shovel_support import count, ctl, publish, wait_for
 from tests.integration.tls_certs import make_pki
 
 AMQPD = (sys.executable, "-m", "amqpd")
@@ -310,5 +311,37 @@ def test_the_management_api_and_prometheus_show_one_node(tmp_path: Path) -> None
         broker.stop()
     finally:
         api.close()
+        if broker.proc.poll() is None:
+            broker.kill()
+
+
+def test_a_shovel_runs_on_its_vhosts_worker_and_delete_after_clears_it_node_wide(
+    tmp_path: Path,
+) -> None:
+    """A shovel of vhost v1 runs on worker 1 (its links reach the node through worker 0 as
+    the internal user), moves from v1 (worker 1) to / (worker 0), and src-delete-after
+    clears its parameter on worker 0, which owns the parameters."""
+    data = tmp_path / "data"
+    broker = BrokerProcess(data, extra=("--workers", "2", "--no-management", "--no-prometheus"))
+    try:
+        _admin(data, "vhosts", "add", "v1")
+        _admin(data, "users", "set-permissions", "guest", "--vhost", "v1", ".*", ".*", ".*")
+        v1_url = f"amqp://guest:guest@127.0.0.1:{broker.port}/v1"
+        publish(v1_url, "src", range(30))
+        shovel = {
+            "src-uri": "amqp:///v1",
+            "src-queue": "src",
+            "dest-uri": "amqp://",
+            "dest-queue": "dst",
+            "src-delete-after": 20,
+        }
+        done = ctl(data, "set-parameter", "-p", "v1", "shovel", "once", json.dumps(shovel))
+        assert done.returncode == 0, done.stderr
+        wait_for(lambda: count(broker.url, "dst") == 20, "20 messages moved to worker 0")
+        parameters = ("list-parameters", "-p", "v1")
+        wait_for(lambda: "once" not in ctl(data, *parameters).stdout, "the parameter cleared")
+        assert count(v1_url, "src") == 10
+        broker.stop()
+    finally:
         if broker.proc.poll() is None:
             broker.kill()

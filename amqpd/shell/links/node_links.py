@@ -34,11 +34,14 @@ class NodeLinks:
         # the federation link supervisors (exchange side, queue side)
         self.federation_sources: list[FederationStatusSource] = []
 
-    def start(self, host: str, port: int, shovel_finished: Finished) -> None:
+    def start(
+        self, host: str, port: int, shovel_finished: Finished, secret: str | None = None
+    ) -> None:
         """Run the stored shovels and federation links; they reach the local broker at
-        ``host``:``port`` as the internal user."""
+        ``host``:``port`` as the internal user (its secret made now, or ``secret``: worker
+        0's, for all workers of a node, amqpd/shell/workers/front.py)."""
         broker = self.broker
-        secret = secrets.token_urlsafe(32)
+        secret = secret or secrets.token_urlsafe(32)
         broker.access.internal_secret = secret
         local = LocalEndpoint(host, port, INTERNAL_USER, secret)
         self.shovels = LinkSupervisor(broker, local, broker.statistics.node, shovel_finished)

@@ -45,7 +45,7 @@ class LinkSupervisor:
         wanted = {
             (vhost, name): value
             for (component, vhost, name), value in self._broker.access.state.parameters.items()
-            if component == "shovel"
+            if component == "shovel" and vhost in self._broker.vhosts  # (--workers: its own)
         }
         for key, (value, _link, _task) in list(self._links.items()):
             if wanted.get(key) != value:

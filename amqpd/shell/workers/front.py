@@ -50,10 +50,12 @@ RECONNECT_INTERVAL = 0.1  # seconds between tries to reach a starting worker
 _LENGTH = struct.Struct(">I")
 
 
-def encode_state(access: Any, placement: Placement) -> bytes:
-    """A control message: the access state and the placement (pickled: both ends are this
-    program, on a socket only this user can open)."""
-    data = pickle.dumps({"access": access, "placement": placement.to_json()})
+def encode_state(access: Any, placement: Placement, front: dict[str, Any]) -> bytes:
+    """A control message: the access state, the placement and where worker 0 listens with
+    the internal user's secret (the workers' shovels and federation links connect there);
+    pickled: both ends are this program, on a socket only this user can open."""
+    message = {"access": access, "placement": placement.to_json(), "front": front}
+    data = pickle.dumps(message)
     return _LENGTH.pack(len(data)) + data
 
 
@@ -71,6 +73,7 @@ class Front:
         self.placement = placement
         self.handshake_timeout = handshake_timeout
         self._state = state  # the current access state
+        self.listening: dict[str, Any] = {}  # host, port, secret: set once serving
         self._handover: dict[int, socket.socket] = {}
         self._connected: set[int] = set()  # workers with a control link
         self._changed = {index: anyio.Event() for index in range(1, role.count)}
@@ -243,7 +246,8 @@ class Front:
                 async with stream:
                     while True:
                         version = self._version
-                        await stream.send(encode_state(self._state(), self.placement))
+                        state = encode_state(self._state(), self.placement, self.listening)
+                        await stream.send(state)
                         if await stream.receive(2) != b"ok":
                             break
                         self._applied[index] = version
@@ -261,6 +265,13 @@ class Front:
     def _wake_replicators(self) -> None:
         self._progress.set()
         self._progress = anyio.Event()
+
+    def announce(self, listening: dict[str, Any]) -> None:
+        """Worker 0 serves: tell every worker where (with the state, without waiting)."""
+        self.listening = listening
+        self._version += 1
+        for event in self._changed.values():
+            event.set()
 
     async def replicate(self) -> None:
         """The state changed: every connected worker applies it before this returns (or

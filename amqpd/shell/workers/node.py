@@ -75,14 +75,14 @@ class WorkerNode:
         self,
         group: anyio.abc.TaskGroup,
         handle: Handle,
-        adopt: Callable[[Any], Awaitable[None]],
+        adopt: Callable[[Any, dict[str, Any]], Awaitable[None]],
     ) -> None:
         """Worker K: take hand-overs and the state from worker 0."""
 
-        async def adopt_state(access: Any, placement: Placement) -> None:
+        async def adopt_state(access: Any, placement: Placement, front: dict[str, Any]) -> None:
             self.placement = placement
             placements.save(self.data_dir, placement)
-            await adopt(access)
+            await adopt(access, front)
 
         await group.start(serve_control, self.role, adopt_state)
         await group.start(serve_handover, self.role, handle)
