@@ -43,6 +43,7 @@ from amqpd.engine.outbox import Outbox
 from amqpd.engine.rates import SAMPLE_INTERVAL, RateSampler
 from amqpd.model.admin_commands import AdminError, execute, problems_text
 from amqpd.model.broker import Broker, BrokerConfig
+from amqpd.model.definitions import import_definitions
 from amqpd.model.global_parameters import ensure_cluster_id
 from amqpd.model.statistics import NodeSample
 from amqpd.shell import management, metrics, node_sample, resources
@@ -211,7 +212,8 @@ class Server:
         try:
             if self.node is not None:
                 self.node.store_opened()
-            await self.store.import_definitions(self.config.definitions, store)
+            split = None if self.node is None else self.node.split_definitions
+            await self.store.import_definitions(self.config.definitions, store, split)
             back = self.node is not None and not self.node.role.front
             host = self.config.host
             listener: anyio.abc.Listener[anyio.abc.SocketStream] | None = None
@@ -289,10 +291,16 @@ class Server:
             self.sockets.front = front
             return
 
-        async def adopt(access: Any, front: dict[str, Any]) -> None:
-            self.broker.replace_access(access)
+        async def adopt(message: dict[str, Any]) -> None:
+            self.broker.replace_access(message["access"])
+            if message["definitions"]:  # worker 0's definitions file, for this worker's vhosts
+                problems: list[str] = []
+                import_definitions(self.broker, message["definitions"], problems)
+                for problem in problems:
+                    log.error("definitions file: not applied: %s", problem)
             self.after_core()
-            await self.store.save_access()
+            await self.store.save_access()  # after what was journaled is committed
+            front = message["front"]
             if front and self.links.shovels is None:  # links reach the node through worker 0
                 finished = self._shovel_finished
                 self.links.start(front["host"], front["port"], finished, front["secret"])

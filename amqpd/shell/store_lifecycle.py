@@ -172,14 +172,22 @@ class StoreLifecycle:
         broker = self.broker
         await committer.commit_then(lambda: store.save_access(broker.access.state))
 
-    async def import_definitions(self, path: Path | None, store: StoreBackend | None) -> None:
-        """Import the definitions file (``--definitions``) and persist its access part."""
+    async def import_definitions(
+        self,
+        path: Path | None,
+        store: StoreBackend | None,
+        split: Callable[[Any], Any] | None = None,
+    ) -> None:
+        """Import the definitions file (``--definitions``) and persist its access part
+        (``split``: worker 0 of several keeps the part for its own vhosts)."""
         if path is None:
             return
         try:
             data: Any = bounded_json.loads(await anyio.Path(path).read_text())
         except (OSError, ValueError) as exc:
             raise DefinitionsError(f"cannot read definitions file {path}: {exc}") from exc
+        if split is not None:
+            data = split(data)
         problems: list[str] = []
         counts = import_definitions(self.broker, data, problems)
         for problem in problems:

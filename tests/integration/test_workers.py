@@ -345,3 +345,51 @@ def test_a_shovel_runs_on_its_vhosts_worker_and_delete_after_clears_it_node_wide
     finally:
         if broker.proc.poll() is None:
             broker.kill()
+
+
+def test_a_definitions_file_puts_each_vhosts_topology_on_its_worker(tmp_path: Path) -> None:
+    definitions = tmp_path / "definitions.json"
+    definitions.write_text(
+        json.dumps(
+            {
+                "vhosts": [{"name": "/"}, {"name": "v1"}],
+                "permissions": [
+                    {"user": "guest", "vhost": "v1", "configure": ".*", "write": ".*", "read": ".*"}
+                ],
+                "queues": [
+                    {"name": "q0", "vhost": "/", "durable": True, "arguments": {}},
+                    {"name": "q1", "vhost": "v1", "durable": True, "arguments": {}},
+                ],
+                "exchanges": [
+                    {"name": "x1", "vhost": "v1", "type": "fanout", "durable": True},
+                ],
+                "bindings": [
+                    {
+                        "source": "x1",
+                        "vhost": "v1",
+                        "destination": "q1",
+                        "destination_type": "queue",
+                        "routing_key": "",
+                        "arguments": {},
+                    }
+                ],
+            }
+        )
+    )
+    data = tmp_path / "data"
+    extra = ("--workers", "2", "--no-management", "--no-prometheus")
+    broker = BrokerProcess(data, extra=(*extra, "--definitions", str(definitions)))
+    try:
+        shard = data / "shard-1"
+        wait_for(lambda: "q1" in _ctl(shard, "list-queues", "-p", "v1"), "q1 on worker 1")
+        assert "q0" in _ctl(data, "list-queues")
+        with _channel(broker.port, "v1") as channel:  # the binding came along
+            channel.confirm_delivery()
+            channel.basic_publish("x1", "", b"routed")
+        assert json.loads(_ctl(data, "list-queues", "-p", "v1", "--format", "json", "-q")) == [
+            {"name": "q1", "messages": 1}
+        ]
+        broker.stop()
+    finally:
+        if broker.proc.poll() is None:
+            broker.kill()

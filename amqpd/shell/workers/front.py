@@ -50,11 +50,20 @@ RECONNECT_INTERVAL = 0.1  # seconds between tries to reach a starting worker
 _LENGTH = struct.Struct(">I")
 
 
-def encode_state(access: Any, placement: Placement, front: dict[str, Any]) -> bytes:
-    """A control message: the access state, the placement and where worker 0 listens with
-    the internal user's secret (the workers' shovels and federation links connect there);
-    pickled: both ends are this program, on a socket only this user can open."""
-    message = {"access": access, "placement": placement.to_json(), "front": front}
+def encode_state(
+    access: Any, placement: Placement, front: dict[str, Any], topology: dict[str, Any]
+) -> bytes:
+    """A control message: the access state, the placement, where worker 0 listens with the
+    internal user's secret (the workers' shovels and federation links connect there) and
+    the exchanges, queues and bindings of a definitions file for the worker's vhosts (empty
+    once it has them); pickled: both ends are this program, on a socket only this user can
+    open."""
+    message = {
+        "access": access,
+        "placement": placement.to_json(),
+        "front": front,
+        "definitions": topology,
+    }
     data = pickle.dumps(message)
     return _LENGTH.pack(len(data)) + data
 
@@ -74,6 +83,9 @@ class Front:
         self.handshake_timeout = handshake_timeout
         self._state = state  # the current access state
         self.listening: dict[str, Any] = {}  # host, port, secret: set once serving
+        # a definitions file's exchanges, queues and bindings for each worker's vhosts, until
+        # that worker applied them (amqpd/shell/workers/node.py)
+        self.topology: dict[int, dict[str, Any]] = {}
         self._handover: dict[int, socket.socket] = {}
         self._connected: set[int] = set()  # workers with a control link
         self._changed = {index: anyio.Event() for index in range(1, role.count)}
@@ -246,10 +258,15 @@ class Front:
                 async with stream:
                     while True:
                         version = self._version
-                        state = encode_state(self._state(), self.placement, self.listening)
+                        topology = self.topology.get(index, {})
+                        state = encode_state(
+                            self._state(), self.placement, self.listening, topology
+                        )
                         await stream.send(state)
                         if await stream.receive(2) != b"ok":
                             break
+                        if self.topology.get(index) is topology:
+                            self.topology.pop(index, None)
                         self._applied[index] = version
                         self._wake_replicators()
                         if self._version == version:

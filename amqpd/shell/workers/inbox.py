@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 _LENGTH = struct.Struct(">I")
 Handle = Callable[[anyio.abc.SocketStream, Arrival], Coroutine[Any, Any, None]]
-Adopt = Callable[[Any, Placement, dict[str, Any]], Coroutine[Any, Any, None]]
+Adopt = Callable[[dict[str, Any], Placement], Coroutine[Any, Any, None]]
 
 
 async def serve_handover(
@@ -116,7 +116,7 @@ async def _control(stream: anyio.abc.SocketStream, adopt: Adopt, workers: int) -
                 message = pickle.loads(buffered[4 : 4 + size])
                 buffered = buffered[4 + size :]
                 placement = Placement.from_json(message["placement"], workers)
-                await adopt(message["access"], placement, message["front"])
+                await adopt(message, placement)
                 await stream.send(b"ok")
         except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
             return

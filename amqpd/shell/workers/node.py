@@ -46,6 +46,7 @@ class WorkerNode:
         self.placement = placements.load(data_dir, role.count)
         self.front: Front | None = None
         self.callers: list[UnixCaller] = []  # the gateways' clients (worker 0)
+        self.topology: dict[int, dict[str, Any]] = {}  # see `split_definitions`
         if role.front:
             # until the store is open, the vhosts seen are those in worker 0's store (some
             # perhaps created while it ran as one process): they stay on worker 0
@@ -68,6 +69,7 @@ class WorkerNode:
         self.front = Front(
             self.role, self.placement, handshake_timeout, lambda: self.broker.access.state
         )
+        self.front.topology = self.topology
         group.start_soon(self.front.run_control)
         return self.front
 
@@ -75,17 +77,44 @@ class WorkerNode:
         self,
         group: anyio.abc.TaskGroup,
         handle: Handle,
-        adopt: Callable[[Any, dict[str, Any]], Awaitable[None]],
+        adopt: Callable[[dict[str, Any]], Awaitable[None]],
     ) -> None:
-        """Worker K: take hand-overs and the state from worker 0."""
+        """Worker K: take hand-overs and the state from worker 0 (``adopt``: the message's
+        access state, front and definitions, amqpd/shell/workers/front.py)."""
 
-        async def adopt_state(access: Any, placement: Placement, front: dict[str, Any]) -> None:
+        async def adopt_state(message: dict[str, Any], placement: Placement) -> None:
             self.placement = placement
             placements.save(self.data_dir, placement)
-            await adopt(access, front)
+            await adopt(message)
 
         await group.start(serve_control, self.role, adopt_state)
         await group.start(serve_handover, self.role, handle)
+
+    def split_definitions(self, data: Any) -> Any:
+        """Worker 0, importing a definitions file at startup: the document for itself; the
+        exchanges, queues and bindings of vhosts on other workers are sent to them with the
+        state (their vhosts are placed now)."""
+        if not isinstance(data, dict):
+            return data
+        for item in data.get("vhosts") or []:
+            if isinstance(item, dict) and isinstance(item.get("name"), str):
+                self.placement.place(item["name"])
+        mine = dict(data)
+        theirs: dict[int, dict[str, Any]] = {}
+        for section in ("exchanges", "queues", "bindings"):
+            items = data.get(section)
+            if not isinstance(items, list):
+                continue
+            mine[section] = []
+            for item in items:
+                vhost = item.get("vhost", "/") if isinstance(item, dict) else "/"
+                owner = self.placement.owner(str(vhost))
+                if owner == 0:
+                    mine[section].append(item)
+                else:
+                    theirs.setdefault(owner, {}).setdefault(section, []).append(item)
+        self.topology = theirs
+        return mine
 
     async def access_saved(self) -> None:
         """Worker 0: the access state changed and is stored; record the placement and
