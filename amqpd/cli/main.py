@@ -33,6 +33,7 @@ from amqpd.shell.server import ServerConfig, run
 from amqpd.shell.store_role import LockLost
 from amqpd.shell.workers import placement
 from amqpd.shell.workers import role as worker_role
+from amqpd.shell.workers.memory import NodeMemory, write_pid
 from amqpd.shell.workers.supervisor import Supervisor, die_with_supervisor
 from persistence.errors import StoreError
 from persistence.schema import DB_FILENAME
@@ -164,6 +165,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         worker=role,
         **applied.server,
     )
+    if role is not None:
+        write_pid(role)
+        server_config.memory_probe = NodeMemory(role)  # the node's memory alarm
     backend_options = {}
     try:
         import uvloop  # noqa: F401

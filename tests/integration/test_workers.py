@@ -393,3 +393,54 @@ def test_a_definitions_file_puts_each_vhosts_topology_on_its_worker(tmp_path: Pa
     finally:
         if broker.proc.poll() is None:
             broker.kill()
+
+
+def _resident(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("VmRSS:")[1].split()[0]) * 1024
+
+
+def test_the_memory_alarm_is_node_wide_and_blocks_publishers_on_every_worker(
+    tmp_path: Path,
+) -> None:
+    """The watermark is above what any one process uses and below what the node (the
+    supervisor and its workers) uses: every worker raises the alarm and blocks its
+    publishers, as RabbitMQ's node-wide alarm does."""
+    watermark = 120 * 1024 * 1024
+    data = tmp_path / "data"
+    extra = ("--workers", "2", "--no-management", "--no-prometheus")
+    broker = BrokerProcess(data, extra=(*extra, "--vm-memory-high-watermark", str(watermark)))
+    try:
+        _admin(data, "vhosts", "add", "v1")
+        _admin(data, "users", "set-permissions", "guest", "--vhost", "v1", ".*", ".*", ".*")
+        workers = _workers(broker.proc.pid)
+        node = [broker.proc.pid, *workers.values()]
+        assert all(_resident(pid) < watermark for pid in node)
+        assert sum(_resident(pid) for pid in node) > watermark
+
+        def alarms(data_dir: Path) -> list[str]:
+            status = json.loads(_ctl(data_dir, "status", "--format", "json", "-q"))
+            return list(status["alarms"])
+
+        wait_for(lambda: alarms(data / "shard-1") == ["memory"], "worker 1's alarm")
+        wait_for(lambda: alarms(data) == ["memory"], "worker 0's alarm")
+        assert _resident(workers[1]) < watermark  # worker 1 alone is below it
+        blocked: list[str] = []
+        params = pika.ConnectionParameters("127.0.0.1", broker.port, "v1", connection_attempts=1)
+        connection = pika.BlockingConnection(params)
+        connection.add_on_connection_blocked_callback(
+            lambda _conn, frame: blocked.append(frame.method.reason)
+        )
+        connection.channel().basic_publish("", "nowhere", b"x")
+        deadline = time.monotonic() + 30
+        while not blocked and time.monotonic() < deadline:
+            connection.process_data_events(time_limit=0.2)
+        assert blocked == ["low on memory"]
+        # a blocked connection reads nothing more (RabbitMQ too): the broker's stop closes it
+        broker.stop()
+        with suppress(pika.exceptions.AMQPError):
+            connection.process_data_events(time_limit=1)  # reads the 320
+        assert connection.is_closed
+    finally:
+        if broker.proc.poll() is None:
+            broker.kill()
