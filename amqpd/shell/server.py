@@ -466,6 +466,10 @@ class Server:
             if workers is not None and workers.front is not None:  # worker 0: the whole node
                 return await workers.ctl(request, self._ctl_here)
             return await self._ctl_here(request)
+        workers = self.node
+        front = workers is not None and workers.front is not None
+        if request.get("group") == "definitions" and workers is not None and front:
+            return await workers.definitions(request, self._admin_change)
         return await self._admin_change(request)
 
     async def _ctl_here(self, request: dict[str, Any]) -> AdminReply:

@@ -444,3 +444,34 @@ def test_the_memory_alarm_is_node_wide_and_blocks_publishers_on_every_worker(
     finally:
         if broker.proc.poll() is None:
             broker.kill()
+
+
+def test_definitions_export_and_import_cover_every_worker(tmp_path: Path) -> None:
+    """``amqpd definitions export`` shows each vhost's queues from its worker, and
+    importing that document into a new node puts them back on their workers."""
+    data = tmp_path / "data"
+    extra = ("--workers", "2", "--no-management", "--no-prometheus")
+    broker = BrokerProcess(data, extra=extra)
+    try:
+        _admin(data, "vhosts", "add", "v1")
+        _admin(data, "users", "set-permissions", "guest", "--vhost", "v1", ".*", ".*", ".*")
+        for vhost, queue in (("/", "q0"), ("v1", "q1")):
+            with _channel(broker.port, vhost) as channel:
+                channel.queue_declare(queue, durable=True)
+        exported = tmp_path / "exported.json"
+        _admin(data, "definitions", "export", str(exported))
+        document = json.loads(exported.read_text())
+        assert sorted((q["vhost"], q["name"]) for q in document["queues"]) == [
+            ("/", "q0"),
+            ("v1", "q1"),
+        ]
+        broker.stop()
+        other = tmp_path / "other"
+        broker = BrokerProcess(other, extra=extra)
+        _admin(other, "definitions", "import", str(exported))
+        assert "q1" in _ctl(other / "shard-1", "list-queues", "-p", "v1")
+        assert "q0" in _ctl(other, "list-queues")
+        broker.stop()
+    finally:
+        if broker.proc.poll() is None:
+            broker.kill()

@@ -96,6 +96,12 @@ class WorkerNode:
         state (their vhosts are placed now)."""
         if not isinstance(data, dict):
             return data
+        mine, self.topology = self._split(data)
+        return mine
+
+    def _split(self, data: dict[str, Any]) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+        """A definitions document: the part for worker 0 (with every access section), and
+        each other worker's exchanges, queues and bindings (the document's vhosts placed)."""
         for item in data.get("vhosts") or []:
             if isinstance(item, dict) and isinstance(item.get("name"), str):
                 self.placement.place(item["name"])
@@ -113,8 +119,7 @@ class WorkerNode:
                     mine[section].append(item)
                 else:
                     theirs.setdefault(owner, {}).setdefault(section, []).append(item)
-        self.topology = theirs
-        return mine
+        return mine, theirs
 
     async def access_saved(self) -> None:
         """Worker 0: the access state changed and is stored; record the placement and
@@ -147,6 +152,34 @@ class WorkerNode:
                 reply = await self._ask(index, request)
             return reply
         return await local(request)
+
+    async def definitions(self, request: dict[str, Any], local: Local) -> AdminReply:
+        """Worker 0: ``amqpd definitions export|import`` for the whole node. Export: the
+        access state from here, each vhost's exchanges, queues and bindings from its worker.
+        Import: the access part and this worker's vhosts here (replicated before it
+        answers), then each other worker's vhosts there."""
+        if request.get("command") == "export":
+            reply = await local(request)
+            if not reply.ok:
+                return reply
+            document = json.loads(reply.text)
+            _keep_topology(document, 0, self.placement)
+            for index in range(1, self.role.count):
+                answer = await self._ask(index, request)
+                if not answer.ok:
+                    return answer
+                _take_topology(document, json.loads(answer.text), index, self.placement)
+            return AdminReply(True, json.dumps(document, indent=2))
+        document = request.get("definitions")
+        if not isinstance(document, dict):
+            return await local(request)
+        mine, theirs = self._split(document)
+        reply = await local({**request, "definitions": mine})
+        for index, part in sorted(theirs.items()):
+            if not reply.ok:
+                break
+            reply = await self._ask(index, {**request, "definitions": part})
+        return reply
 
     async def _ask(self, index: int, request: dict[str, Any]) -> AdminReply:
         """Worker ``index``'s answer, through its admin socket in its data directory."""
@@ -185,3 +218,23 @@ def _merge_tables(replies: list[AdminReply]) -> AdminReply:
     for table in tables[1:]:
         merged["rows"].extend(table["rows"])
     return AdminReply(True, json.dumps(merged))
+
+
+TOPOLOGY = ("exchanges", "queues", "bindings")
+
+
+def _keep_topology(document: dict[str, Any], index: int, placement: Placement) -> None:
+    """Keep only the exchanges, queues and bindings of vhosts worker ``index`` holds."""
+    for section in TOPOLOGY:
+        items = document.get(section) or []
+        document[section] = [i for i in items if placement.owner(i.get("vhost", "/")) == index]
+
+
+def _take_topology(
+    document: dict[str, Any], theirs: dict[str, Any], index: int, placement: Placement
+) -> None:
+    """Add worker ``index``'s exchanges, queues and bindings of its own vhosts."""
+    _keep_topology(theirs, index, placement)
+    for section in TOPOLOGY:
+        document.setdefault(section, [])
+        document[section] = [*document[section], *theirs[section]]
