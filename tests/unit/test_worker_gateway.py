@@ -25,14 +25,8 @@ from amqpd.model.broker import Broker
 from amqpd.shell import metrics
 from amqpd.shell.links.federation_status import FederationLinkStatus
 from amqpd.shell.management import create_app
-from amqpd.shell.workers.gateway import (
-    Answer,
-    Headers,
-    asgi_call,
-    management_gateway,
-    metrics_gateway,
-    unix_caller,
-)
+from amqpd.shell.workers.gateway import management_gateway, metrics_gateway
+from amqpd.shell.workers.worker_calls import Answer, Headers, asgi_call, unix_caller
 from amqpd.wire.errors import CONNECTION_FORCED
 from tests.unit.management_support import FakeHost
 from tests.unit.protocol_support import connect, connection_error

@@ -66,143 +66,55 @@ does not answer (its socket refuses, a timeout) makes a merged request 503.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 from urllib.parse import parse_qsl, quote, unquote, urlencode
 
 import anyio
 import anyio.to_thread
-import httpx
 import orjson
 from starlette.datastructures import QueryParams
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from amqpd.shell.management import listing
-from amqpd.shell.management.bindings import BINDING_ORDER
 from amqpd.shell.management.errors import ApiError
 from amqpd.shell.metrics import CONTENT_TYPE
+from amqpd.shell.workers.gateway_merge import (
+    LISTINGS,
+    TOPOLOGY,
+    documents_of,
+    merge_alarms,
+    merge_definitions,
+    merge_overview,
+    merge_rows,
+)
 from amqpd.shell.workers.metrics_merge import merge_expositions
-
-log = logging.getLogger(__name__)
-
-Headers = list[tuple[bytes, bytes]]
-Answer = tuple[int, Headers, bytes]
-# (worker index, method, path (percent-encoded), raw query string, request headers, request
-# body) -> (status, response headers, response body)
-WorkerCall = Callable[[int, str, str, bytes, Headers, bytes], Awaitable[Answer]]
-
-FORWARDED_FOR: Final = b"x-forwarded-for"
-TIMEOUT: Final = httpx.Timeout(60.0, connect=5.0)  # a worker's listing of many queues
-# set by the HTTP client from what it sends, or about the hop, not the request
-_HOP_REQUEST: Final = frozenset(
-    {
-        b"host",
-        b"content-length",
-        b"transfer-encoding",
-        b"connection",
-        b"keep-alive",
-        b"accept-encoding",
-        b"x-forwarded-for",
-        b"x-forwarded-proto",
-        b"x-forwarded-host",
-        b"forwarded",
-    }
+from amqpd.shell.workers.worker_calls import (
+    FORWARDED_FOR,
+    HOP_REQUEST,
+    HOP_RESPONSE,
+    Answer,
+    Headers,
+    UnixCaller,
+    WorkerCall,
+    ask_every_worker,
+    ask_worker,
+    first_failure,
+    json_answer,
+    unix_caller,
 )
-# the body handed back is decoded and whole
-_HOP_RESPONSE: Final = frozenset(
-    {b"content-length", b"transfer-encoding", b"connection", b"keep-alive", b"content-encoding"}
-)
+
+# UnixCaller and unix_caller (worker_calls.py) re-exported: server.py and node.py make the
+# gateways' `call` with them
+__all__ = ["UnixCaller", "management_gateway", "metrics_gateway", "unix_caller"]
+
 _LISTING_PARAMETERS: Final = frozenset(
     {"page", "page_size", "name", "use_regex", "sort", "sort_reverse", "columns"}
 )
-_TOPOLOGY: Final = ("queues", "exchanges", "bindings")  # what lives on a vhost's owner
 _VHOST_ACCESS: Final = ("parameters", "policies")  # what a per-vhost import also holds
 _METRICS_PATHS: Final = frozenset({"/metrics", "/metrics/per-object", "/metrics/detailed"})
-
-
-# -- calling workers ---------------------------------------------------------------------------
-def _url(path: str, query: bytes) -> httpx.URL:
-    raw = path.encode("ascii") + (b"?" + query if query else b"")
-    return httpx.URL(scheme="http", host="worker", raw_path=raw)
-
-
-def _outgoing(headers: Headers) -> Headers:
-    return [(name, value) for name, value in headers if name.lower() not in _HOP_REQUEST]
-
-
-def _incoming(response: httpx.Response) -> Headers:
-    return [
-        (name, value) for name, value in response.headers.raw if name.lower() not in _HOP_RESPONSE
-    ]
-
-
-def _forwarded_client(headers: Headers) -> tuple[str, int]:
-    """The client address the gateway put in X-Forwarded-For (``host:port``, ``[v6]:port``);
-    one that is no address when there is none (never loopback)."""
-    for name, value in headers:
-        if name.lower() == FORWARDED_FOR:
-            text = value.decode("latin-1").split(",")[-1].strip()
-            host, _, port = text.rpartition(":")
-            if host and port.isdigit():
-                return host.strip("[]"), int(port)
-            return text, 0
-    return "unknown", 0
-
-
-async def asgi_call(
-    app: ASGIApp, method: str, path: str, query: bytes, headers: Headers, body: bytes
-) -> Answer:
-    """One request to ``app`` in-process (httpx's ASGI transport), from the client named by
-    X-Forwarded-For."""
-    transport = httpx.ASGITransport(app=app, client=_forwarded_client(headers))
-    async with httpx.AsyncClient(transport=transport, timeout=TIMEOUT) as client:
-        response = await client.request(
-            method, _url(path, query), headers=_outgoing(headers), content=body
-        )
-    return response.status_code, _incoming(response), response.content
-
-
-class UnixCaller:
-    """A `WorkerCall`: index 0 -> the local app in-process (`asgi_call`); index K ->
-    HTTP/1.1 over the Unix socket ``sockets(K)`` (one kept-alive client per worker, made on
-    first use, on the event loop of that use; `aclose` closes them)."""
-
-    def __init__(self, local: ASGIApp, sockets: Callable[[int], Path]) -> None:
-        self.local = local
-        self.sockets = sockets
-        self.clients: dict[int, httpx.AsyncClient] = {}
-
-    async def __call__(
-        self, index: int, method: str, path: str, query: bytes, headers: Headers, body: bytes
-    ) -> Answer:
-        if index == 0:
-            return await asgi_call(self.local, method, path, query, headers, body)
-        client = self.clients.get(index)
-        if client is None:
-            transport = httpx.AsyncHTTPTransport(uds=str(self.sockets(index)), retries=1)
-            client = self.clients[index] = httpx.AsyncClient(transport=transport, timeout=TIMEOUT)
-        outgoing = _outgoing(headers)
-        forwarded = [(n, v) for n, v in headers if n.lower() == FORWARDED_FOR]
-        response = await client.request(
-            method, _url(path, query), headers=outgoing + forwarded, content=body
-        )
-        return response.status_code, _incoming(response), response.content
-
-    async def aclose(self) -> None:
-        """Close the connections to the workers (a later call opens new ones)."""
-        clients, self.clients = list(self.clients.values()), {}
-        for client in clients:
-            await client.aclose()
-
-
-def unix_caller(local: ASGIApp, sockets: Callable[[int], Path]) -> UnixCaller:
-    """index 0 -> the local app in-process (httpx.ASGITransport); index K -> httpx over the
-    Unix socket ``sockets(K)``. Close it (`UnixCaller.aclose`) when the server stops."""
-    return UnixCaller(local, sockets)
 
 
 # -- the request as the gateway sees it --------------------------------------------------------
@@ -242,7 +154,7 @@ def _parse(scope: Scope, receive: Receive) -> _Request:
     segments = [unquote(part) for part in parts[2:]] if path.startswith("/api/") else []
     if segments and segments[-1] == "":
         segments.pop()
-    headers = [(n, v) for n, v in scope["headers"] if n.lower() not in _HOP_REQUEST]
+    headers = [(n, v) for n, v in scope["headers"] if n.lower() not in HOP_REQUEST]
     client = scope.get("client")
     if client:
         host, port = client[0], client[1]
@@ -260,96 +172,13 @@ def _parse(scope: Scope, receive: Receive) -> _Request:
 
 
 async def _send(send: Send, status: int, headers: Headers, body: bytes) -> None:
-    kept = [(n, v) for n, v in headers if n.lower() not in _HOP_RESPONSE]
+    kept = [(n, v) for n, v in headers if n.lower() not in HOP_RESPONSE]
     kept.append((b"content-length", str(len(body)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": kept})
     await send({"type": "http.response.body", "body": body})
 
 
-def _json(status: int, content: Any) -> Answer:
-    headers = [(b"content-type", b"application/json"), (b"cache-control", b"no-cache")]
-    return status, headers, orjson.dumps(content)
-
-
-def _unavailable(index: int, exc: Exception) -> Answer:
-    log.warning("worker %d did not answer the gateway: %r", index, exc)
-    reason = f"worker {index} did not answer: {type(exc).__name__} {exc}".strip()
-    return _json(503, {"error": "service_unavailable", "reason": reason})
-
-
-async def _ask(
-    call: WorkerCall,
-    index: int,
-    method: str,
-    path: str,
-    query: bytes,
-    headers: Headers,
-    body: bytes,
-) -> Answer:
-    try:
-        return await call(index, method, path, query, headers, body)
-    except (httpx.HTTPError, OSError) as exc:
-        return _unavailable(index, exc)
-
-
-async def _ask_all(
-    call: WorkerCall, workers: int, method: str, path: str, query: bytes, headers: Headers
-) -> list[Answer]:
-    """Every worker's answer (in index order), asked at once."""
-    answers: list[Answer | None] = [None] * workers
-
-    async def one(index: int) -> None:
-        answers[index] = await _ask(call, index, method, path, query, headers, b"")
-
-    async with anyio.create_task_group() as group:
-        for index in range(workers):
-            group.start_soon(one, index)
-    return [answer for answer in answers if answer is not None]
-
-
-def _failed(answers: Sequence[Answer]) -> Answer | None:
-    """The first answer that is not 200 (it is the answer to the request), if any."""
-    return next((answer for answer in answers if answer[0] != 200), None)
-
-
 # -- what goes where ---------------------------------------------------------------------------
-VhostOf = Callable[[dict[str, Any]], Any]
-
-
-def _row_vhost(row: dict[str, Any]) -> Any:
-    return row.get("vhost")
-
-
-def _consumer_vhost(row: dict[str, Any]) -> Any:
-    queue = row.get("queue")
-    return queue.get("vhost") if isinstance(queue, dict) else None
-
-
-def _vhost_name(row: dict[str, Any]) -> Any:
-    return row.get("name")
-
-
-def _anywhere(row: dict[str, Any]) -> Any:
-    return None  # every worker's rows are kept
-
-
-@dataclass(frozen=True, slots=True)
-class _Listing:
-    vhost: VhostOf = _row_vhost
-    order: tuple[str, ...] = ("vhost", "name")  # Call.listing's default sort keys
-
-
-_LISTINGS: Final[dict[str, _Listing]] = {
-    "queues": _Listing(),
-    "exchanges": _Listing(),
-    "bindings": _Listing(order=BINDING_ORDER),
-    "connections": _Listing(),
-    "channels": _Listing(),
-    "consumers": _Listing(vhost=_consumer_vhost),
-    "vhosts": _Listing(vhost=_vhost_name),
-    "shovels": _Listing(vhost=_anywhere),
-    "federation-links": _Listing(vhost=_anywhere),
-}
 _LINKS: Final = frozenset({"shovels", "federation-links"})
 # /api/{collection}/{vhost}...: everything under it is the vhost's
 _VHOST_SCOPED: Final = frozenset(
@@ -370,7 +199,7 @@ def _plan(method: str, segments: list[str]) -> tuple[str, str]:
     read = method in ("GET", "HEAD")
     first, count = segments[0], len(segments)
     if count == 1:
-        if method == "GET" and first in _LISTINGS:
+        if method == "GET" and first in LISTINGS:
             return "listing", ""
         if method == "GET" and first in ("overview", "definitions"):
             return first, ""
@@ -401,79 +230,6 @@ def _plan(method: str, segments: list[str]) -> tuple[str, str]:
     return "local", ""
 
 
-# -- merging -----------------------------------------------------------------------------------
-def _documents(answers: Sequence[Answer]) -> list[Any]:
-    return [orjson.loads(body) for _status, _headers, body in answers]
-
-
-def _sum(a: Any, b: Any) -> Any:
-    """Numbers added, objects merged key by key, rate samples added by timestamp; anything
-    else: ``a``."""
-    if _number(a) and _number(b):
-        return a + b
-    if isinstance(a, dict) and isinstance(b, dict):
-        out = dict(a)
-        for key, value in b.items():
-            if key == "samples" and isinstance(a.get(key), list) and isinstance(value, list):
-                out[key] = _samples(a[key], value)
-            else:
-                out[key] = _sum(a[key], value) if key in a else value
-        return out
-    return a
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _samples(a: list[Any], b: list[Any]) -> list[Any]:
-    extra: dict[Any, Any] = {}
-    for point in b:
-        if isinstance(point, dict) and _number(point.get("sample")):
-            extra[point.get("timestamp")] = extra.get(point.get("timestamp"), 0) + point["sample"]
-    out = []
-    for point in a:
-        if isinstance(point, dict) and _number(point.get("sample")):
-            point = {**point, "sample": point["sample"] + extra.get(point.get("timestamp"), 0)}
-        out.append(point)
-    return out
-
-
-def merge_overview(documents: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Worker 0's overview with the totals and message counters of every worker summed."""
-    out = dict(documents[0])
-    for key in ("object_totals", "queue_totals", "message_stats", "churn_rates"):
-        for document in documents[1:]:
-            if key in document:
-                out[key] = _sum(out[key], document[key]) if key in out else document[key]
-    return out
-
-
-def _owned(owner: Callable[[str], int], vhost: Any, index: int) -> bool:
-    return vhost is None or not isinstance(vhost, str) or owner(vhost) == index
-
-
-def merge_rows(
-    documents: Sequence[Any], owner: Callable[[str], int], vhost_of: VhostOf = _row_vhost
-) -> list[dict[str, Any]]:
-    """Every worker's rows, each of a vhost taken from the vhost's owner only."""
-    return [
-        row
-        for index, rows in enumerate(documents)
-        for row in rows
-        if isinstance(row, dict) and _owned(owner, vhost_of(row), index)
-    ]
-
-
-def merge_definitions(documents: Sequence[Any], owner: Callable[[str], int]) -> dict[str, Any]:
-    """Worker 0's export with every worker's queues, exchanges and bindings."""
-    out = dict(documents[0])
-    for section in _TOPOLOGY:
-        rows = [document.get(section) or [] for document in documents]
-        out[section] = merge_rows(rows, owner, lambda row: row.get("vhost", "/"))
-    return out
-
-
 # -- the management gateway --------------------------------------------------------------------
 def management_gateway(
     app: ASGIApp, workers: int, owner: Callable[[str], int], call: WorkerCall
@@ -485,59 +241,55 @@ def management_gateway(
     async def ask(index: int, request: _Request, body: bytes | None = None) -> Answer:
         if body is None:
             body = await request.body()
-        return await _ask(
+        return await ask_worker(
             call, index, request.method, request.path, request.query, request.headers, body
         )
 
     async def listing_of(request: _Request) -> Answer:
-        kind = _LISTINGS[request.segments[0]]
+        kind = LISTINGS[request.segments[0]]
         kept = [
             (key, value)
             for key, value in parse_qsl(request.query.decode("latin-1"), keep_blank_values=True)
             if key not in _LISTING_PARAMETERS
         ]
         query = urlencode(kept).encode("latin-1")
-        answers = await _ask_all(call, workers, "GET", request.path, query, request.headers)
-        failed = _failed(answers)
+        answers = await ask_every_worker(call, workers, "GET", request.path, query, request.headers)
+        failed = first_failure(answers)
         if failed is not None:
             return failed
-        documents = _documents(answers)
+        documents = documents_of(answers)
         if not all(isinstance(document, list) for document in documents):
             return answers[0]  # not a listing after all: as worker 0 answered
         rows = merge_rows(documents, owner, kind.vhost)
         try:
-            return _json(200, listing.present(rows, request.params(), kind.order))
+            return json_answer(200, listing.present(rows, request.params(), kind.order))
         except ApiError as exc:  # the pagination parameters, as the app refuses them
             response = exc.response()
             return response.status_code, list(response.raw_headers), bytes(response.body)
 
     async def merged(request: _Request, merge: Callable[[list[Any]], Any]) -> Answer:
-        answers = await _ask_all(call, workers, "GET", request.path, request.query, request.headers)
-        failed = _failed(answers)
+        answers = await ask_every_worker(
+            call, workers, "GET", request.path, request.query, request.headers
+        )
+        failed = first_failure(answers)
         if failed is not None:
             return failed
-        documents = _documents(answers)
+        documents = documents_of(answers)
         if not all(isinstance(document, dict) for document in documents):
             return answers[0]
-        return _json(200, merge(documents))
+        return json_answer(200, merge(documents))
 
     async def alarms(request: _Request) -> Answer:
-        answers = await _ask_all(call, workers, "GET", request.path, request.query, request.headers)
+        answers = await ask_every_worker(
+            call, workers, "GET", request.path, request.query, request.headers
+        )
         other = next((a for a in answers if a[0] not in (200, 503)), None)
         if other is not None:
             return other
         failing = [a for a in answers if a[0] == 503]
         if not failing:
             return answers[0]
-        documents = _documents(failing)
-        out = dict(documents[0])
-        out["alarms"] = [
-            alarm
-            for index, document in enumerate(documents)
-            for alarm in document.get("alarms", [])
-            if alarm not in [a for d in documents[:index] for a in d.get("alarms", [])]
-        ]
-        return _json(503, out)
+        return json_answer(503, merge_alarms(documents_of(failing)))
 
     async def find(request: _Request) -> Answer:
         body = await request.body()
@@ -555,12 +307,12 @@ def management_gateway(
         if checked[0] != 200:
             return checked
         collection = "/api/" + request.segments[0]
-        answers = await _ask_all(call, workers, "GET", collection, b"", request.headers)
-        failed = _failed(answers)
+        answers = await ask_every_worker(call, workers, "GET", collection, b"", request.headers)
+        failed = first_failure(answers)
         if failed is not None:
             return failed
-        documents = _documents(answers)
-        return _json(
+        documents = documents_of(answers)
+        return json_answer(
             200,
             [
                 row
@@ -574,15 +326,15 @@ def management_gateway(
     async def import_all(request: _Request) -> Answer:
         body = await request.body()
         document = _json_object(body)
-        if document is None or not _topology_rows(document, _TOPOLOGY):
+        if document is None or not _topology_rows(document, TOPOLOGY):
             return await ask(0, request, body)  # malformed, or nothing for other workers
-        access = {key: value for key, value in document.items() if key not in _TOPOLOGY}
+        access = {key: value for key, value in document.items() if key not in TOPOLOGY}
         answer = await ask(0, request, orjson.dumps(access))
         if answer[0] >= 300:
             return answer
         # the vhosts exist now (and are placed): each one's topology to its owner
         shares: dict[int, dict[str, list[Any]]] = {}
-        for section in _TOPOLOGY:
+        for section in TOPOLOGY:
             for row in document.get(section) or []:
                 index = owner(str(row.get("vhost", "/")))
                 shares.setdefault(index, {}).setdefault(section, []).append(row)
@@ -595,14 +347,14 @@ def management_gateway(
     async def import_vhost(request: _Request, vhost: str, index: int) -> Answer:
         body = await request.body()
         document = _json_object(body)
-        if document is None or not _topology_rows(document, (*_VHOST_ACCESS, *_TOPOLOGY)):
+        if document is None or not _topology_rows(document, (*_VHOST_ACCESS, *TOPOLOGY)):
             return await ask(index, request, body)  # the owner answers what is wrong
         access = {
             section: [{**row, "vhost": vhost} for row in document.get(section) or []]
             for section in _VHOST_ACCESS
         }
         if any(access.values()):
-            answer = await _ask(
+            answer = await ask_worker(
                 call,
                 0,
                 "POST",
@@ -613,7 +365,7 @@ def management_gateway(
             )
             if answer[0] >= 300:
                 return answer
-        topology = {section: document.get(section) or [] for section in _TOPOLOGY}
+        topology = {section: document.get(section) or [] for section in TOPOLOGY}
         return await ask(index, request, orjson.dumps(topology))
 
     async def gateway(scope: Scope, receive: Receive, send: Send) -> None:
@@ -680,8 +432,10 @@ def metrics_gateway(app: ASGIApp, workers: int, call: WorkerCall) -> ASGIApp:
 
     async def merged(scope: Scope, receive: Receive, send: Send) -> None:
         request = _parse(scope, receive)
-        answers = await _ask_all(call, workers, "GET", request.path, request.query, request.headers)
-        failed = _failed(answers)
+        answers = await ask_every_worker(
+            call, workers, "GET", request.path, request.query, request.headers
+        )
+        failed = first_failure(answers)
         if failed is not None:
             await _send(send, *failed)
             return
