@@ -20,7 +20,6 @@ amqpd/shell/links/node_links.py.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import signal
@@ -37,24 +36,20 @@ import anyio
 import anyio.abc
 from anyio.abc import SocketAttribute
 
-from amqpd.engine import ctl_commands
 from amqpd.engine.connection import Connection
 from amqpd.engine.outbox import Outbox
 from amqpd.engine.rates import SAMPLE_INTERVAL, RateSampler
-from amqpd.model.admin_commands import AdminError, execute, problems_text
 from amqpd.model.broker import Broker, BrokerConfig
 from amqpd.model.definitions import import_definitions
 from amqpd.model.global_parameters import ensure_cluster_id
 from amqpd.model.statistics import NodeSample
-from amqpd.shell import management, metrics, node_sample, resources
+from amqpd.shell import admin_requests, management, metrics, node_sample, resources
 from amqpd.shell.admin_socket import AdminReply, send_request, serve_admin
 from amqpd.shell.http_listener import bind, bind_unix, serve_http
 from amqpd.shell.links.federation_status import (
     FederationLinkStatus,
-    federation_table,
 )
 from amqpd.shell.links.node_links import NodeLinks
-from amqpd.shell.links.supervisor import shovel_table
 from amqpd.shell.listen_errors import naming
 from amqpd.shell.peers import Peers, flush
 from amqpd.shell.store_lifecycle import StoreLifecycle
@@ -67,7 +62,6 @@ from amqpd.shell.workers.node import WorkerNode
 from amqpd.shell.workers.role import WorkerRole
 from amqpd.shell.workers.supervisor import report_ready
 from persistence.backend import StoreBackend
-from persistence.errors import StoreError
 from persistence.journal import Journal
 
 log = logging.getLogger(__name__)
@@ -444,67 +438,14 @@ class Server:
         self.lost = LockLost(reason)
         await self.shutdown(reason)
 
+    @property
+    def shared_store(self) -> bool:
+        """Whether the store is shared (PostgreSQL, active/standby)."""
+        return self._role.shared
+
     async def admin_request(self, request: dict[str, Any]) -> AdminReply:
-        """An ``amqpd users|vhosts|definitions`` command from the admin socket: carried out
-        on the live broker, then persisted after everything it journaled (a deleted vhost's
-        queues) has been committed."""
-        if self._role.role != "active" and self._role.shared:
-            if request.get("group") == "ctl" and request.get("command") in ("status", "ping"):
-                return AdminReply(
-                    True, json.dumps(ctl_commands.execute(self.broker, request, self.node_sample()))
-                )
-            return AdminReply(False, f"this node is {self._role.role}: ask the active node")
-        if request.get("command") == "list-shovels":
-            return AdminReply(
-                True, json.dumps(shovel_table(self.shovel_status(), self.broker.statistics.node))
-            )
-        if request.get("command") == "list-federation-links":
-            node = self.broker.statistics.node
-            return AdminReply(True, json.dumps(federation_table(self.federation_status(), node)))
-        if request.get("group") == "ctl":  # amqpd ctl: listings, status, close-connection
-            workers = self.node
-            if workers is not None and workers.front is not None:  # worker 0: the whole node
-                return await workers.ctl(request, self._ctl_here)
-            return await self._ctl_here(request)
-        workers = self.node
-        front = workers is not None and workers.front is not None
-        if request.get("group") == "definitions" and workers is not None and front:
-            return await workers.definitions(request, self._admin_change)
-        return await self._admin_change(request)
-
-    async def _ctl_here(self, request: dict[str, Any]) -> AdminReply:
-        """An ``amqpd ctl`` request answered from this process's broker."""
-        try:
-            answer = ctl_commands.execute(self.broker, request, self.node_sample())
-        except AdminError as exc:
-            return AdminReply(False, str(exc))
-        finally:
-            self.after_core()  # a closed connection's Connection.Close
-        return AdminReply(True, json.dumps(answer))
-
-    async def _admin_change(self, request: dict[str, Any]) -> AdminReply:
-        """An ``amqpd users|vhosts|definitions`` (or ctl policy) change, then saved."""
-        try:
-            outcome = execute(self.broker, request)
-        except AdminError as exc:
-            return AdminReply(False, str(exc))
-        finally:
-            self.after_core()  # closed connections, journaled deletions
-            self.links.reconcile()  # shovel and federation parameters, policies
-        log.info("admin: %s %s", request.get("group"), request.get("command"))
-        if outcome.changed:
-            try:
-                await self.save_access()
-            except StoreError as exc:
-                log.error("admin: could not save access control: %s", exc)
-                return AdminReply(
-                    False,
-                    f"the change is in effect but could not be saved ({exc}); it will be "
-                    "lost when the broker restarts unless it is made again",
-                )
-        if outcome.problems:  # partly applied (and saved): the command still fails
-            return AdminReply(False, problems_text(outcome))
-        return AdminReply(True, outcome.output)
+        """A request from the admin socket (amqpd/shell/admin_requests.py)."""
+        return await admin_requests.answer(self, request)
 
     async def save_access(self) -> None:
         """Persist the broker's definitions tables (users, vhosts, permissions, policies,

@@ -33,7 +33,10 @@ log = logging.getLogger(__name__)
 Handle = Callable[[anyio.abc.SocketStream, Arrival], Coroutine[Any, Any, None]]
 Local = Callable[[dict[str, Any]], Awaitable[AdminReply]]
 VHOST_LISTINGS = frozenset({"list-queues", "list-exchanges", "list-bindings", "list-consumers"})
-NODE_LISTINGS = frozenset({"list-connections", "list-channels"})
+# every worker's rows: connections and channels, and the links of each vhost's worker
+NODE_LISTINGS = frozenset(
+    {"list-connections", "list-channels", "list-shovels", "list-federation-links"}
+)
 
 
 class WorkerNode:
