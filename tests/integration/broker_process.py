@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import signal
 import subprocess
@@ -20,7 +22,12 @@ class BrokerProcess:
 
     def __init__(self, data_dir: Path, port: int = 0, extra: tuple[str, ...] = ()) -> None:
         self.data_dir = data_dir
-        self.extra = extra  # more command-line options
+        # more command-line options; AMQPD_TEST_WORKERS=N runs every such broker with
+        # --workers N (CI runs these tests once more with 2) unless the test chose
+        workers = os.environ.get("AMQPD_TEST_WORKERS")
+        if workers and "--workers" not in extra:
+            extra = ("--workers", workers, *extra)
+        self.extra = extra
         self._start(port)
 
     def _start(self, port: int) -> None:
@@ -32,6 +39,7 @@ class BrokerProcess:
             ],
             stderr=subprocess.PIPE,
             text=True,
+            start_new_session=True,  # its own process group: `pause` stops every worker too
         )
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
@@ -50,6 +58,15 @@ class BrokerProcess:
         listens (its recovery is done)."""
         self._start(self.port)
 
+    def pause(self) -> None:
+        """SIGSTOP to the broker's processes (the supervisor and its workers, if any)."""
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT to the broker's processes (if still there)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGCONT)
+
     def kill(self) -> None:
         """SIGKILL (a crash)."""
         self.proc.send_signal(signal.SIGKILL)
@@ -63,7 +80,7 @@ class BrokerProcess:
 
     def stop(self) -> None:
         """A clean stop (SIGCONT first, in case a test paused it); asserts exit status 0."""
-        self.proc.send_signal(signal.SIGCONT)
+        self.resume()
         self.proc.send_signal(signal.SIGTERM)
         assert self.proc.wait(timeout=30) == 0
         self._close_pipe()

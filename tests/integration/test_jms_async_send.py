@@ -6,7 +6,6 @@ a broker that stops answering use an amqpd subprocess paused with SIGSTOP.
 
 from __future__ import annotations
 
-import signal
 import threading
 from pathlib import Path
 
@@ -94,7 +93,7 @@ def test_use_async_send_and_a_lost_connection(tmp_path: Path) -> None:
         producer = session.create_producer(session.queue("paused"))
         outcomes = Outcomes()
         producer.send("warm-up")  # declares the queue while the broker still answers
-        amqpd.proc.send_signal(signal.SIGSTOP)  # no confirm can come now
+        amqpd.pause()  # no confirm can come now
         producer.send("not waited for")  # a synchronous persistent send would block here
         producer.send("watched", completion_listener=outcomes)
         assert outcomes.events == []
@@ -119,14 +118,14 @@ def test_producer_window_blocks_until_confirms_free_room(tmp_path: Path) -> None
             producer.send(b"x" * 80)  # warm up: the queue is declared
             assert producer._window.wait_empty(WAIT)
             session_two = connection.create_session()
-            amqpd.proc.send_signal(signal.SIGSTOP)
+            amqpd.pause()
             producer.send(b"a" * 80)  # fits: the window was empty
             second = threading.Thread(target=lambda: producer.send(b"b" * 80))
             second.start()
             second.join(0.5)
             assert second.is_alive()  # 160 bytes would pass the 100-byte window
             assert producer._window.outstanding == 80
-            amqpd.proc.send_signal(signal.SIGCONT)
+            amqpd.resume()
             second.join(WAIT)
             assert not second.is_alive()
             consumer = session_two.create_consumer(queue)
@@ -134,5 +133,5 @@ def test_producer_window_blocks_until_confirms_free_room(tmp_path: Path) -> None
             got = [consumer.receive(WAIT) for _ in range(3)]
             assert [m.body for m in got if m is not None] == [b"x" * 80, b"a" * 80, b"b" * 80]
     finally:
-        amqpd.proc.send_signal(signal.SIGCONT)
+        amqpd.resume()
         amqpd.stop()
