@@ -34,7 +34,7 @@ from amqpd.shell.store_role import LockLost
 from amqpd.shell.workers import placement
 from amqpd.shell.workers import role as worker_role
 from amqpd.shell.workers.memory import NodeMemory, write_pid
-from amqpd.shell.workers.supervisor import Supervisor, die_with_supervisor
+from amqpd.shell.workers.supervisor import become_supervisor, die_with_supervisor
 from persistence.errors import StoreError
 from persistence.schema import DB_FILENAME
 
@@ -135,7 +135,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"amqpd: {exc}", file=sys.stderr)
         return 2
     if args.workers > 1 and role is None:
-        return Supervisor(argv, args.workers).run()
+        log_file = None if args.log_file is None else str(args.log_file)
+        become_supervisor(
+            argv,
+            args.workers,
+            {"level": args.log_level, "format": args.log_format, "file": log_file},
+        )
     if role is not None:
         die_with_supervisor()
     data_dir = args.data_dir if role is None else role.data_dir(args.data_dir)
