@@ -395,4 +395,16 @@ def _status(status: dict[str, Any]) -> str:
         f"Messages: {queue_totals['messages']} (ready {queue_totals['messages_ready']}, "
         f"unacknowledged {queue_totals['messages_unacknowledged']})",
     ]
+    if status.get("workers"):  # amqpd --workers N
+        lines += ["", "Workers", ""]
+        for row in status["workers"]:
+            if row["pid"] is None:
+                lines.append(f"Worker {row['index']}: {row['state']}")
+                continue
+            vhosts = ", ".join(row["vhosts"]) or "(none)"
+            lines.append(
+                f"Worker {row['index']}: OS PID {row['pid']}, vhosts: {vhosts}, "
+                f"connections: {row['connections']}, queues: {row['queues']}, "
+                f"messages: {row['messages']}"
+            )
     return "\n".join(lines)

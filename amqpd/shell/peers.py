@@ -37,7 +37,7 @@ from amqpd.model.broker import Broker
 from amqpd.shell.direct_write import transport_of, write_now
 from amqpd.shell.socket_protocol import READ_SIZE, FeedProtocol, attach
 from amqpd.shell.tls import TLSOptions, certificate_identity, tls_failure_reason
-from amqpd.shell.workers.front import Front
+from amqpd.shell.workers.front import Front, Gate
 from amqpd.shell.workers.handover import Arrival
 
 log = logging.getLogger(__name__)
@@ -144,10 +144,13 @@ class Peers:
             log.info("accepting AMQP connection %s", conn.audit_label())
         try:
             gate = self.front if arrival is None else None
-            if gate is not None and not await gate.gate(
-                conn, byte_stream, stream, self._after_core
-            ):
-                peer.stream = _Forgotten()  # handed over (or closed): nothing to close here
+            outcome = Gate.STAY
+            if gate is not None:
+                outcome = await gate.gate(conn, byte_stream, stream, self._after_core)
+            if outcome is Gate.MOVED:
+                peer.stream = _Forgotten()  # another worker has it: nothing to close here
+                return
+            if outcome is Gate.CLOSED:
                 return
             async with anyio.create_task_group() as group:
                 group.start_soon(self._write_loop, peer)

@@ -5,6 +5,7 @@ serving meanwhile; kill -9 of the whole node; a worker count too small for the d
 from __future__ import annotations
 
 import json
+import socket
 import ssl
 import subprocess
 import sys
@@ -308,6 +309,15 @@ def test_the_management_api_and_prometheus_show_one_node(tmp_path: Path) -> None
         ).text
         assert metrics.count("# TYPE rabbitmq_queues gauge") == 1
         assert "\nrabbitmq_queues 2.0\n" in metrics
+        status = json.loads(_ctl(data, "status", "--format", "json", "-q"))
+        assert status["totals"]["queues"] == 2
+        assert [
+            (w["index"], w["vhosts"], w["queues"], w["messages"]) for w in status["workers"]
+        ] == [
+            (0, ["/"], 1, 0),
+            (1, ["v1"], 1, 3),
+        ]
+        assert "Worker 1: OS PID " in _ctl(data, "status")
         broker.stop()
     finally:
         api.close()
@@ -471,6 +481,29 @@ def test_definitions_export_and_import_cover_every_worker(tmp_path: Path) -> Non
         _admin(other, "definitions", "import", str(exported))
         assert "q1" in _ctl(other / "shard-1", "list-queues", "-p", "v1")
         assert "q0" in _ctl(other, "list-queues")
+        broker.stop()
+    finally:
+        if broker.proc.poll() is None:
+            broker.kill()
+
+
+def test_a_silent_client_is_dropped_at_the_gate_after_the_handshake_timeout(
+    tmp_path: Path,
+) -> None:
+    """Worker 0 reads each handshake itself; a client that sends the protocol header and
+    then nothing is disconnected after the handshake timeout (10 s, as RabbitMQ)."""
+    data = tmp_path / "data"
+    broker = BrokerProcess(data, extra=("--workers", "2", "--no-management", "--no-prometheus"))
+    try:
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=30) as client:
+            client.sendall(b"AMQP\x00\x00\x09\x01")
+            received = b""
+            began = time.monotonic()
+            while chunk := client.recv(4096):  # Connection.Start, then the close
+                received += chunk
+            waited = time.monotonic() - began
+        assert received[:1] == b"\x01"  # Connection.Start came first
+        assert 9 <= waited < 25
         broker.stop()
     finally:
         if broker.proc.poll() is None:

@@ -121,13 +121,15 @@ class Amqpd:
                 ("vhosts", "add", name),
                 ("users", "set-permissions", "guest", "--vhost", name, ".*", ".*", ".*"),
             ):
-                subprocess.run(
+                done = subprocess.run(
                     [sys.executable, "-m", "amqpd", *args, "--data-dir", str(self.data_dir)],
-                    check=True,
                     capture_output=True,
+                    text=True,
                     cwd=self.source,
                     env=env,
                 )
+                if done.returncode != 0 and "already exists" not in done.stderr:
+                    raise RuntimeError(f"amqpd {' '.join(args)}: {done.stderr.strip()}")
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after a grace period."""

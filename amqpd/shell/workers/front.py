@@ -22,6 +22,7 @@ worker that (re)starts is sent the current state as soon as its control socket a
 
 from __future__ import annotations
 
+import enum
 import logging
 import pickle
 import socket
@@ -68,6 +69,14 @@ def encode_state(
     return _LENGTH.pack(len(data)) + data
 
 
+class Gate(enum.Enum):
+    """What became of a connection at worker 0's gate (`Front.gate`)."""
+
+    STAY = "stay"  # its vhost is worker 0's: serve it here
+    MOVED = "moved"  # handed to (or relayed for) its vhost's worker
+    CLOSED = "closed"  # the handshake ended it here: close the socket
+
+
 class Front:
     """Worker 0's side of the links to the other workers."""
 
@@ -101,16 +110,28 @@ class Front:
         stream: anyio.abc.ByteStream,
         raw: anyio.abc.SocketStream,
         after_core: Callable[[], None],
-    ) -> bool:
-        """Serve ``conn``'s handshake; True: it stays on this worker (everything read so far
-        has been fed), False: it was handed over, relayed to its end, or closed."""
+    ) -> Gate:
+        """Serve ``conn``'s handshake until Connection.Open: STAY (everything read so far has
+        been fed), MOVED (handed over or relayed to its end: nothing of it is left here), or
+        CLOSED (the engine closed it, the client went, or the handshake timeout passed,
+        as RabbitMQ's handshake_timeout: the caller closes the socket)."""
+        with anyio.move_on_after(self.handshake_timeout):
+            return await self._gate(conn, stream, raw, after_core)
+        return Gate.CLOSED
+
+    async def _gate(
+        self,
+        conn: Connection,
+        stream: anyio.abc.ByteStream,
+        raw: anyio.abc.SocketStream,
+        after_core: Callable[[], None],
+    ) -> Gate:
         replay = bytearray()
         while not conn.should_close:
             try:
                 data = await stream.receive(READ_SIZE)
             except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
-                conn.connection_lost()
-                return False
+                return Gate.CLOSED
             start = len(replay)
             replay += data
             found = find_open(replay)
@@ -121,18 +142,18 @@ class Front:
             owner = self.placement.owner(vhost)
             if owner == self.role.index:
                 await self._feed(conn, stream, data, after_core)
-                return True
+                return Gate.STAY
             if at > start:
                 await self._feed(conn, stream, bytes(replay[start:at]), after_core)
             if conn.should_close:
                 break
             await self._move(conn, stream, raw, owner, vhost, bytes(replay), at)
-            return False
+            return Gate.MOVED
         with suppress(Exception):
             data = conn.data_to_send()
             if data:
                 await stream.send(data)
-        return False
+        return Gate.CLOSED
 
     async def _feed(
         self,

@@ -147,6 +147,8 @@ class WorkerNode:
             replies = [await local(request)]
             replies += [await self._ask(index, request) for index in range(1, self.role.count)]
             return _merge_tables(replies)
+        if command == "status":
+            return await self._status(request, local)
         if command == "close-connection":
             reply = await local(request)
             for index in range(1, self.role.count):
@@ -183,6 +185,28 @@ class WorkerNode:
                 break
             reply = await self._ask(index, {**request, "definitions": part})
         return reply
+
+    async def _status(self, request: dict[str, Any], local: Local) -> AdminReply:
+        """``amqpd ctl status`` for the node: worker 0's, with the totals summed over the
+        workers and a row per worker (its pid, vhosts and totals)."""
+        reply = await local(request)
+        if not reply.ok:
+            return reply
+        status = json.loads(reply.text)
+        rows = [_worker_row(0, status, self.placement)]
+        for index in range(1, self.role.count):
+            answer = await self._ask(index, request)
+            if not answer.ok:
+                rows.append({"index": index, "pid": None, "state": answer.text})
+                continue
+            theirs = json.loads(answer.text)
+            rows.append(_worker_row(index, theirs, self.placement))
+            for section in ("totals", "queue_totals"):
+                for key, value in theirs[section].items():
+                    if isinstance(value, int):
+                        status[section][key] = status[section].get(key, 0) + value
+        status["workers"] = rows
+        return AdminReply(True, json.dumps(status))
 
     async def _ask(self, index: int, request: dict[str, Any]) -> AdminReply:
         """Worker ``index``'s answer, through its admin socket in its data directory."""
@@ -241,3 +265,16 @@ def _take_topology(
     for section in TOPOLOGY:
         document.setdefault(section, [])
         document[section] = [*document[section], *theirs[section]]
+
+
+def _worker_row(index: int, status: dict[str, Any], placement: Placement) -> dict[str, Any]:
+    """One worker in ``amqpd ctl status``."""
+    return {
+        "index": index,
+        "pid": status["pid"],
+        "state": "running",
+        "vhosts": sorted(name for name, owner in placement.vhosts.items() if owner == index),
+        "connections": status["totals"]["connections"],
+        "queues": status["totals"]["queues"],
+        "messages": status["queue_totals"]["messages"],
+    }
