@@ -753,7 +753,7 @@ def document(
         "the table shows medians. Both brokers ran on this machine with the client (`amqpd "
         "perf`, pre-encoded batched frames, producers and consumers in separate processes; "
         "pika for W7), so broker, client and anything else share the cores. Broker CPU is "
-        "utime+stime of the broker process from /proc/PID/stat (beam.smp for RabbitMQ) "
+        "utime+stime of the broker process and its children (`amqpd --workers N`: the supervisor and its workers) from /proc/PID/stat (beam.smp for RabbitMQ) "
         "over the measured window; RSS is VmRSS / VmHWM from /proc/PID/status. Producers "
         "are not rate-limited: a broker that accepts publishes faster than it delivers builds "
         "a backlog, and the publish->deliver latency then measures that backlog. Before "
