@@ -508,3 +508,21 @@ def test_a_silent_client_is_dropped_at_the_gate_after_the_handshake_timeout(
     finally:
         if broker.proc.poll() is None:
             broker.kill()
+
+
+def test_a_worker_that_keeps_dying_stops_the_node(tmp_path: Path) -> None:
+    """A worker is restarted after each death; the sixth within a minute stops the node
+    (exit 1), as an OTP supervisor gives up past its restart intensity."""
+    data = tmp_path / "data"
+    broker = BrokerProcess(data, extra=("--workers", "2", "--no-management", "--no-prometheus"))
+    try:
+        for death in range(6):
+            pid = _workers(broker.proc.pid)[1]
+            subprocess.run(["kill", "-9", str(pid)], check=True)
+            if death < 5:
+                _wait_for(lambda old=pid: _workers(broker.proc.pid).get(1, old) != old, "restart")
+        assert broker.reap(timeout=60) == 1
+        assert not _workers(broker.proc.pid)
+    finally:
+        if broker.proc.poll() is None:
+            broker.kill()

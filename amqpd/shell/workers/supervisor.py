@@ -76,6 +76,7 @@ class Supervisor:
         self.workers: dict[int, _Worker] = {}
         self.selector = selectors.DefaultSelector()
         self.stopping = False
+        self.serving = False  # every worker was ready once: deaths are restarted from now
         self.status = 0
 
     def run(self) -> int:
@@ -139,7 +140,9 @@ class Supervisor:
             return  # it exited before serving: `_reap` decides
         worker.ready = True
         if all(w.ready for w in self.workers.values()) and len(self.workers) == self.count:
-            log.info("serving with %d workers (pids %s)", self.count, self._pids())
+            if not self.serving:
+                log.info("serving with %d workers (pids %s)", self.count, self._pids())
+            self.serving = True
 
     def _close_ready(self, worker: _Worker) -> None:
         if worker.ready_fd >= 0:
@@ -171,7 +174,7 @@ class Supervisor:
             del self.workers[index]
             if self.stopping:
                 continue
-            if not worker.ready:
+            if not self.serving:
                 log.error("worker %d exited with status %s while starting; stopping", index, code)
                 self._stop(code if code > 0 else 1)
                 continue
