@@ -569,7 +569,14 @@ async def run(broker_config: BrokerConfig, server_config: ServerConfig) -> None:
         group.start_soon(watch_signals)
         async with anyio.create_task_group() as serving:
             await serving.start(server.serve)
-            report_ready()  # one of several workers: the supervisor waits for this
+            report_ready(  # one of several workers: the supervisor waits for this
+                {
+                    "--port": server.port,
+                    "--tls-port": server.tls_port,
+                    "--management-port": server.management_port,
+                    "--prometheus-port": server.prometheus_port,
+                }
+            )
         group.cancel_scope.cancel()
 
 

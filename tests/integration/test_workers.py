@@ -99,6 +99,16 @@ class Publisher(threading.Thread):
                 self.stop.wait(0.05)  # the worker is restarting: try again
 
 
+def _declares(port: int, vhost: str, queue: str) -> bool:
+    """Whether a connection to ``vhost`` opens and declares ``queue`` now."""
+    try:
+        with _channel(port, vhost) as channel:
+            channel.queue_declare(queue, durable=True)
+    except (pika.exceptions.AMQPError, OSError):
+        return False
+    return True
+
+
 def _drain(port: int, vhost: str, queue: str) -> set[bytes]:
     bodies: set[bytes] = set()
     with _channel(port, vhost) as channel:
@@ -523,6 +533,36 @@ def test_a_worker_that_keeps_dying_stops_the_node(tmp_path: Path) -> None:
                 _wait_for(lambda old=pid: _workers(broker.proc.pid).get(1, old) != old, "restart")
         assert broker.reap(timeout=60) == 1
         assert not _workers(broker.proc.pid)
+    finally:
+        if broker.proc.poll() is None:
+            broker.kill()
+
+
+def test_a_killed_worker_0_leaves_the_other_workers_connections_serving(tmp_path: Path) -> None:
+    """Worker 0 only handed the connection over: while it restarts, a publisher on worker 1
+    keeps getting confirms; afterwards worker 0 serves new connections again."""
+    data = tmp_path / "data"
+    broker = BrokerProcess(data, extra=("--workers", "2", "--no-management", "--no-prometheus"))
+    try:
+        _admin(data, "vhosts", "add", "v1")
+        _admin(data, "users", "set-permissions", "guest", "--vhost", "v1", ".*", ".*", ".*")
+        with _channel(broker.port, "v1") as channel:
+            channel.queue_declare("work", durable=True)
+        moved = Publisher(broker.port, "v1", "work")
+        moved.start()
+        _wait_for(lambda: len(moved.confirmed) >= 100, "confirms")
+        front = _workers(broker.proc.pid)[0]
+        subprocess.run(["kill", "-9", str(front)], check=True)
+        during = len(moved.confirmed)
+        _wait_for(lambda: _workers(broker.proc.pid).get(0, front) != front, "restart")
+        _wait_for(lambda: len(moved.confirmed) > during + 100, "confirms meanwhile")
+        _wait_for(lambda: _declares(broker.port, "/", "after"), "worker 0 serving again")
+        moved.stop.set()
+        moved.join(30)
+        assert moved.failures == 0  # its connection lives in worker 1
+        stored = _drain(broker.port, "v1", "work")
+        assert not [body for body in moved.confirmed if body not in stored]
+        broker.stop()
     finally:
         if broker.proc.poll() is None:
             broker.kill()

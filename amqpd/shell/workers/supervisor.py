@@ -7,16 +7,19 @@ the same arguments plus the worker variables, and a pipe on which the worker wri
 byte once it serves. States::
 
     STARTING --every worker ready--> SERVING --SIGTERM/SIGINT--> STOPPING --all exited--> done
-    STARTING --a worker exits--> STOPPING (its exit status is the node's: a refused setting,
-                                           a store that cannot open, a port in use)
+    STARTING --a worker exits with a status--> STOPPING (the node's exit status: a refused
+                                           setting, a store that cannot open, a port in use;
+                                           one killed by a signal is restarted, as below)
     SERVING --a worker exits--> SERVING (restarted at once; its store recovers every
                                          confirmed message; the others keep serving)
     SERVING --a worker died RESTART_LIMIT times within RESTART_WINDOW s--> STOPPING (exit 1)
 
 As RabbitMQ restarts a crashed queue process while the node stays up, a worker killed with
 kill -9 is restarted and recovers its store; its clients reconnect (their connection was on
-it), the other workers' clients notice nothing. The restart limit mirrors an OTP
-supervisor's intensity: a worker that cannot stay up stops the node rather than loop.
+it), the other workers' clients notice nothing. Each worker's ready message names the ports
+it bound; worker 0 restarted gets the same ones (``--port 0`` picks a port once per node).
+The restart limit mirrors an OTP supervisor's intensity: a worker that cannot stay up
+stops the node rather than loop.
 SIGHUP is passed on (each worker reopens its log file). Everything waits on one selector:
 the signals arrive through ``signal.set_wakeup_fd`` (SIGCHLD included), the ready bytes
 through their pipes.
@@ -77,6 +80,7 @@ class Supervisor:
         self.selector = selectors.DefaultSelector()
         self.stopping = False
         self.serving = False  # every worker was ready once: deaths are restarted from now
+        self.front_ports: list[str] = []  # ["--port", "5672", ...]: worker 0's, once bound
         self.status = 0
 
     def run(self) -> int:
@@ -122,8 +126,9 @@ class Supervisor:
                 READY_FD_VARIABLE: str(ready_write),
             }
         )
+        again = self.front_ports if index == 0 else []  # the same ports as before
         process = subprocess.Popen(
-            [sys.executable, "-m", "amqpd", *self.argv], env=env, pass_fds=(ready_write,)
+            [sys.executable, "-m", "amqpd", *self.argv, *again], env=env, pass_fds=(ready_write,)
         )
         os.close(ready_write)
         old = self.workers.get(index)
@@ -134,11 +139,17 @@ class Supervisor:
         self.selector.register(ready_read, selectors.EVENT_READ, worker)
 
     def _ready(self, worker: _Worker) -> None:
-        data = os.read(worker.ready_fd, 16)
+        data = os.read(worker.ready_fd, 4096)
         self._close_ready(worker)
         if not data:
             return  # it exited before serving: `_reap` decides
         worker.ready = True
+        if worker.index == 0 and not self.front_ports:
+            with suppress(ValueError):
+                bound = json.loads(data)
+                self.front_ports = [
+                    item for option, port in bound.items() if port for item in (option, str(port))
+                ]
         if all(w.ready for w in self.workers.values()) and len(self.workers) == self.count:
             if not self.serving:
                 log.info("serving with %d workers (pids %s)", self.count, self._pids())
@@ -174,7 +185,7 @@ class Supervisor:
             del self.workers[index]
             if self.stopping:
                 continue
-            if not self.serving:
+            if not self.serving and code > 0:  # it refused to start (a setting, the store)
                 log.error("worker %d exited with status %s while starting; stopping", index, code)
                 self._stop(code if code > 0 else 1)
                 continue
@@ -233,25 +244,13 @@ LOG_VARIABLE = "AMQPD_SUPERVISOR_LOG"  # the logging settings, for the exec'd su
 
 def become_supervisor(argv: Sequence[str], count: int, log: dict[str, str | None]) -> NoReturn:
     """Replace this process (the ``amqpd`` command, with the whole broker imported) by a
-    lean ``python -m amqpd.shell.workers.supervisor``: the node's main process then holds
+    lean ``python -m amqpd.cli.supervise``: the node's main process then holds
     ~10 MB instead of ~50. Same pid, so a service manager and kill -9 see no difference."""
     os.environ[LOG_VARIABLE] = json.dumps(log)
     sys.stdout.flush()
     sys.stderr.flush()
-    command = [sys.executable, "-m", "amqpd.shell.workers.supervisor", str(count), *argv]
+    command = [sys.executable, "-m", "amqpd.cli.supervise", str(count), *argv]
     os.execv(sys.executable, command)
-
-
-def main() -> int:
-    """``python -m amqpd.shell.workers.supervisor COUNT ARGS...`` (from `become_supervisor`)."""
-    from amqpd.cli.logs import configure_logging  # light: the standard library only
-
-    log = json.loads(os.environ.pop(LOG_VARIABLE, "{}"))
-    file = log.get("file")
-    configure_logging(
-        log.get("level") or "info", log.get("format") or "text", Path(file) if file else None
-    )
-    return Supervisor(sys.argv[2:], int(sys.argv[1])).run()
 
 
 def die_with_supervisor() -> None:
@@ -266,17 +265,15 @@ def die_with_supervisor() -> None:
         os._exit(1)
 
 
-def report_ready() -> None:
-    """In a worker: tell the supervisor this worker serves (once; no-op elsewhere)."""
+def report_ready(ports: dict[str, int]) -> None:
+    """In a worker: tell the supervisor this worker serves, and on which ports (once; no-op
+    elsewhere). Worker 0 restarted is given the same ports (``--port 0`` picks a port once
+    per node, not once per worker 0)."""
     fd = os.environ.pop(READY_FD_VARIABLE, None)
     if fd is None:
         return
     try:
-        os.write(int(fd), b"r")
+        os.write(int(fd), json.dumps(ports).encode())
         os.close(int(fd))
     except OSError:
         pass
-
-
-if __name__ == "__main__":
-    sys.exit(main())
