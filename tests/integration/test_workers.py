@@ -251,6 +251,10 @@ def test_tls_connections_to_another_workers_vhost_are_relayed_with_their_identit
             assert json.loads(node_wide) == listed  # worker 0 answers for the whole node
             queues = _ctl(data, "list-queues", "-p", "v1", "--format", "json", "-q")
             assert json.loads(queues) == [{"name": "relayed", "messages": 0}]
+            # the relay outlives the handshake timeout (10 s) that bounds worker 0's gate
+            connection.sleep(11)
+            channel.basic_publish("", "relayed", b"later")
+            assert channel.basic_get("relayed", auto_ack=True)[2] == b"later"
         finally:
             connection.close()
         broker.stop()

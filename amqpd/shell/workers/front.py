@@ -30,6 +30,7 @@ import struct
 import time
 from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -77,6 +78,16 @@ class Gate(enum.Enum):
     CLOSED = "closed"  # the handshake ended it here: close the socket
 
 
+@dataclass(frozen=True, slots=True)
+class _Move:
+    """The handshake reached Open for a vhost of worker ``owner``."""
+
+    owner: int
+    vhost: str
+    replay: bytes  # every byte the client sent so far
+    open_at: int  # where Connection.Open starts in it
+
+
 class Front:
     """Worker 0's side of the links to the other workers."""
 
@@ -115,17 +126,20 @@ class Front:
         been fed), MOVED (handed over or relayed to its end: nothing of it is left here), or
         CLOSED (the engine closed it, the client went, or the handshake timeout passed,
         as RabbitMQ's handshake_timeout: the caller closes the socket)."""
-        with anyio.move_on_after(self.handshake_timeout):
-            return await self._gate(conn, stream, raw, after_core)
-        return Gate.CLOSED
+        outcome: Gate | _Move = Gate.CLOSED
+        with anyio.move_on_after(self.handshake_timeout):  # the handshake only, not a relay
+            outcome = await self._handshake(conn, stream, after_core)
+        if isinstance(outcome, Gate):
+            return outcome
+        await self._move(conn, stream, raw, outcome)
+        return Gate.MOVED
 
-    async def _gate(
+    async def _handshake(
         self,
         conn: Connection,
         stream: anyio.abc.ByteStream,
-        raw: anyio.abc.SocketStream,
         after_core: Callable[[], None],
-    ) -> Gate:
+    ) -> Gate | _Move:
         replay = bytearray()
         while not conn.should_close:
             try:
@@ -147,8 +161,7 @@ class Front:
                 await self._feed(conn, stream, bytes(replay[start:at]), after_core)
             if conn.should_close:
                 break
-            await self._move(conn, stream, raw, owner, vhost, bytes(replay), at)
-            return Gate.MOVED
+            return _Move(owner, vhost, bytes(replay), at)
         with suppress(Exception):
             data = conn.data_to_send()
             if data:
@@ -173,11 +186,9 @@ class Front:
         conn: Connection,
         stream: anyio.abc.ByteStream,
         raw: anyio.abc.SocketStream,
-        owner: int,
-        vhost: str,
-        replay: bytes,
-        open_at: int,
+        move: _Move,
     ) -> None:
+        owner, vhost = move.owner, move.vhost
         tls = stream is not raw
         local = raw.extra(SocketAttribute.local_address)
         local_host, local_port = (
@@ -189,8 +200,8 @@ class Front:
             local_port,
             tls,
             conn.peer_cert_user,
-            open_at,
-            replay,
+            move.open_at,
+            move.replay,
         )
         conn.connection_lost()  # forgotten here: not a byte more from this worker
         if tls:
