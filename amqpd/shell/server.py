@@ -56,7 +56,6 @@ from amqpd.shell.store_lifecycle import StoreLifecycle
 from amqpd.shell.store_role import LockLost, StoreRole
 from amqpd.shell.streams import StreamFiles
 from amqpd.shell.tls import TLSOptions, server_context
-from amqpd.shell.workers.gateway import management_gateway, metrics_gateway, unix_caller
 from amqpd.shell.workers.handover import Arrival
 from amqpd.shell.workers.node import WorkerNode
 from amqpd.shell.workers.role import WorkerRole
@@ -360,29 +359,16 @@ class Server:
         for protocol, sock in sockets.items():
             host, port = sock.getsockname()[:2]
             if protocol == "http":
-                app = self._gateway(management.create_app(self), management=True)
+                app = management.create_app(self)
+                app = app if self.node is None else self.node.management_gateway(app)
                 self.management_port = await group.start(serve_http, app, sock)
                 self._add_listener(protocol, self.management_port, host)
             else:
-                app = self._gateway(metrics.create_app(self), management=False)
+                app = metrics.create_app(self)
+                app = app if self.node is None else self.node.metrics_gateway(app)
                 self.prometheus_port = await group.start(serve_http, app, sock)
                 self._add_listener(protocol, self.prometheus_port, host)
             log.info("listening for %s on %s:%d", protocol, host, port)
-
-    def _gateway(self, app: Any, management: bool) -> Any:
-        """Worker 0 of several: ``app`` behind the gateway that answers for every worker
-        (amqpd/shell/workers/gateway.py); else ``app``."""
-        node = self.node
-        if node is None:
-            return app
-        role = node.role
-        if management:
-            caller = unix_caller(app, role.management_socket)
-            node.callers.append(caller)
-            return management_gateway(app, role.count, node.placement_owner, caller)
-        caller = unix_caller(app, role.prometheus_socket)
-        node.callers.append(caller)
-        return metrics_gateway(app, role.count, caller)
 
     def _add_listener(self, protocol: str, port: int, host: str | None = None) -> None:
         self.listeners.append(

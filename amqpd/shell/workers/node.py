@@ -22,7 +22,12 @@ from amqpd.model.broker import Broker
 from amqpd.shell.admin_socket import AdminReply, send_request
 from amqpd.shell.workers import placement as placements
 from amqpd.shell.workers.front import Front
-from amqpd.shell.workers.gateway import UnixCaller
+from amqpd.shell.workers.gateway import (
+    UnixCaller,
+    management_gateway,
+    metrics_gateway,
+    unix_caller,
+)
 from amqpd.shell.workers.handover import Arrival
 from amqpd.shell.workers.inbox import serve_control, serve_handover
 from amqpd.shell.workers.placement import Placement
@@ -226,6 +231,19 @@ class WorkerNode:
     def placement_owner(self, vhost: str) -> int:
         """The worker of ``vhost`` now (the gateway asks per request)."""
         return self.placement.owner(vhost)
+
+    def management_gateway(self, app: Any) -> Any:
+        """Worker 0's management ``app`` behind the gateway that answers for every worker
+        (amqpd/shell/workers/gateway.py)."""
+        caller = unix_caller(app, self.role.management_socket)
+        self.callers.append(caller)
+        return management_gateway(app, self.role.count, self.placement_owner, caller)
+
+    def metrics_gateway(self, app: Any) -> Any:
+        """Worker 0's Prometheus ``app`` behind the gateway that merges every worker's."""
+        caller = unix_caller(app, self.role.prometheus_socket)
+        self.callers.append(caller)
+        return metrics_gateway(app, self.role.count, caller)
 
     async def aclose(self) -> None:
         """Close the links to the workers (hand-over sockets, the gateways' clients)."""
