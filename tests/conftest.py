@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -85,3 +88,33 @@ def connection(server: Server) -> Iterator[pika.BlockingConnection]:
 def channel(connection: pika.BlockingConnection) -> Any:
     """A channel on ``connection``."""
     return connection.channel()
+
+
+_session_status = 0
+LEFTOVER_GRACE = 30.0  # seconds a test's thread still running at the end gets to finish
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    global _session_status
+    _session_status = int(exitstatus)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A thread that is not a daemon and still runs would keep the interpreter from exiting
+    (CI then times out with no summary printed): name it with its stack and exit now, failed."""
+    leftover = [
+        thread
+        for thread in threading.enumerate()
+        if thread is not threading.main_thread() and not thread.daemon
+    ]
+    for thread in leftover:
+        thread.join(LEFTOVER_GRACE / len(leftover))
+    leftover = [thread for thread in leftover if thread.is_alive()]
+    if not leftover:
+        return
+    names = ", ".join(thread.name for thread in leftover)
+    sys.stderr.write(f"tests left threads running that are not daemons: {names}\n")
+    faulthandler.dump_traceback(all_threads=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_session_status or 1)

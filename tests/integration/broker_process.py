@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
@@ -68,9 +70,13 @@ class BrokerProcess:
             os.killpg(self.proc.pid, signal.SIGCONT)
 
     def kill(self) -> None:
-        """SIGKILL (a crash)."""
+        """SIGKILL (a crash). With workers, the supervisor is killed and its workers die with
+        it (PR_SET_PDEATHSIG); this returns once every process of the node is gone, so a
+        broker started next on the same port and data directory never meets a dying one."""
+        members = _group_members(self.proc.pid)
         self.proc.send_signal(signal.SIGKILL)
         self.reap(timeout=10)
+        _wait_exited(members, timeout=10)
 
     def reap(self, timeout: float | None = None) -> int:
         """Wait until the process exits (killed by someone else, say) and return its status."""
@@ -89,3 +95,35 @@ class BrokerProcess:
         self._drain.join(timeout=10)
         assert self.proc.stderr is not None
         self.proc.stderr.close()
+
+
+def _group_members(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group ``pgid``, from /proc."""
+    members = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as stat_file:
+                stat = stat_file.read()
+        except OSError:  # gone meanwhile
+            continue
+        state, _ppid, pgrp = stat[stat.rindex(")") + 2 :].split()[:3]
+        if int(pgrp) == pgid and state != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+def _wait_exited(pids: list[int], timeout: float) -> None:
+    """Wait until each of ``pids`` has exited (a pidfd turns readable when it does)."""
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        try:
+            ready, _, _ = select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))
+            assert ready, f"process {pid} of the killed broker still runs after {timeout} s"
+        finally:
+            os.close(pidfd)

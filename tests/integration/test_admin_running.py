@@ -238,7 +238,7 @@ def test_admin_commands_interleave_with_confirmed_publishing(tmp_path: Path) -> 
             except BaseException as exc:  # reported by the assertion below
                 failures.append(exc)
 
-        publisher = threading.Thread(target=publish)
+        publisher = threading.Thread(target=publish, daemon=True)
         publisher.start()
         for i in range(20):
             ok(data, "users", "add", f"user-{i}", "pw")

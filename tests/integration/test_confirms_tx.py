@@ -177,7 +177,7 @@ def test_no_consumer_observes_half_a_commit(server: Server) -> None:
             finally:
                 done.set()
 
-        thread = threading.Thread(target=produce)
+        thread = threading.Thread(target=produce, daemon=True)
         thread.start()
         while not done.is_set():
             seen.append(ob.queue_declare("atomic", passive=True).method.message_count)

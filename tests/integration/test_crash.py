@@ -201,18 +201,24 @@ def test_sigkill_under_load_loses_nothing_confirmed(tmp_path: Path) -> None:
         stop = threading.Event()
         threads = [
             threading.Thread(
-                target=_pika_confirm_publisher, args=(broker.port, f"r{round_}c{i}", ledger, stop)
+                target=_pika_confirm_publisher,
+                args=(broker.port, f"r{round_}c{i}", ledger, stop),
+                daemon=True,
             )
             for i in range(2)
         ]
         threads.append(
             threading.Thread(
-                target=_pika_tx_publisher, args=(broker.port, f"r{round_}tx", ledger, stop)
+                target=_pika_tx_publisher,
+                args=(broker.port, f"r{round_}tx", ledger, stop),
+                daemon=True,
             )
         )
         threads.append(
             threading.Thread(
-                target=_raw_pipelined_publisher, args=(broker.port, f"r{round_}raw", ledger, stop)
+                target=_raw_pipelined_publisher,
+                args=(broker.port, f"r{round_}raw", ledger, stop),
+                daemon=True,
             )
         )
         for thread in threads:

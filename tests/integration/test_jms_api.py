@@ -51,7 +51,7 @@ def test_blocked_receive_returns_none_when_the_consumer_closes(broker: BrokerHan
     session = broker.connect().create_session()
     consumer = session.create_consumer(session.queue(broker.name("blocked")))
     results: list[object] = []
-    receiver = threading.Thread(target=lambda: results.append(consumer.receive(60)))
+    receiver = threading.Thread(target=lambda: results.append(consumer.receive(60)), daemon=True)
     receiver.start()
     _until(lambda: session._receivers == 1)
     consumer.close()
@@ -71,7 +71,7 @@ def test_iteration_ends_when_the_consumer_closes(broker: BrokerHandle) -> None:
         for message in consumer:
             seen.append(message.body)
 
-    reader = threading.Thread(target=loop)
+    reader = threading.Thread(target=loop, daemon=True)
     reader.start()
     _until(lambda: seen == ["one"] and session._receivers == 1)
     consumer.close()
@@ -117,7 +117,7 @@ def test_abort_drops_the_connection_and_the_broker_requeues(broker: BrokerHandle
     blocked: list[object] = []
     other = connection.create_session()
     waiting = other.create_consumer(other.queue(broker.name("abort.idle")))
-    receiver = threading.Thread(target=lambda: blocked.append(waiting.receive(60)))
+    receiver = threading.Thread(target=lambda: blocked.append(waiting.receive(60)), daemon=True)
     receiver.start()
     _until(lambda: other._receivers == 1)
 

@@ -120,7 +120,7 @@ def test_producer_window_blocks_until_confirms_free_room(tmp_path: Path) -> None
             session_two = connection.create_session()
             amqpd.pause()
             producer.send(b"a" * 80)  # fits: the window was empty
-            second = threading.Thread(target=lambda: producer.send(b"b" * 80))
+            second = threading.Thread(target=lambda: producer.send(b"b" * 80), daemon=True)
             second.start()
             second.join(0.5)
             assert second.is_alive()  # 160 bytes would pass the 100-byte window

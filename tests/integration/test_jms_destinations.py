@@ -265,7 +265,7 @@ def test_receive_and_listener_are_exclusive_both_ways(broker: BrokerHandle) -> N
         in_receive.set()
         outcome.append(receiving.receive(5))
 
-    thread = threading.Thread(target=blocked_receive)
+    thread = threading.Thread(target=blocked_receive, daemon=True)
     thread.start()
     assert in_receive.wait(5)
     deadline = time.monotonic() + 5
@@ -409,7 +409,7 @@ def test_deleting_the_queue_closes_the_consumer(broker: BrokerHandle) -> None:
     queue = session.queue(broker.name("doomed"))
     consumer = session.create_consumer(queue)
     outcome: list[object] = []
-    thread = threading.Thread(target=lambda: outcome.append(consumer.receive(10)))
+    thread = threading.Thread(target=lambda: outcome.append(consumer.receive(10)), daemon=True)
     thread.start()
     admin = broker.pika()
     try:

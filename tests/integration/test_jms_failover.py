@@ -133,7 +133,7 @@ def test_restart_under_load_loses_nothing(tmp_path: Path) -> None:
                 except BaseException as exc:
                     errors.append(exc)
 
-            producer_thread = threading.Thread(target=produce)
+            producer_thread = threading.Thread(target=produce, daemon=True)
             producer_thread.start()
             collector.wait_for(lambda bodies: len(bodies) >= total // 3)
             brokers[0] = _restart(brokers[0], tmp_path / "b0")

@@ -104,7 +104,7 @@ def _run_load(port: int, alarm: threading.Event) -> None:
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
-    threads = [threading.Thread(target=publish) for _ in range(PUBLISHERS)]
+    threads = [threading.Thread(target=publish, daemon=True) for _ in range(PUBLISHERS)]
     for thread in threads:
         thread.start()
     try:

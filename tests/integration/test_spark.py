@@ -445,7 +445,7 @@ def test_broker_killed_mid_write_and_restarted_loses_nothing(
         time.sleep(outage)  # the outage is the scenario, not a synchronisation
         broker.restart()  # same port, same data directory
 
-    restarter = threading.Thread(target=restart_after_the_kill)
+    restarter = threading.Thread(target=restart_after_the_kill, daemon=True)
     restarter.start()
     try:
         (
@@ -537,7 +537,7 @@ def test_save_from_a_thread_after_activate_session(spark: SparkSession, broker: 
         except BaseException as exc:
             failures.append(exc)
 
-    thread = threading.Thread(target=job)
+    thread = threading.Thread(target=job, daemon=True)
     thread.start()
     thread.join()
     assert failures == []
