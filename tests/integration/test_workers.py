@@ -5,6 +5,9 @@ serving meanwhile; kill -9 of the whole node; a worker count too small for the d
 from __future__ import annotations
 
 import json
+import os
+import select
+import signal
 import socket
 import ssl
 import subprocess
@@ -566,6 +569,41 @@ def test_a_killed_worker_0_leaves_the_other_workers_connections_serving(tmp_path
         assert moved.failures == 0  # its connection lives in worker 1
         stored = _drain(broker.port, "v1", "work")
         assert not [body for body in moved.confirmed if body not in stored]
+        broker.stop()
+    finally:
+        if broker.proc.poll() is None:
+            broker.kill()
+
+
+def test_a_vhost_whose_worker_is_down_is_refused_with_541(tmp_path: Path) -> None:
+    """While worker 1 is down and not yet restarted, opening its vhost waits up to the
+    handshake timeout and is then refused with 541 "vhost … is down" (as RabbitMQ refuses a
+    vhost whose supervisor is not running); "/" on worker 0 serves meanwhile, and the vhost
+    serves again once its worker is back."""
+    data = tmp_path / "data"
+    broker = BrokerProcess(data, extra=("--workers", "2", "--no-management", "--no-prometheus"))
+    try:
+        _admin(data, "vhosts", "add", "v1")
+        _admin(data, "users", "set-permissions", "guest", "--vhost", "v1", ".*", ".*", ".*")
+        assert _declares(broker.port, "v1", "before")
+        worker = _workers(broker.proc.pid)[1]
+        os.kill(broker.proc.pid, signal.SIGSTOP)  # the supervisor cannot restart it yet
+        try:
+            pidfd = os.pidfd_open(worker)
+            os.kill(worker, signal.SIGKILL)
+            assert select.select([pidfd], [], [], 30)[0], "worker 1 did not die"
+            os.close(pidfd)
+            params = pika.ConnectionParameters(
+                "127.0.0.1", broker.port, "v1", connection_attempts=1, stack_timeout=60
+            )
+            with pytest.raises(pika.exceptions.AMQPConnectionError) as refused:
+                pika.BlockingConnection(params)
+            assert "541" in str(refused.value), refused.value
+            assert "vhost 'v1' is down" in str(refused.value), refused.value
+            assert _declares(broker.port, "/", "meanwhile")
+        finally:
+            os.kill(broker.proc.pid, signal.SIGCONT)
+        _wait_for(lambda: _declares(broker.port, "v1", "after"), "worker 1 serving again")
         broker.stop()
     finally:
         if broker.proc.poll() is None:
