@@ -250,6 +250,10 @@ def execute(broker: Broker, request: Mapping[str, Any], node: NodeSample) -> Any
         return status(broker, node)
     if command == "close-connection":
         return close_connection(broker, str(request.get("name", "")), request.get("reason"))
+    if command == "count-connections":  # --workers N: worker 0 sums them for the limits
+        user = str(request.get("user", ""))
+        users = [connection.user for connection in broker.connections]
+        return {"connections": len(users), "of_user": users.count(user)}
     listing = LISTINGS.get(str(command))
     if listing is None:
         raise AdminError(f"unknown command: ctl {command}")

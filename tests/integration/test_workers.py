@@ -608,3 +608,48 @@ def test_a_vhost_whose_worker_is_down_is_refused_with_541(tmp_path: Path) -> Non
     finally:
         if broker.proc.poll() is None:
             broker.kill()
+
+
+def _refused(port: int, vhost: str) -> str:
+    """The error text of a connection to ``vhost`` that the broker refuses."""
+    params = pika.ConnectionParameters("127.0.0.1", port, vhost, connection_attempts=1)
+    with pytest.raises(pika.exceptions.AMQPConnectionError) as refused:
+        pika.BlockingConnection(params)
+    return str(refused.value)
+
+
+@pytest.mark.parametrize("limit", ["user", "node"])
+def test_connection_limits_count_the_connections_of_every_worker(
+    tmp_path: Path, limit: str
+) -> None:
+    """A user's max-connections and the node's connection_max hold for the node: one
+    connection on worker 0 ("/") and one on worker 1 (v1) reach a limit of 2 for either
+    vhost, as with one process; closing one makes room again."""
+    data = tmp_path / "data"
+    extra = ("--connection-max", "2") if limit == "node" else ()
+    options = ("--workers", "2", "--no-management", "--no-prometheus", *extra)
+    broker = BrokerProcess(data, extra=options)
+    try:
+        _admin(data, "vhosts", "add", "v1")
+        _admin(data, "users", "set-permissions", "guest", "--vhost", "v1", ".*", ".*", ".*")
+        if limit == "user":
+            _admin(data, "users", "set-limit", "guest", "max-connections", "2")
+        expected = {
+            "user": "NOT_ALLOWED - connection refused for user 'guest': "
+            "user connection limit (2) is reached",
+            "node": "NOT_ALLOWED - connection refused: node connection limit (2) is reached",
+        }[limit]
+        on_worker_0 = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
+        on_worker_1 = pika.BlockingConnection(
+            pika.ConnectionParameters("127.0.0.1", broker.port, "v1")
+        )
+        for vhost in ("/", "v1"):
+            text = _refused(broker.port, vhost)
+            assert "530" in text and expected in text, text
+        on_worker_1.close()
+        assert _declares(broker.port, "v1", "room-again")
+        on_worker_0.close()
+        broker.stop()
+    finally:
+        if broker.proc.poll() is None:
+            broker.kill()

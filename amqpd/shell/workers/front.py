@@ -28,7 +28,7 @@ import pickle
 import socket
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
@@ -106,6 +106,9 @@ class Front:
         # a definitions file's exchanges, queues and bindings for each worker's vhosts, until
         # that worker applied them (amqpd/shell/workers/node.py)
         self.topology: dict[int, dict[str, Any]] = {}
+        # why one more connection of a user is refused, counted over every worker (set by
+        # WorkerNode: the node and user connection limits hold for the node, not per worker)
+        self.refusal: Callable[[str], Awaitable[str | None]] | None = None
         self._handover: dict[int, socket.socket] = {}
         self._connected: set[int] = set()  # workers with a control link
         self._changed = {index: anyio.Event() for index in range(1, role.count)}
@@ -153,14 +156,18 @@ class Front:
                 await self._feed(conn, stream, data, after_core)
                 continue
             at, vhost = found
-            owner = self.placement.owner(vhost)
-            if owner == self.role.index:
-                await self._feed(conn, stream, data, after_core)
-                return Gate.STAY
             if at > start:
                 await self._feed(conn, stream, bytes(replay[start:at]), after_core)
             if conn.should_close:
                 break
+            refused = None if self.refusal is None else await self.refusal(conn.user or "")
+            if refused is not None:  # rabbit_reader: 530 on Connection.Open
+                await _close(stream, 530, f"NOT_ALLOWED - {refused}")
+                return Gate.CLOSED
+            owner = self.placement.owner(vhost)
+            if owner == self.role.index:
+                await self._feed(conn, stream, bytes(replay[at:]), after_core)
+                return Gate.STAY
             return _Move(owner, vhost, bytes(replay), at)
         with suppress(Exception):
             data = conn.data_to_send()
@@ -355,7 +362,12 @@ def _connect(path: Any) -> socket.socket:
 async def _refuse(stream: anyio.abc.ByteStream, vhost: str, user: str | None) -> None:
     """541 for a vhost whose worker is down (RabbitMQ: "vhost … is down")."""
     text = f"INTERNAL_ERROR - access to vhost '{vhost}' refused: vhost '{vhost}' is down"
-    close = commands.Connection.Close(541, text[:255], 10, 40)
+    await _close(stream, 541, text)
+
+
+async def _close(stream: anyio.abc.ByteStream, code: int, text: str) -> None:
+    """Connection.Close in answer to Connection.Open, and the socket closed."""
+    close = commands.Connection.Close(code, text[:255], 10, 40)
     with suppress(Exception):
         await stream.send(bytes(frame.marshal(close, 0)))
         await stream.aclose()

@@ -9,6 +9,7 @@ in its own data directory (``amqpd ctl --data-dir DATA/shard-K`` reaches it).
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
@@ -18,6 +19,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from amqpd.model import user_limits
 from amqpd.model.broker import Broker
 from amqpd.shell.admin_socket import AdminReply, send_request
 from amqpd.shell.workers import placement as placements
@@ -78,6 +80,7 @@ class WorkerNode:
             self.role, self.placement, handshake_timeout, lambda: self.broker.access.state
         )
         self.front.topology = self.topology
+        self.front.refusal = self.connection_refusal
         group.start_soon(self.front.run_control)
         return self.front
 
@@ -212,6 +215,29 @@ class WorkerNode:
                         status[section][key] = status[section].get(key, 0) + value
         status["workers"] = rows
         return AdminReply(True, json.dumps(status))
+
+    async def connection_refusal(self, user: str) -> str | None:
+        """Why one more connection of ``user`` is refused by the node's connection limit
+        (``connection_max``) or the user's ``max-connections``, counting the connections of
+        every worker (RabbitMQ's wording; None: admitted). Only asked when a limit is set; a
+        worker that does not answer (restarting) has none. Opens racing through the gate
+        at the same moment may pass together, as with RabbitMQ's connection tracking."""
+        node_limit = self.broker.config.connection_max
+        limits = self.broker.access.state.user_limits.get(user) or {}
+        if node_limit is None and user_limits.MAX_CONNECTIONS not in limits:
+            return None
+        users = [connection.user for connection in self.broker.connections]
+        total, of_user = len(users), users.count(user)
+        request = {"group": "ctl", "command": "count-connections", "user": user}
+        for index in range(1, self.role.count):
+            reply = await self._ask(index, request)
+            if reply.ok:
+                counts = json.loads(reply.text)
+                total += int(counts["connections"])
+                of_user += int(counts["of_user"])
+        if node_limit is not None and total >= node_limit:
+            return f"connection refused: node connection limit ({node_limit}) is reached"
+        return user_limits.connection_refused(self.broker, user, itertools.repeat(user, of_user))
 
     async def _ask(self, index: int, request: dict[str, Any]) -> AdminReply:
         """Worker ``index``'s answer, through its admin socket in its data directory."""
