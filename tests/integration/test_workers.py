@@ -653,3 +653,29 @@ def test_connection_limits_count_the_connections_of_every_worker(
     finally:
         if broker.proc.poll() is None:
             broker.kill()
+
+
+def test_workers_still_starting_die_with_a_killed_supervisor(tmp_path: Path) -> None:
+    """The death signal is set before a worker runs any Python: a node stopped while its
+    workers start (SIGSTOP, as a debugger or a frozen host) and then killed leaves no
+    worker behind (one that stayed would hold the store and the inherited pipes)."""
+    command = [*AMQPD, "--port", "0", "--data-dir", str(tmp_path / "data"), "--workers", "2"]
+    node = subprocess.Popen(
+        [*command, "--no-management", "--no-prometheus"],
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        _wait_for(lambda: len(_workers(node.pid)) == 2, "both workers spawned", 30)
+        os.killpg(node.pid, signal.SIGSTOP)  # the workers are still importing amqpd
+        workers = list(_workers(node.pid).values())
+        pidfds = [os.pidfd_open(pid) for pid in workers]
+        node.kill()
+        node.wait(30)
+        for pidfd in pidfds:
+            assert select.select([pidfd], [], [], 30)[0], "a worker outlived its supervisor"
+            os.close(pidfd)
+    finally:
+        with suppress(ProcessLookupError):
+            os.killpg(node.pid, signal.SIGKILL)
+        node.wait(30)

@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,7 +128,10 @@ class Supervisor:
         )
         again = self.front_ports if index == 0 else []  # the same ports as before
         process = subprocess.Popen(
-            [sys.executable, "-m", "amqpd", *self.argv, *again], env=env, pass_fds=(ready_write,)
+            [sys.executable, "-m", "amqpd", *self.argv, *again],
+            env=env,
+            pass_fds=(ready_write,),
+            preexec_fn=_killed_with(os.getpid()),  # the supervisor is single-threaded
         )
         os.close(ready_write)
         old = self.workers.get(index)
@@ -251,6 +254,20 @@ def become_supervisor(argv: Sequence[str], count: int, log: dict[str, str | None
     sys.stderr.flush()
     command = [sys.executable, "-m", "amqpd.cli.supervise", str(count), *argv]
     os.execv(sys.executable, command)
+
+
+def _killed_with(supervisor: int) -> Callable[[], None]:
+    """In the forked child before it execs the worker: SIGKILL when the supervisor dies
+    (PR_SET_PDEATHSIG survives exec), set before the worker runs a line of Python, so a
+    worker still starting (or stopped while starting) never outlives a killed node."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def set_death_signal() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != supervisor:  # died between the fork and the prctl
+            os._exit(1)
+
+    return set_death_signal
 
 
 def die_with_supervisor() -> None:
