@@ -26,6 +26,7 @@ from amqpd.shell import metrics
 from amqpd.shell.links.federation_status import FederationLinkStatus
 from amqpd.shell.management import create_app
 from amqpd.shell.workers.gateway import management_gateway, metrics_gateway
+from amqpd.shell.workers.gateway_merge import NODE_SUMS, merge_nodes
 from amqpd.shell.workers.worker_calls import Answer, Headers, asgi_call, unix_caller
 from amqpd.wire.errors import CONNECTION_FORCED
 from tests.unit.management_support import FakeHost
@@ -254,6 +255,27 @@ def test_overview_sums_the_workers_totals(node: Node) -> None:
         assert merged[section][key] == one[0][section][key] + one[1][section][key], key
     assert merged["queue_totals"]["messages"] == 5
     assert merged["node"] == one[0]["node"] and merged["listeners"] == one[0]["listeners"]
+
+
+def test_nodes_sum_every_workers_memory_descriptors_and_sockets(node: Node) -> None:
+    """``/api/nodes`` and ``/api/nodes/{name}`` show the one node with its workers' usage
+    summed; the limits and everything else are worker 0's."""
+    one = [node.direct(i, "GET", "/api/nodes").json()[0] for i in (0, 1)]
+    [merged] = node.get("/api/nodes").json()
+    for key in NODE_SUMS:
+        assert merged[key] == one[0][key] + one[1][key], key
+    assert merged["fd_total"] == one[0]["fd_total"] and merged["name"] == one[0]["name"]
+    single = node.get("/api/nodes/" + quote(one[0]["name"], safe="")).json()
+    assert single["sockets_used"] == one[0]["sockets_used"] + one[1]["sockets_used"]
+    assert single["mem_used"] == one[0]["mem_used"] + one[1]["mem_used"]
+
+
+def test_a_node_alarm_of_any_worker_is_the_nodes() -> None:
+    quiet = {"name": "n", "mem_used": 10, "mem_alarm": False, "disk_free_alarm": False}
+    alarmed = {"name": "n", "mem_used": 5, "mem_alarm": True, "disk_free_alarm": False}
+    assert merge_nodes([[quiet], [alarmed]]) == [{**quiet, "mem_used": 15, "mem_alarm": True}]
+    assert merge_nodes([quiet, quiet])["mem_alarm"] is False
+    assert merge_nodes([{"error": "x"}, []]) == {"error": "x"}
 
 
 def test_connection_found_on_worker_1(node: Node) -> None:

@@ -28,6 +28,9 @@ aliveness-test}/{vhost}...``,
 ``GET /api/overview``                                     every worker: worker 0's object,
                                                           object_totals, queue_totals,
                                                           message_stats, churn_rates summed
+``GET /api/nodes[/{name}]``                               every worker: worker 0's node with
+                                                          memory, fds, sockets, processes,
+                                                          store bytes summed, alarms or-ed
 ``GET /api/definitions``                                  every worker: worker 0's document,
                                                           queues / exchanges / bindings from
                                                           their vhost's owner
@@ -45,12 +48,12 @@ aliveness-test}/{vhost}...``,
 everything else: users, permissions, topic permissions,   worker 0 (the wrapped app itself):
 policies, operator policies, parameters, global           the access state's authority, which
 parameters, user and vhost limits, ``PUT|DELETE           replicates its changes
-/api/vhosts/{vhost}``, whoami, nodes, cluster-name, the
+/api/vhosts/{vhost}``, whoami, cluster-name, the
 other health checks, the dashboard
 ========================================================  ===================================
 
-Left at worker 0: ``/api/nodes[/{name}[/memory]]`` (that process's memory, fds, uptime;
-the Prometheus endpoints give the node's sums), ``HEAD`` of a merged listing. The rates'
+Left at worker 0: ``/api/nodes/{name}/memory`` (that process's memory breakdown),
+``HEAD`` of a merged listing. The rates'
 ``*_details.samples`` of a merged overview are summed by timestamp (a point that only some
 workers have counts the others as 0; ``avg`` and ``avg_rate`` are summed as well).
 
@@ -87,6 +90,7 @@ from amqpd.shell.workers.gateway_merge import (
     documents_of,
     merge_alarms,
     merge_definitions,
+    merge_nodes,
     merge_overview,
     merge_rows,
 )
@@ -201,11 +205,13 @@ def _plan(method: str, segments: list[str]) -> tuple[str, str]:
     if count == 1:
         if method == "GET" and first in LISTINGS:
             return "listing", ""
-        if method == "GET" and first in ("overview", "definitions"):
+        if method == "GET" and first in ("overview", "definitions", "nodes"):
             return first, ""
         if method == "POST" and first == "definitions":
             return "import", ""
         return "local", ""
+    if first == "nodes" and count == 2 and method == "GET":
+        return "nodes", ""
     if first in _VHOST_SCOPED:
         return "owner", segments[1]
     if first in _LINKS:
@@ -267,7 +273,9 @@ def management_gateway(
             response = exc.response()
             return response.status_code, list(response.raw_headers), bytes(response.body)
 
-    async def merged(request: _Request, merge: Callable[[list[Any]], Any]) -> Answer:
+    async def merged(
+        request: _Request, merge: Callable[[list[Any]], Any], only_objects: bool = True
+    ) -> Answer:
         answers = await ask_every_worker(
             call, workers, "GET", request.path, request.query, request.headers
         )
@@ -275,7 +283,7 @@ def management_gateway(
         if failed is not None:
             return failed
         documents = documents_of(answers)
-        if not all(isinstance(document, dict) for document in documents):
+        if only_objects and not all(isinstance(document, dict) for document in documents):
             return answers[0]
         return json_answer(200, merge(documents))
 
@@ -384,6 +392,8 @@ def management_gateway(
             answer = await listing_of(request)
         elif action == "overview":
             answer = await merged(request, merge_overview)
+        elif action == "nodes":
+            answer = await merged(request, merge_nodes, only_objects=False)
         elif action == "definitions":
             answer = await merged(request, lambda documents: merge_definitions(documents, owner))
         elif action == "import":

@@ -104,6 +104,33 @@ def merge_overview(documents: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+NODE_SUMS: Final = ("mem_used", "fd_used", "sockets_used", "proc_used", "store_bytes", "run_queue")
+NODE_ALARMS: Final = ("mem_alarm", "disk_free_alarm")
+
+
+def merge_nodes(documents: Sequence[Any]) -> Any:
+    """``GET /api/nodes`` (a list of the one node) or ``/api/nodes/{name}``: worker 0's
+    node with the memory, descriptors, sockets, processes and store of every worker summed
+    and an alarm raised if any worker has it (the limits are the node's, as given)."""
+    if all(isinstance(document, dict) for document in documents):
+        return _merge_node(documents)
+    if all(isinstance(d, list) and d and isinstance(d[0], dict) for d in documents):
+        return [_merge_node([document[0] for document in documents]), *documents[0][1:]]
+    return documents[0]
+
+
+def _merge_node(nodes: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    out = dict(nodes[0])
+    for node in nodes[1:]:
+        for key in NODE_SUMS:
+            if _number(out.get(key)) and _number(node.get(key)):
+                out[key] += node[key]
+        for key in NODE_ALARMS:
+            if key in out:
+                out[key] = bool(out[key]) or bool(node.get(key))
+    return out
+
+
 def _owned(owner: Callable[[str], int], vhost: Any, index: int) -> bool:
     return vhost is None or not isinstance(vhost, str) or owner(vhost) == index
 
