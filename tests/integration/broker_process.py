@@ -93,6 +93,8 @@ class BrokerProcess:
 
     def _close_pipe(self) -> None:
         self._drain.join(timeout=10)
+        # closing a pipe another thread still reads would block for good
+        assert not self._drain.is_alive(), "a process of the broker still holds its stderr"
         assert self.proc.stderr is not None
         self.proc.stderr.close()
 
