@@ -8,7 +8,6 @@ documented in docs/configuration.md (tests/unit/test_settings.py checks that eve
 
 from __future__ import annotations
 
-import os
 from typing import Final
 
 from amqpd.cli.settings import (
@@ -78,7 +77,7 @@ def _workers(text: str) -> int:
     """--workers: a count of worker processes, or "auto" (the CPUs this process may use)."""
     text = text.strip().lower()
     if text == "auto":
-        return len(os.sched_getaffinity(0))
+        return resources.available_cpus()
     if not text.isdigit() or not 1 <= int(text) <= MAX_WORKERS:
         raise Invalid(f'must be "auto" or an integer from 1 to {MAX_WORKERS}')
     return int(text)

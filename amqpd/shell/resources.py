@@ -1,4 +1,4 @@
-"""Shell-side probes of the machine: memory, free disk, the open-file limit.
+"""Shell-side probes of the machine: memory, CPUs, free disk, the open-file limit.
 
 Part of the I/O shell (only amqpd/server.py and amqpd/__main__.py use it); the core gets the
 numbers these return, never calls them. Each probe is cheap enough to run several times a
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import os
 import re
 import resource
@@ -57,6 +58,31 @@ def total_memory() -> int:
         if text.isdigit() and 0 < int(text) < total:
             total = int(text)
     return total
+
+
+def available_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
+    """The CPUs this process may use: those it may run on (its affinity), or fewer when
+    the cgroup (a container's ``--cpus``) grants less CPU time, rounded up (``--workers
+    auto``; RabbitMQ starts a scheduler per core the same way)."""
+    cpus = len(os.sched_getaffinity(0))
+    quota = _cpu_quota(cgroup)
+    return max(1, min(cpus, math.ceil(quota))) if quota is not None else cpus
+
+
+def _cpu_quota(cgroup: Path) -> float | None:
+    """CPU time granted per unit of wall time by cgroup v2's cpu.max or v1's CFS quota
+    (None: no quota)."""
+    try:
+        quota, period = (cgroup / "cpu.max").read_text().split()[:2]
+    except (OSError, ValueError):
+        try:
+            quota = (cgroup / "cpu" / "cpu.cfs_quota_us").read_text().strip()
+            period = (cgroup / "cpu" / "cpu.cfs_period_us").read_text().strip()
+        except OSError:
+            return None
+    if not quota.isdigit() or not period.isdigit() or int(period) == 0:
+        return None  # "max" (v2) or -1 (v1): no quota
+    return int(quota) / int(period)
 
 
 def disk_free(path: Path) -> int:
