@@ -646,6 +646,8 @@ def test_connection_limits_count_the_connections_of_every_worker(
         for vhost in ("/", "v1"):
             text = _refused(broker.port, vhost)
             assert "530" in text and expected in text, text
+        unknown = _refused(broker.port, "nope")  # as rabbit_reader: the vhost first
+        assert "530" in unknown and "vhost 'nope' not found" in unknown, unknown
         on_worker_1.close()
         assert _declares(broker.port, "v1", "room-again")
         on_worker_0.close()

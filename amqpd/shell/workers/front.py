@@ -108,7 +108,7 @@ class Front:
         self.topology: dict[int, dict[str, Any]] = {}
         # why one more connection of a user is refused, counted over every worker (set by
         # WorkerNode: the node and user connection limits hold for the node, not per worker)
-        self.refusal: Callable[[str], Awaitable[str | None]] | None = None
+        self.refusal: Callable[[str, str], Awaitable[str | None]] | None = None
         self._handover: dict[int, socket.socket] = {}
         self._connected: set[int] = set()  # workers with a control link
         self._changed = {index: anyio.Event() for index in range(1, role.count)}
@@ -160,7 +160,8 @@ class Front:
                 await self._feed(conn, stream, bytes(replay[start:at]), after_core)
             if conn.should_close:
                 break
-            refused = None if self.refusal is None else await self.refusal(conn.user or "")
+            user = conn.user or ""
+            refused = None if self.refusal is None else await self.refusal(user, vhost)
             if refused is not None:  # rabbit_reader: 530 on Connection.Open
                 await _close(stream, 530, f"NOT_ALLOWED - {refused}")
                 return Gate.CLOSED

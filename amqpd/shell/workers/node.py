@@ -216,15 +216,20 @@ class WorkerNode:
         status["workers"] = rows
         return AdminReply(True, json.dumps(status))
 
-    async def connection_refusal(self, user: str) -> str | None:
-        """Why one more connection of ``user`` is refused by the node's connection limit
-        (``connection_max``) or the user's ``max-connections``, counting the connections of
-        every worker (RabbitMQ's wording; None: admitted). Only asked when a limit is set; a
-        worker that does not answer (restarting) has none. Opens racing through the gate
-        at the same moment may pass together, as with RabbitMQ's connection tracking."""
+    async def connection_refusal(self, user: str, vhost: str) -> str | None:
+        """Why one more connection of ``user`` to ``vhost`` is refused by the node's
+        connection limit (``connection_max``) or the user's ``max-connections``, counting the
+        connections of every worker (RabbitMQ's wording; None: admitted, or for the engine
+        to refuse: an unknown vhost is "not found" first, as rabbit_reader checks it). Only
+        asked when a limit is set; a worker that does not answer (restarting) has none.
+        Opens racing through the gate at the same moment may pass together, as with
+        RabbitMQ's connection tracking."""
+        state = self.broker.access.state
         node_limit = self.broker.config.connection_max
-        limits = self.broker.access.state.user_limits.get(user) or {}
+        limits = state.user_limits.get(user) or {}
         if node_limit is None and user_limits.MAX_CONNECTIONS not in limits:
+            return None
+        if vhost not in state.vhosts:
             return None
         users = [connection.user for connection in self.broker.connections]
         total, of_user = len(users), users.count(user)
