@@ -53,9 +53,9 @@ other health checks, the dashboard
 ========================================================  ===================================
 
 Left at worker 0: ``/api/nodes/{name}/memory`` (that process's memory breakdown),
-``HEAD`` of a merged listing. The rates'
-``*_details.samples`` of a merged overview are summed by timestamp (a point that only some
-workers have counts the others as 0; ``avg`` and ``avg_rate`` are summed as well).
+``HEAD`` of a merged listing. The rates' ``*_details.samples`` of a merged overview are
+summed by timestamp (a point that only some workers have counts the others as 0; ``avg``
+and ``avg_rate`` are summed as well).
 
 Worker 0 never gets a request over a socket: ``call(0, ...)`` is the wrapped app in-process
 (`unix_caller`). A request for worker 0 alone is passed to the wrapped app unchanged.
