@@ -62,6 +62,7 @@ class Amqpd:
         self.sync = sync
         self.source = source  # a directory holding the amqpd packages to run, if not ours
         self.name = name
+        self.env: dict[str, str] = {}  # more settings (AMQPD_*) for the next start
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -81,7 +82,7 @@ class Amqpd:
         self.data_dir.mkdir(parents=True)
         log = (self.data_dir.parent / "amqpd.log").open("ab")
         # the HTTP listeners (management, Prometheus) stay on, as a user runs it, on free ports
-        env = dict(os.environ, AMQPD_MANAGEMENT_PORT="0", AMQPD_PROMETHEUS_PORT="0")
+        env = dict(os.environ, AMQPD_MANAGEMENT_PORT="0", AMQPD_PROMETHEUS_PORT="0", **self.env)
         if self.source is not None:
             env["PYTHONPATH"] = str(self.source)
         self.process = subprocess.Popen(

@@ -309,8 +309,10 @@ class Front:
                             self.topology.pop(index, None)
                         self._applied[index] = version
                         self._wake_replicators()
-                        if self._version == version:
-                            await self._changed[index].wait()
+                        if self._version == version and not await self._changed_or_gone(
+                            index, stream
+                        ):
+                            break
                         self._changed[index] = anyio.Event()
             except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
                 pass
@@ -318,6 +320,26 @@ class Front:
                 self._connected.discard(index)
                 self._applied[index] = -1
                 self._wake_replicators()
+
+    async def _changed_or_gone(self, index: int, stream: anyio.abc.ByteStream) -> bool:
+        """Wait until the state changes (True) or worker ``index`` closes its control link
+        (False: it died; its successor is sent the state as soon as it listens, and takes
+        no hand-over before, amqpd/shell/workers/inbox.py)."""
+        gone = False
+        async with anyio.create_task_group() as group:
+
+            async def watch() -> None:
+                nonlocal gone
+                # the worker sends nothing unasked: this ends with its end of the link
+                with suppress(anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                    await stream.receive(1)
+                gone = True
+                group.cancel_scope.cancel()
+
+            group.start_soon(watch)
+            await self._changed[index].wait()
+            group.cancel_scope.cancel()
+        return not gone
 
     def _wake_replicators(self) -> None:
         self._progress.set()

@@ -9,6 +9,11 @@ handshake. The control socket carries, from worker 0, the whole access state and
 placement whenever they change (amqpd/shell/workers/front.py): the worker adopts them
 (`Broker.replace_access`: new vhosts it owns are created, deleted ones deleted with their
 queues, permissions change on open channels), stores them, and answers ``ok``.
+
+The hand-over socket opens only once the first state is adopted (`serve_links`): a client
+connecting the moment the node listens must find the vhosts and the definitions file's
+topology that worker 0 already has. Until then worker 0 retries the hand-over, as for a
+restarting worker (up to the handshake timeout).
 """
 
 from __future__ import annotations
@@ -34,6 +39,28 @@ log = logging.getLogger(__name__)
 _LENGTH = struct.Struct(">I")
 Handle = Callable[[anyio.abc.SocketStream, Arrival], Coroutine[Any, Any, None]]
 Adopt = Callable[[dict[str, Any], Placement], Coroutine[Any, Any, None]]
+
+
+async def serve_links(
+    role: WorkerRole,
+    handle: Handle,
+    adopt: Adopt,
+    *,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Adopt each state worker 0 sends, and take hand-overs once the first is adopted;
+    until cancelled. ``started`` once the control socket listens."""
+    adopted = anyio.Event()
+
+    async def adopt_then_take(message: dict[str, Any], placement: Placement) -> None:
+        await adopt(message, placement)
+        adopted.set()
+
+    async with anyio.create_task_group() as group:
+        await group.start(serve_control, role, adopt_then_take)
+        task_status.started()
+        await adopted.wait()
+        await serve_handover(role, handle)
 
 
 async def serve_handover(

@@ -31,7 +31,7 @@ from amqpd.shell.workers.gateway import (
     unix_caller,
 )
 from amqpd.shell.workers.handover import Arrival
-from amqpd.shell.workers.inbox import serve_control, serve_handover
+from amqpd.shell.workers.inbox import serve_links
 from amqpd.shell.workers.placement import Placement
 from amqpd.shell.workers.role import WorkerRole
 
@@ -98,8 +98,7 @@ class WorkerNode:
             placements.save(self.data_dir, placement)
             await adopt(message)
 
-        await group.start(serve_control, self.role, adopt_state)
-        await group.start(serve_handover, self.role, handle)
+        await group.start(serve_links, self.role, handle, adopt_state)
 
     def split_definitions(self, data: Any) -> Any:
         """Worker 0, importing a definitions file at startup: the document for itself; the
