@@ -52,7 +52,7 @@ class Run:
 
     workers: int
     groups: int
-    rate: float  # delivered msgs/s, all groups
+    rate: float  # msgs/s, all groups (delivered; or confirmed, see --rate-key)
     broker_cpu_s: float  # the node (supervisor and workers) over the measured window
     client_cpu_s: float  # every amqpd perf process, whole run
     other_load: float  # cores used by other processes during the run
@@ -61,7 +61,7 @@ class Run:
 
     @property
     def cpu_per_100k(self) -> float:
-        return self.broker_cpu_s / max(self.rate * self.duration, 1) * 100_000
+        return self.broker_cpu_s / max(self.rate * self.duration, 1) * 100_000  # per message
 
     @property
     def broker_cores(self) -> float:
@@ -138,7 +138,7 @@ def one_run(workers: int, args: argparse.Namespace, work: Path) -> Run:
     return Run(
         workers,
         groups,
-        rate=sum(r["consumed_rate"] for r in results),
+        rate=sum(r[args.rate_key] for r in results),
         broker_cpu_s=node_cpu,
         client_cpu_s=client,
         other_load=other,
@@ -155,8 +155,9 @@ def report(runs: list[Run], args: argparse.Namespace) -> str:
         f"measured after {args.warmup:g} s, medians of {args.reps}, worker counts interleaved; "
         f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}",
         "",
-        "| workers | groups | delivered msgs/s | x one worker | x / N (goal >= 0.7 up to 8) "
-        "| node cores | node CPU s / 100k | client cores | other load (cores) |",
+        f"| workers | groups | {args.rate_key.replace('_rate', '')} msgs/s | x one worker "
+        "| x / N (goal >= 0.7 up to 8) | node cores | node CPU s / 100k | client cores "
+        "| other load (cores) |",
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     base = statistics.median(r.rate for r in runs if r.workers == counts[0]) or 1.0
@@ -183,6 +184,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", default="1,2,4,8,16", help="worker counts [1,2,4,8,16]")
     parser.add_argument("--groups-per-worker", type=int, default=1, help="load groups [1]")
     parser.add_argument("--perf-args", default=W1, help=f"amqpd perf options per group [{W1}]")
+    parser.add_argument(
+        "--rate-key",
+        default="consumed_rate",
+        help="amqpd perf's figure to sum: consumed_rate, or confirmed_rate for a publisher "
+        "with confirms and no consumer (W2: --perf-args '-x 1 -y 0 -f -c 1000') [consumed_rate]",
+    )
     parser.add_argument("--reps", type=int, default=2, help="runs of each count [2]")
     parser.add_argument("--duration", type=float, default=8.0, help="measured seconds [8]")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds before measuring [2]")
@@ -200,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                 run = one_run(n, args, Path(tmp))
                 runs.append(run)
                 say(
-                    f"rep {rep} workers {n:2d}: delivered {run.rate:10,.0f} msgs/s, node "
+                    f"rep {rep} workers {n:2d}: {run.rate:10,.0f} msgs/s, node "
                     f"{run.broker_cores:.2f} cores = {run.cpu_per_100k:.3f} s/100k, clients "
                     f"{run.client_cpu_s / run.wall:.2f} cores, other {run.other_load:.2f}"
                 )
