@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import faulthandler
+import json
 import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,10 @@ import pika
 import pytest
 
 from amqpd.model.broker import BrokerConfig
+from amqpd.shell.admin_socket import send_request
 from amqpd.shell.server import Server, ServerConfig, background_server
+from amqpd.shell.workers.placement import FILENAME as PLACEMENT_FILE
+from tests.integration.broker_process import BrokerProcess
 from tests.pg_cluster import PgCluster
 
 # Brokers that tests start as subprocesses (`python -m amqpd`) serve the management API and
@@ -54,11 +59,38 @@ def pg_url(pg_cluster: PgCluster) -> str:
     return pg_cluster.create_database(pg_cluster.new_name())
 
 
+@dataclass
+class NodeUnderTest:
+    """`server` under ``AMQPD_TEST_WORKERS=N``: ``amqpd --workers N`` as a subprocess."""
+
+    port: int
+
+
 @pytest.fixture
-def server() -> Iterator[Server]:
-    """A fresh broker for one test."""
-    with running_server() as srv:
-        yield srv
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server | NodeUnderTest]:
+    """A fresh broker for one test: in this process; or, under ``AMQPD_TEST_WORKERS=N``
+    (scripts/test-all runs the tests that use only its port so once more), a ``--workers
+    N`` node whose default vhost "/" lives on its last worker, so that every connection
+    the test opens is handed over by worker 0 (docs/multicore.md)."""
+    workers = int(os.environ.get("AMQPD_TEST_WORKERS") or 1)
+    if workers == 1:
+        with running_server() as srv:
+            yield srv
+        return
+    data = tmp_path_factory.mktemp("node") / "data"
+    data.mkdir()
+    placement = {"workers": workers, "vhosts": {"/": workers - 1}}
+    (data / PLACEMENT_FILE).write_text(json.dumps(placement))
+    node = BrokerProcess(data)
+    try:
+        status = send_request(data, {"group": "ctl", "command": "status"})  # amqpd ctl status
+        assert status is not None and status.ok, status
+        assert json.loads(status.text)["workers"][-1]["vhosts"] == ["/"]
+        yield NodeUnderTest(node.port)
+        node.stop()
+    finally:
+        if node.proc.poll() is None:
+            node.kill()
 
 
 @pytest.fixture
@@ -68,13 +100,13 @@ def start_server() -> Callable[..., AbstractContextManager[Server]]:
 
 
 @pytest.fixture
-def amqp_url(server: Server) -> str:
+def amqp_url(server: Server | NodeUnderTest) -> str:
     """amqp:// URL of the fresh broker."""
     return f"amqp://guest:guest@127.0.0.1:{server.port}/%2F"
 
 
 @pytest.fixture
-def connection(server: Server) -> Iterator[pika.BlockingConnection]:
+def connection(server: Server | NodeUnderTest) -> Iterator[pika.BlockingConnection]:
     """A pika BlockingConnection to the fresh broker."""
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))
     yield conn

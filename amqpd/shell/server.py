@@ -235,8 +235,10 @@ class Server:
                     group.start_soon(self.store.committer.run_idle)
                 if store is not None and self._role.shared:
                     group.start_soon(self._role.guard, store, self._lock_lost)
-                if self.node is not None:
+                if self.node is not None and not back:
                     await self._start_worker(group)
+                    if self.node.front is not None:  # every worker has the state first
+                        await self.node.front.wait_for_workers()
                 if listener is not None:
                     group.start_soon(_serve_listener, listener, self.sockets.handle, group)
                 if tls_listener is not None:
@@ -247,6 +249,8 @@ class Server:
                 if store is not None and self.config.data_dir is not None and not self._role.shared:
                     await group.start(serve_admin, self.config.data_dir, self.admin_request)
                 await self._serve_http(group, http_sockets)
+                if back:  # last: worker 0 waits for this worker's answer before listening
+                    await self._start_worker(group)
                 if not back:  # a back worker starts its links once worker 0 tells it where
                     self.links.start(self.config.host, self.port, self._shovel_finished)
                     if self.node is not None and self.node.front is not None:

@@ -24,6 +24,7 @@ import pika.credentials
 import pika.exceptions
 import pytest
 
+from amqpd.shell.admin_socket import send_request
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.shovel_support import count, ctl, publish, wait_for
 from tests.integration.tls_certs import make_pki
@@ -326,7 +327,9 @@ def test_the_management_api_and_prometheus_show_one_node(tmp_path: Path) -> None
         ).text
         assert metrics.count("# TYPE rabbitmq_queues gauge") == 1
         assert "\nrabbitmq_queues 2.0\n" in metrics
-        status = json.loads(_ctl(data, "status", "--format", "json", "-q"))
+        reply = send_request(data, {"group": "ctl", "command": "status"})  # ctl status
+        assert reply is not None and reply.ok, reply
+        status = json.loads(reply.text)
         assert status["totals"]["queues"] == 2
         assert [
             (w["index"], w["vhosts"], w["queues"], w["messages"]) for w in status["workers"]
@@ -407,8 +410,13 @@ def test_a_definitions_file_puts_each_vhosts_topology_on_its_worker(tmp_path: Pa
     extra = ("--workers", "2", "--no-management", "--no-prometheus")
     broker = BrokerProcess(data, extra=(*extra, "--definitions", str(definitions)))
     try:
-        # at once, the moment the node listens: worker 1 takes hand-overs only once it has
-        # the state and its vhosts' topology (amqpd/shell/workers/inbox.py)
+        # the node listens once every worker has the state: each answers at once
+        reply = send_request(data, {"group": "ctl", "command": "status"})  # ctl status
+        assert reply is not None and reply.ok, reply
+        status = json.loads(reply.text)
+        assert [row["vhosts"] for row in status["workers"]] == [["/"], ["v1"]]
+        assert all(row["pid"] for row in status["workers"]), status["workers"]
+        # and worker 1 has the vhost's topology (amqpd/shell/workers/inbox.py)
         with _channel(broker.port, "v1") as channel:  # the binding came along
             channel.confirm_delivery()
             channel.basic_publish("x1", "", b"routed")

@@ -29,7 +29,8 @@ def _handover_link(path: Path) -> socket.socket:
 
 def test_a_worker_takes_hand_overs_only_once_it_adopted_the_first_state(tmp_path: Path) -> None:
     """A client handed over the moment the node listens must find its vhost: worker K opens
-    its hand-over socket only after it adopted worker 0's first state."""
+    its hand-over socket only after it adopted worker 0's first state, and before it says
+    so (worker 0 opens the node's listeners on that answer)."""
     role = WorkerRole(1, 2, tmp_path)
     adopted: list[Any] = []
     arrivals: list[Arrival] = []
@@ -54,8 +55,7 @@ def test_a_worker_takes_hand_overs_only_once_it_adopted_the_first_state(tmp_path
             placement = Placement(2, {"v1": 1})
             await control.send(encode_state("access-1", placement, {}, {}))
             assert await control.receive(2) == b"ok"
-            await anyio.wait_all_tasks_blocked()
-            link = _handover_link(role.handover_socket(1))
+            link = _handover_link(role.handover_socket(1))  # listening before the "ok"
             client, server = socket.socketpair()
             with link, client, server:
                 send_connection(link, server.fileno(), arrival)

@@ -49,6 +49,7 @@ READ_SIZE = 65536
 RELAY_SIZE = 65536
 REPLICATE_TIMEOUT = 5.0  # seconds an admin change waits for the workers to apply it
 RECONNECT_INTERVAL = 0.1  # seconds between tries to reach a starting worker
+PROGRESS_AFTER = 5.0  # seconds of waiting for the workers at start-up before saying so
 _LENGTH = struct.Struct(">I")
 
 
@@ -344,6 +345,23 @@ class Front:
     def _wake_replicators(self) -> None:
         self._progress.set()
         self._progress = anyio.Event()
+
+    async def wait_for_workers(self) -> None:
+        """Until every worker applied a state (worker 0 opens the node's listeners then, as
+        RabbitMQ starts its listeners once every vhost recovered). A worker that cannot
+        start stops the node (the supervisor), so this does not wait for ever."""
+        waiting = [index for index, version in self._applied.items() if version < 0]
+        if waiting:
+            with anyio.move_on_after(PROGRESS_AFTER):
+                await self._all_applied()
+            waiting = [index for index, version in self._applied.items() if version < 0]
+            if waiting:
+                log.info("waiting for workers %s to recover before listening", waiting)
+                await self._all_applied()
+
+    async def _all_applied(self) -> None:
+        while any(version < 0 for version in self._applied.values()):
+            await self._progress.wait()
 
     def announce(self, listening: dict[str, Any]) -> None:
         """Worker 0 serves: tell every worker where (with the state, without waiting)."""

@@ -10,10 +10,13 @@ placement whenever they change (amqpd/shell/workers/front.py): the worker adopts
 (`Broker.replace_access`: new vhosts it owns are created, deleted ones deleted with their
 queues, permissions change on open channels), stores them, and answers ``ok``.
 
-The hand-over socket opens only once the first state is adopted (`serve_links`): a client
-connecting the moment the node listens must find the vhosts and the definitions file's
-topology that worker 0 already has. Until then worker 0 retries the hand-over, as for a
-restarting worker (up to the handshake timeout).
+Start-up: the worker opens its control socket last (after its admin socket and HTTP
+apps), and its hand-over socket once it adopted the first state, before answering ``ok``;
+worker 0 opens the node's listeners once every worker answered (front.py
+`wait_for_workers`). So a client connecting the moment the node listens finds the vhosts
+and the definitions file's topology on their worker, and ``amqpd ctl status`` finds every
+worker. A restarted worker takes no hand-over before it has the current state either;
+worker 0 retries meanwhile, as for any restarting worker (up to the handshake timeout).
 """
 
 from __future__ import annotations
@@ -48,45 +51,42 @@ async def serve_links(
     *,
     task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Adopt each state worker 0 sends, and take hand-overs once the first is adopted;
-    until cancelled. ``started`` once the control socket listens."""
+    """Adopt each state worker 0 sends, and take hand-overs once the first is adopted (the
+    hand-over socket listens before that state's ``ok`` is sent); until cancelled.
+    ``started`` once the control socket listens."""
+    listening: list[socket.socket] = []
     adopted = anyio.Event()
 
     async def adopt_then_take(message: dict[str, Any], placement: Placement) -> None:
         await adopt(message, placement)
-        adopted.set()
+        if not listening:
+            listening.append(_listen(role.handover_socket(role.index), socket.SOCK_SEQPACKET))
+            adopted.set()
 
-    async with anyio.create_task_group() as group:
-        await group.start(serve_control, role, adopt_then_take)
-        task_status.started()
-        await adopted.wait()
-        await serve_handover(role, handle)
-
-
-async def serve_handover(
-    role: WorkerRole,
-    handle: Handle,
-    *,
-    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-) -> None:
-    """Take handed-over connections until cancelled."""
-    path = role.handover_socket(role.index)
-    listener = _listen(path, socket.SOCK_SEQPACKET)
     try:
         async with anyio.create_task_group() as group:
+            await group.start(serve_control, role, adopt_then_take)
             task_status.started()
-            while True:
-                await anyio.wait_readable(listener)
-                try:
-                    link, _ = listener.accept()
-                except BlockingIOError:
-                    continue
-                link.setblocking(False)
-                group.start_soon(_receive, link, handle, group)
+            await adopted.wait()
+            await _take_handovers(listening[0], handle)
     finally:
-        listener.close()
-        with suppress(OSError):
-            path.unlink()
+        if listening:
+            listening[0].close()
+            with suppress(OSError):
+                role.handover_socket(role.index).unlink()
+
+
+async def _take_handovers(listener: socket.socket, handle: Handle) -> None:
+    """Take handed-over connections until cancelled."""
+    async with anyio.create_task_group() as group:
+        while True:
+            await anyio.wait_readable(listener)
+            try:
+                link, _ = listener.accept()
+            except BlockingIOError:
+                continue
+            link.setblocking(False)
+            group.start_soon(_receive, link, handle, group)
 
 
 async def _receive(link: socket.socket, handle: Handle, group: anyio.abc.TaskGroup) -> None:
