@@ -137,6 +137,18 @@ def perf_workload(args: list[str], rate_key: str, latency: str) -> Callable[...,
 GROUPS = 4  # W1x4's load groups
 
 
+def perf_results(running: list[subprocess.Popen[Any]], timeout: float) -> list[dict[str, Any]]:
+    """The JSON summaries of ``amqpd perf --json`` processes running at once, in order
+    (RuntimeError with its stderr's end if one failed)."""
+    results = []
+    for process in running:
+        out, err = process.communicate(timeout=timeout)
+        if process.returncode != 0:
+            raise RuntimeError(f"amqpd perf failed ({process.returncode}): {err[-2000:]!r}")
+        results.append(json.loads(out))
+    return results
+
+
 def w1_groups(broker: Broker, opts: argparse.Namespace) -> Metrics:
     """W1x4: GROUPS W1 load groups at once, each its own producer, consumer and queue, in
     its own vhost (``--workers N`` places vhosts on workers: docs/multicore.md); the rate is
@@ -161,12 +173,7 @@ def w1_groups(broker: Broker, opts: argparse.Namespace) -> Metrics:
         subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
         for command in commands
     ]
-    results = []
-    for process in running:
-        out, err = process.communicate(timeout=duration + 180)
-        if process.returncode != 0:
-            raise RuntimeError(f"amqpd perf failed ({process.returncode}): {err[-2000:]!r}")
-        results.append(json.loads(out))
+    results = perf_results(running, timeout=duration + 180)
     rate = sum(r["consumed_rate"] for r in results)
     broker_cpu = statistics.median(r["broker"]["cpu_s"] for r in results)  # one window each
     return {

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import multiprocessing
 import os
 import shlex
@@ -45,7 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from compare import free_port, machine_busy_s, wait_for_quiet
+from compare import free_port, machine_busy_s, perf_results, wait_for_quiet
 from perf_brokers import Amqpd
 
 from interop.perf.procstat import cpu_seconds
@@ -137,12 +136,7 @@ def shard_run(layout: str, args: argparse.Namespace, work: Path) -> ShardRun:
                     cwd=REPO,
                 )
             )
-        results = []
-        for process in processes:
-            out, err = process.communicate(timeout=args.duration + args.warmup + 180)
-            if process.returncode != 0:
-                raise RuntimeError(f"amqpd perf failed ({process.returncode}): {err[-2000:]}")
-            results.append(json.loads(out))
+        results = perf_results(processes, timeout=args.duration + args.warmup + 180)
         wall = time.monotonic() - began
         client = sum(w["cpu_s"] for r in results for w in r["workers"])
         brokers_all = sum(cpu_seconds(b.pid) - c for b, c in zip(brokers, cpu_before, strict=True))

@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from compare import free_port, machine_busy_s
+from compare import free_port, machine_busy_s, perf_results
 from perf_brokers import Amqpd
 
 from amqpd.shell.workers.placement import FILENAME
@@ -121,12 +121,7 @@ def one_run(workers: int, args: argparse.Namespace, work: Path) -> Run:
             )
             for vhost in vhosts
         ]
-        results = []
-        for process in running:
-            out, err = process.communicate(timeout=args.duration + args.warmup + 180)
-            if process.returncode != 0:
-                raise RuntimeError(f"amqpd perf failed ({process.returncode}): {err[-2000:]!r}")
-            results.append(json.loads(out))
+        results = perf_results(running, timeout=args.duration + args.warmup + 180)
         wall = time.monotonic() - began
         node_cpu = statistics.median(r["broker"]["cpu_s"] for r in results)  # one window each
         client = sum(w["cpu_s"] for r in results for w in r["workers"])

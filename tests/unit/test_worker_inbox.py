@@ -10,21 +10,11 @@ import anyio
 import anyio.abc
 import pytest
 
-from amqpd.shell.workers.front import encode_state
+from amqpd.shell.workers.front import connect_handover, encode_state
 from amqpd.shell.workers.handover import Arrival, send_connection
 from amqpd.shell.workers.inbox import serve_links
 from amqpd.shell.workers.placement import Placement
 from amqpd.shell.workers.role import WorkerRole
-
-
-def _handover_link(path: Path) -> socket.socket:
-    link = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
-        link.connect(str(path))
-    except OSError:
-        link.close()
-        raise
-    return link
 
 
 def test_a_worker_takes_hand_overs_only_once_it_adopted_the_first_state(tmp_path: Path) -> None:
@@ -50,12 +40,12 @@ def test_a_worker_takes_hand_overs_only_once_it_adopted_the_first_state(tmp_path
         async with anyio.create_task_group() as group:
             await group.start(serve_links, role, handle, adopt)
             with pytest.raises(OSError):  # not before the state
-                _handover_link(role.handover_socket(1))
+                connect_handover(role.handover_socket(1))
             control = await anyio.connect_unix(role.control_socket(1))
             placement = Placement(2, {"v1": 1})
             await control.send(encode_state("access-1", placement, {}, {}))
             assert await control.receive(2) == b"ok"
-            link = _handover_link(role.handover_socket(1))  # listening before the "ok"
+            link = connect_handover(role.handover_socket(1))  # listening before the "ok"
             client, server = socket.socketpair()
             with link, client, server:
                 send_connection(link, server.fileno(), arrival)

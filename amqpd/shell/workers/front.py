@@ -259,7 +259,8 @@ class Front:
             link = self._handover.get(owner)
             try:
                 if link is None:
-                    link = self._handover[owner] = _connect(self.role.handover_socket(owner))
+                    path = self.role.handover_socket(owner)
+                    link = self._handover[owner] = connect_handover(path)
                 send_connection(link, fd, arrival)
                 return True
             except BlockingIOError:
@@ -350,14 +351,12 @@ class Front:
         """Until every worker applied a state (worker 0 opens the node's listeners then, as
         RabbitMQ starts its listeners once every vhost recovered). A worker that cannot
         start stops the node (the supervisor), so this does not wait for ever."""
+        with anyio.move_on_after(PROGRESS_AFTER):
+            await self._all_applied()
         waiting = [index for index, version in self._applied.items() if version < 0]
         if waiting:
-            with anyio.move_on_after(PROGRESS_AFTER):
-                await self._all_applied()
-            waiting = [index for index, version in self._applied.items() if version < 0]
-            if waiting:
-                log.info("waiting for workers %s to recover before listening", waiting)
-                await self._all_applied()
+            log.info("waiting for workers %s to recover before listening", waiting)
+            await self._all_applied()
 
     async def _all_applied(self) -> None:
         while any(version < 0 for version in self._applied.values()):
@@ -389,7 +388,8 @@ class Front:
         self._handover.clear()
 
 
-def _connect(path: Any) -> socket.socket:
+def connect_handover(path: Any) -> socket.socket:
+    """A non-blocking link to a worker's hand-over socket (OSError: none listens)."""
     link = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         link.connect(str(path))

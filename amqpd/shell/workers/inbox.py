@@ -54,13 +54,14 @@ async def serve_links(
     """Adopt each state worker 0 sends, and take hand-overs once the first is adopted (the
     hand-over socket listens before that state's ``ok`` is sent); until cancelled.
     ``started`` once the control socket listens."""
-    listening: list[socket.socket] = []
+    listener: socket.socket | None = None
     adopted = anyio.Event()
 
     async def adopt_then_take(message: dict[str, Any], placement: Placement) -> None:
+        nonlocal listener
         await adopt(message, placement)
-        if not listening:
-            listening.append(_listen(role.handover_socket(role.index), socket.SOCK_SEQPACKET))
+        if listener is None:
+            listener = _listen(role.handover_socket(role.index), socket.SOCK_SEQPACKET)
             adopted.set()
 
     try:
@@ -68,10 +69,11 @@ async def serve_links(
             await group.start(serve_control, role, adopt_then_take)
             task_status.started()
             await adopted.wait()
-            await _take_handovers(listening[0], handle)
+            assert listener is not None
+            await _take_handovers(listener, handle)
     finally:
-        if listening:
-            listening[0].close()
+        if listener is not None:
+            listener.close()
             with suppress(OSError):
                 role.handover_socket(role.index).unlink()
 
