@@ -122,14 +122,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"invalid setting --log-file {args.log_file}: cannot open it: {exc.strerror}"
             ) from None
         role = worker_role.from_environment()
-        if args.workers > 1 and args.store is not None:
-            raise SettingError(
-                "invalid setting --workers: more than one worker needs the SQLite store "
-                "(--store postgresql:// runs as one process; use --workers 1)"
-            )
         check_data_dir(args.data_dir, STORE_FILES)
-        if role is None:  # a worker count too small for the data: one line, exit 2
-            placement.load(args.data_dir, args.workers)
+        if role is None and args.store is None:  # a worker count too small for the data:
+            placement.load(args.data_dir, args.workers)  # one line, exit 2 (PostgreSQL: once
+            # worker 0 is active and reads the record, amqpd/shell/workers/node.py)
         applied = apply_options(args)
     except (SettingError, ValueError) as exc:
         print(f"amqpd: {exc}", file=sys.stderr)

@@ -285,6 +285,9 @@ class Connection:
             for connection in self.broker.connections
             if isinstance(connection, Connection) and connection.user == self.user
         )
+        other_workers = self.broker.other_workers
+        if other_workers is not None:  # --workers N: the limit holds for the node
+            count += other_workers.elsewhere(self.user)
         refused = user_limits.channel_refused(self.broker, self.user, count)
         if refused is not None:
             raise AMQPError(NOT_ALLOWED, refused)
@@ -310,13 +313,21 @@ class Connection:
             )
         self.channels[number] = Channel(self, number)
         self.broker.statistics.churn.channels_opened += 1
+        self._tell_other_workers()
         self.send(codec.encode_method(number, codec.CHANNEL_OPEN_OK))
+
+    def _tell_other_workers(self) -> None:
+        """This user's channels changed (``--workers N``: the others count them too)."""
+        other_workers = self.broker.other_workers
+        if other_workers is not None:
+            other_workers.changed(self.user)
 
     def channel_closed(self, channel: Channel) -> None:
         """Forget a channel whose close handshake finished (its number is free again)."""
         if self.channels.get(channel.number) is channel:
             del self.channels[channel.number]
             self.broker.statistics.churn.channels_closed += 1
+            self._tell_other_workers()
         self._confirm_channels.pop(channel, None)
 
     # ------------------------------------------------------------------------------------
@@ -501,8 +512,11 @@ class Connection:
             channel.release()
             channel.state = ChannelState.CLOSED
         self.broker.statistics.churn.channels_closed += len(self.channels)
+        had_channels = bool(self.channels)
         self.channels.clear()
         self._confirm_channels.clear()
+        if had_channels:
+            self._tell_other_workers()
         self.broker.connection_released(self)
 
     def connection_lost(self) -> None:

@@ -57,6 +57,19 @@ class ClientHandle(ExclusiveOwner, Protocol):
         ...
 
 
+class OtherWorkersChannels(Protocol):
+    """With several workers, a user's channels on the other workers (its max-channels limit
+    holds for the node, model/user_limits.py; amqpd/shell/workers/channel_tally.py)."""
+
+    def elsewhere(self, user: str) -> int:
+        """How many channels ``user`` has open on the other workers."""
+        ...
+
+    def changed(self, user: str) -> None:
+        """``user`` opened or closed a channel here."""
+        ...
+
+
 @dataclass(slots=True)
 class BrokerConfig:
     """Protocol limits and identities. Defaults are RabbitMQ's."""
@@ -110,6 +123,7 @@ class Broker:
         # With several workers, which vhosts of the access state this process holds (the
         # others live on other workers, amqpd/shell/workers/placement.py); None: all of them
         self.hosts: Callable[[str], bool] | None = None
+        self.other_workers: OtherWorkersChannels | None = None  # and their users' channels
 
     @property
     def default_vhost(self) -> VirtualHost:

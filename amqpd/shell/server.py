@@ -126,7 +126,8 @@ class Server:
         self._peers = self.sockets.by_conn
         self._journal = _journal_of(broker)
         self._stopping = False
-        self._role = StoreRole(self.config.store, self.config.data_dir, self.config.synchronous)
+        config = self.config
+        self._role = StoreRole(config.store, config.data_dir, config.synchronous, config.worker)
         self._scope: anyio.CancelScope | None = None
         self.lost: LockLost | None = None  # set when this node stopped being the active one
         self.started = time.time()
@@ -142,12 +143,11 @@ class Server:
         role = self.config.worker
         # one of several workers (amqpd/shell/workers/node.py); None: the only process
         self.node = (
-            WorkerNode(role, broker, self.config.data_dir)
+            WorkerNode(role, broker, self.config.data_dir, self._role.shared)
             if role is not None and role.count > 1
             else None
         )
         broker.set_stream_logs(self.streams)
-        config = self.config
         self.store = StoreLifecycle(  # amqpd/shell/store_lifecycle.py
             broker,
             self._journal,
@@ -158,6 +158,8 @@ class Server:
             config.disk_probe,
             self.after_core,
         )
+        if self.node is not None:  # PostgreSQL: the placement is in the shared database
+            self.store.before_load = self.node.load_placement
 
     @property
     def role(self) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +70,9 @@ class StoreLifecycle:
         self._after_core = after_core
         self._unmeasured = 0  # bytes the store wrote since free disk space was measured
         self._last_waiter: object | None = None  # the lone waiter of the last batch (_lone_batch)
+        # read what else the store holds before the broker loads it (--workers N: the
+        # placement, when the store is PostgreSQL; amqpd/shell/workers/node.py)
+        self.before_load: Callable[[StoreBackend], Awaitable[None]] | None = None
 
     async def open(self) -> StoreBackend | None:
         """Open the store and recover the broker from it (None: memory only)."""
@@ -82,6 +85,8 @@ class StoreLifecycle:
             io = self.broker.statistics.store_io  # counted: amqpd/shell/store_io.py
             self.body_reader = CountingBodyReader(store.body_reader(), io)
             self.broker.set_body_loader(self.body_reader)
+            if self.before_load is not None:
+                await self.before_load(store)
             access_state = await store.load_access()
             if ensure_cluster_id(access_state):  # RabbitMQ makes it at the first boot
                 await store.save_access(access_state)

@@ -30,20 +30,34 @@ JDBC master/slave). The role is a small state machine:
     :class:`LockLost` (status 3): a supervisor restarts it, as a standby. Going back to
     standby in-process would keep the old in-memory queues around; a fresh start is simpler
     and as fast.
+
+With ``--workers N`` every worker has its own part of the database (worker K >= 1: the
+schema ``amqpd_shard_K``, persistence/postgres/schema.py) and its own lock
+(election.lock_key). Worker 0 holds the node's lock and is the one elected; it tells its
+node's workers that the node is active with a file in the node's private runtime
+directory (``active``), written once it holds the lock and removed as soon as an attempt
+fails (a restarted worker 0 that finds another node active). Worker K competes for its
+lock only while that file exists, so a standby node's workers never take a shard from
+the active node's, and it steps down (``lost``, exit 3: the supervisor restarts it, and
+it waits again) when the file goes away: the other node then gets every shard.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import IO, Any, Protocol, runtime_checkable
+from typing import IO, TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import anyio
 
 from persistence import backend
 from persistence.backend import StoreBackend, redact
 from persistence.errors import StoreError
+
+if TYPE_CHECKING:
+    from amqpd.shell.workers.role import WorkerRole
 
 __all__ = ["LockLost", "StoreRole"]
 
@@ -80,10 +94,20 @@ class StoreRole:
         synchronous: SQLite's synchronous mode.
     """
 
-    def __init__(self, store: str | None, data_dir: Path | None, synchronous: str) -> None:
+    def __init__(
+        self,
+        store: str | None,
+        data_dir: Path | None,
+        synchronous: str,
+        worker: WorkerRole | None = None,
+    ) -> None:
         self._url = store if backend.is_postgres_url(store) else None
         if store and self._url is None:
             backend.parse_store_url(store)  # raises StoreError with what to do
+        self._shard = 0 if worker is None else worker.index  # which part of the store
+        # --workers N: the node is active while this file exists (see the module's doc)
+        several = worker is not None and worker.count > 1
+        self._active_file = worker.runtime / "active" if worker is not None and several else None
         self._data_dir = data_dir
         self._synchronous = synchronous
         self._dir_lock: IO[bytes] | None = None
@@ -120,18 +144,52 @@ class StoreRole:
             from persistence.store import Store
 
             return await Store.open(self._data_dir, self._synchronous)
-        conn = await self._elect(self._url)
+        from persistence.postgres import election
+        from persistence.postgres.schema import SHARD_SCHEMA_PREFIX, shard_url
         from persistence.postgres.store import PgStore
 
+        url = self._url if not self._shard else shard_url(self._url, self._shard)
+        key = election.lock_key(self._shard)
+        conn = await self._elect(url, key)
         self._conn = None  # the store owns it now
         try:
-            store = await PgStore.open(self._url, conn)
+            if self._shard:
+                await conn.execute(
+                    f"CREATE SCHEMA IF NOT EXISTS {SHARD_SCHEMA_PREFIX}{self._shard}"
+                )
+            store = await PgStore.open(url, conn, key)
         except BaseException:
             conn.terminate()
             raise
         return store
 
-    async def _elect(self, url: str) -> Any:
+    def _node_active(self) -> bool:
+        """Worker K of several: whether worker 0 holds the node's lock (always True for
+        worker 0 and a node of one process)."""
+        return not self._shard or (self._active_file is not None and self._active_file.exists())
+
+    def _tell_workers(self, active: bool) -> None:
+        """Worker 0 of several: whether the node is active, for its workers."""
+        if self._shard or self._active_file is None:
+            return
+        if active:
+            self._active_file.write_text(f"{os.getpid()}\n")
+        else:
+            self._active_file.unlink(missing_ok=True)
+
+    def _log_waiting(self, url: str) -> None:
+        if self._shard:
+            log.info(
+                "standby: worker %d waits for its node to be active on %s", self._shard, redact(url)
+            )
+            return
+        log.info(
+            "standby: another amqpd holds the lock of %s; waiting to take over "
+            "(not listening for AMQP: clients get connection refused)",
+            redact(url),
+        )
+
+    async def _elect(self, url: str, key: int) -> Any:
         from persistence.postgres import election
 
         conn = self._conn
@@ -140,15 +198,12 @@ class StoreRole:
             try:
                 if conn is None:
                     conn = self._conn = await _connect_quietly(url)
-                if conn is not None and await election.try_lock(conn):
+                if conn is not None and self._node_active() and await election.try_lock(conn, key):
                     break
+                self._tell_workers(active=False)
                 if not waiting:
                     waiting = True
-                    log.info(
-                        "standby: another amqpd holds the lock of %s; waiting to take over "
-                        "(not listening for AMQP: clients get connection refused)",
-                        redact(url),
-                    )
+                    self._log_waiting(url)
                 await anyio.sleep(POLL_INTERVAL if conn is not None else RECONNECT_INTERVAL)
             except election.CONNECTION_ERRORS as exc:
                 log.warning("standby: lost the connection to %s: %s", redact(url), exc)
@@ -156,6 +211,7 @@ class StoreRole:
                     conn.terminate()
                 conn = self._conn = None
         self.role = "active"
+        self._tell_workers(active=True)
         log.info("active: holding the lock of %s", redact(url))
         return conn
 
@@ -165,11 +221,15 @@ class StoreRole:
         assert isinstance(store, LockedStore)
         while True:
             await anyio.sleep(CHECK_INTERVAL)
-            if await store.holds_lock(CHECK_TIMEOUT):
+            if not self._node_active():
+                reason = "worker 0 found another node active: this worker steps down"
+            elif await store.holds_lock(CHECK_TIMEOUT):
                 continue
+            else:
+                reason = f"lost the lock of {store.description}: this node is no longer active"
             self.role = "lost"
+            self._tell_workers(active=False)
             store.abort()
-            reason = f"lost the lock of {store.description}: this node is no longer active"
             log.error("%s; closing every connection and exiting", reason)
             await on_lost(reason)
             return

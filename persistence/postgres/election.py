@@ -25,7 +25,7 @@ import asyncpg
 from persistence.backend import redact
 from persistence.errors import StoreError
 
-__all__ = ["LOCK_KEY", "connect", "holds_lock", "try_lock"]
+__all__ = ["LOCK_KEY", "connect", "holds_lock", "lock_key", "try_lock"]
 
 log = logging.getLogger(__name__)
 
@@ -39,11 +39,19 @@ _SERVER_SETTINGS = {
     "tcp_keepalives_count": "3",
 }
 
+
+def lock_key(shard: int) -> int:
+    """The lock of worker ``shard``'s part of the store (``--workers N``: worker 0 holds
+    `LOCK_KEY`, the node's own; worker K its shard's, persistence/postgres/schema.py)."""
+    return LOCK_KEY + (shard << 32)
+
+
 _TRY_LOCK = "SELECT pg_try_advisory_lock($1::bigint)"
 # A bigint key shows in pg_locks as classid = high half, objid = low half, objsubid = 1.
 _HOLDS_LOCK = (
     "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
-    " AND pid = pg_backend_pid() AND classid = 0 AND objid = $1::bigint AND objsubid = 1)"
+    " AND pid = pg_backend_pid() AND classid = $1::bigint AND objid = $2::bigint"
+    " AND objsubid = 1)"
 )
 
 # What a lost or refused connection raises.
@@ -71,11 +79,11 @@ async def connect(url: str, timeout: float = 10.0) -> Any:
         ) from exc
 
 
-async def try_lock(conn: Any) -> bool:
-    """Take the store's lock on ``conn`` if it is free (never waits)."""
-    return bool(await conn.fetchval(_TRY_LOCK, LOCK_KEY))
+async def try_lock(conn: Any, key: int = LOCK_KEY) -> bool:
+    """Take the store's lock (or the lock ``key``) on ``conn`` if it is free (never waits)."""
+    return bool(await conn.fetchval(_TRY_LOCK, key))
 
 
-async def holds_lock(conn: Any, timeout: float) -> bool:
-    """Whether ``conn``'s session still holds the lock (asks the server)."""
-    return bool(await conn.fetchval(_HOLDS_LOCK, LOCK_KEY, timeout=timeout))
+async def holds_lock(conn: Any, timeout: float, key: int = LOCK_KEY) -> bool:
+    """Whether ``conn``'s session still holds the lock ``key`` (asks the server)."""
+    return bool(await conn.fetchval(_HOLDS_LOCK, key >> 32, key & 0xFFFFFFFF, timeout=timeout))

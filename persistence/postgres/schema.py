@@ -15,7 +15,7 @@ counterpart (autovacuum).
 
 from __future__ import annotations
 
-__all__ = ["APPLICATION", "MIGRATIONS", "SCHEMA_VERSION", "TABLES"]
+__all__ = ["APPLICATION", "MIGRATIONS", "SCHEMA_VERSION", "TABLES", "shard_url"]
 
 APPLICATION = "amqpd"
 """The marker in ``schema_version.application``."""
@@ -31,6 +31,7 @@ TABLES = (
     "policies",
     "global_parameters",
     "parameters",
+    "worker_placement",
 )
 """The tables amqpd owns (besides ``schema_version``)."""
 
@@ -168,11 +169,25 @@ _MIGRATION_4 = (
     """,
 )
 
+# Schema 5 (no SQLite counterpart: there it is placement.json in the data directory): which
+# worker of a ``--workers N`` node serves which vhost (amqpd/shell/workers/placement.py), in
+# the database that active and standby nodes share. Worker 0's schema holds the node's
+# record, worker K's a copy, read before it recovers.
+_MIGRATION_5 = (
+    """
+    CREATE TABLE worker_placement (
+        single   BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (single),
+        document TEXT    NOT NULL
+    )
+    """,
+)
+
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: _MIGRATION_1,
     2: _MIGRATION_2,
     3: _MIGRATION_3,
     4: _MIGRATION_4,
+    5: _MIGRATION_5,
 }
 """Statements that take a store from version ``n - 1`` to version ``n``."""
 
@@ -184,3 +199,16 @@ CREATE_VERSION_TABLE = (
     " application TEXT NOT NULL, version INTEGER NOT NULL, single BOOLEAN PRIMARY KEY"
     " DEFAULT TRUE CHECK (single))"
 )
+
+
+SHARD_SCHEMA_PREFIX = "amqpd_shard_"
+
+
+def shard_url(url: str, shard: int) -> str:
+    """The store of worker ``shard`` >= 1 of a ``--workers N`` node: the same database, its
+    own schema ``amqpd_shard_K`` (as SQLite's ``shard-K/`` directory), chosen with the
+    ``search_path`` setting (asyncpg passes a URL's unknown query parameters on as server
+    settings, so every connection to it, the body reader's included, uses that schema).
+    Worker 0's is the URL's own schema, where a single-process node keeps its store."""
+    separator = "&" if "?" in url else "?"
+    return f"{url}{separator}search_path={SHARD_SCHEMA_PREFIX}{shard}"

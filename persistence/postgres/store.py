@@ -132,10 +132,11 @@ _DEDUP_LIMIT = 65536
 class PgStore:
     """The store in one PostgreSQL database. Open it with :meth:`open`."""
 
-    def __init__(self, url: str, conn: Any) -> None:
+    def __init__(self, url: str, conn: Any, lock_key: int = election.LOCK_KEY) -> None:
         """Use :meth:`open` instead."""
         self._url = url
         self._conn = conn
+        self._lock_key = lock_key
         self._turn = anyio.Lock()  # one statement sequence at a time on the connection
         self._closed = False
         self._applying = False
@@ -147,18 +148,19 @@ class PgStore:
         return redact(self._url)
 
     @classmethod
-    async def open(cls, url: str, conn: Any) -> PgStore:
+    async def open(cls, url: str, conn: Any, lock_key: int = election.LOCK_KEY) -> PgStore:
         """Create or migrate the schema and return the store.
 
         Args:
             url: The database URL (for logs and the body readers).
             conn: A connection whose session holds the store's lock (election.try_lock).
+            lock_key: That lock (``--workers N``: worker K's, election.lock_key).
 
         Raises:
             StoreError: The database holds tables amqpd did not create, was written by a
                 newer amqpd, or the server failed.
         """
-        store = cls(url, conn)
+        store = cls(url, conn, lock_key)
         try:
             await store._migrate()
         except election.CONNECTION_ERRORS as exc:
@@ -393,11 +395,35 @@ class PgStore:
         with anyio.move_on_after(timeout):
             async with self._turn:
                 try:
-                    return await election.holds_lock(self._conn, timeout)
+                    return await election.holds_lock(self._conn, timeout, self._lock_key)
                 except election.CONNECTION_ERRORS as exc:
                     log.error("checking the store lock failed: %s", exc)
                     return False
         return False
+
+    async def load_placement(self) -> str | None:
+        """The recorded placement of a ``--workers N`` node (JSON; None: none yet)."""
+        async with self._turn:
+            try:
+                found = await self._conn.fetchval("SELECT document FROM worker_placement")
+            except election.CONNECTION_ERRORS as exc:
+                raise StoreError(
+                    f"cannot read the placement from {self.description}: {exc}"
+                ) from exc
+        return None if found is None else str(found)
+
+    async def save_placement(self, document: str) -> None:
+        """Record the placement of a ``--workers N`` node (amqpd/shell/workers/placement.py)."""
+        await self._write(
+            [
+                (
+                    "INSERT INTO worker_placement (document) VALUES ($1)"
+                    " ON CONFLICT (single) DO UPDATE SET document = excluded.document",
+                    [(document,)],
+                )
+            ],
+            "could not record the placement",
+        )
 
     def abort(self) -> None:
         """Drop the connection now (the lock is lost or being given up); later calls fail."""

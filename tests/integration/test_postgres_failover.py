@@ -45,7 +45,9 @@ class PgBroker:
     """``python -m amqpd --store URL`` on 127.0.0.1; its log lines are collected in the
     background so a test can wait for one."""
 
-    def __init__(self, url: str, data_dir: Path, port: int = 0) -> None:
+    def __init__(
+        self, url: str, data_dir: Path, port: int = 0, extra: tuple[str, ...] = ()
+    ) -> None:
         self.data_dir = data_dir
         self.proc = subprocess.Popen(
             [
@@ -58,6 +60,7 @@ class PgBroker:
                 str(data_dir),
                 "--store",
                 url,
+                *extra,
             ],
             stderr=subprocess.PIPE,
             text=True,

@@ -690,3 +690,48 @@ def test_workers_still_starting_die_with_a_killed_supervisor(tmp_path: Path) -> 
         with suppress(ProcessLookupError):
             os.killpg(node.pid, signal.SIGKILL)
         node.wait(30)
+
+
+def test_a_users_max_channels_counts_the_channels_of_every_worker(tmp_path: Path) -> None:
+    """A user's max-channels holds for the node (RabbitMQ counts over the cluster): one
+    channel on worker 0 ("/") and one on worker 1 (v1) reach a limit of 2 on either worker,
+    with RabbitMQ's 530 text; closing a channel, or a whole connection, on one worker makes
+    room on the other."""
+    data = tmp_path / "data"
+    options = ("--workers", "2", "--no-management", "--no-prometheus")
+    broker = BrokerProcess(data, extra=options)
+    try:
+        _admin(data, "vhosts", "add", "v1")
+        _admin(data, "users", "set-permissions", "guest", "--vhost", "v1", ".*", ".*", ".*")
+        on_worker_0 = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
+        on_worker_1 = pika.BlockingConnection(
+            pika.ConnectionParameters("127.0.0.1", broker.port, "v1")
+        )
+        first = on_worker_0.channel()
+        on_worker_1.channel()
+        _admin(data, "users", "set-limit", "guest", "max-channels", "2")
+        expected = (
+            "NOT_ALLOWED - number of channels opened for user 'guest' has reached the "
+            "maximum allowed user limit of (2)"
+        )
+        for vhost in ("/", "v1"):  # the limit was set with both channels already open
+            third = pika.BlockingConnection(
+                pika.ConnectionParameters("127.0.0.1", broker.port, vhost)
+            )
+            with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as refused:
+                third.channel()
+            assert refused.value.reply_code == 530, refused.value
+            assert expected in refused.value.reply_text, refused.value
+        first.close()  # room on worker 0 is room on worker 1
+        on_worker_1.channel().queue_declare("room-on-worker-1")
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker):
+            on_worker_0.channel()  # full again: worker 1 has both
+        on_worker_1.close()  # a closed connection gives its channels back
+        on_worker_0 = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
+        on_worker_0.channel()
+        on_worker_0.channel()
+        on_worker_0.close()
+        broker.stop()
+    finally:
+        if broker.proc.poll() is None:
+            broker.kill()

@@ -14,7 +14,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 import anyio.abc
@@ -23,6 +23,7 @@ from amqpd.model import user_limits
 from amqpd.model.broker import Broker
 from amqpd.shell.admin_socket import AdminReply, send_request
 from amqpd.shell.workers import placement as placements
+from amqpd.shell.workers.channel_tally import ChannelTally
 from amqpd.shell.workers.front import Front
 from amqpd.shell.workers.gateway import (
     UnixCaller,
@@ -34,6 +35,7 @@ from amqpd.shell.workers.handover import Arrival
 from amqpd.shell.workers.inbox import serve_links
 from amqpd.shell.workers.placement import Placement
 from amqpd.shell.workers.role import WorkerRole
+from persistence.errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -46,17 +48,35 @@ NODE_LISTINGS = frozenset(
 )
 
 
+@runtime_checkable
+class PlacementStore(Protocol):
+    """A store that records the placement itself (persistence.postgres.store.PgStore)."""
+
+    async def load_placement(self) -> str | None: ...
+
+    async def save_placement(self, document: str) -> None: ...
+
+
 class WorkerNode:
     """One worker's part in the node: its role, the placement, the links."""
 
-    def __init__(self, role: WorkerRole, broker: Broker, data_dir: Path | None) -> None:
+    def __init__(
+        self, role: WorkerRole, broker: Broker, data_dir: Path | None, shared: bool = False
+    ) -> None:
         self.role = role
         self.broker = broker
         self.data_dir = data_dir  # this worker's own (DATA or DATA/shard-K)
-        self.placement = placements.load(data_dir, role.count)
+        # a shared store (PostgreSQL) records the placement itself: `load_placement`
+        self.placement = (
+            Placement(role.count, fresh=True) if shared else placements.load(data_dir, role.count)
+        )
+        self._placement_store: PlacementStore | None = None
         self.front: Front | None = None
         self.callers: list[UnixCaller] = []  # the gateways' clients (worker 0)
         self.topology: dict[int, dict[str, Any]] = {}  # see `split_definitions`
+        self.channels = ChannelTally(role, broker)  # a user's max-channels for the node
+        broker.other_workers = self.channels
+        self.channels.publish()  # none yet (a restarted worker's predecessor had some)
         if role.front:
             # until the store is open, the vhosts seen are those in worker 0's store (some
             # perhaps created while it ran as one process): they stay on worker 0
@@ -64,6 +84,33 @@ class WorkerNode:
             broker.hosts = lambda name: self.placement.place(name) == 0
         else:
             broker.hosts = lambda name: self.placement.owner(name) == role.index
+
+    async def load_placement(self, store: object) -> None:
+        """Before the store is loaded: a PostgreSQL store's recorded placement (worker 0's
+        schema holds the node's, worker K's a copy), which active and standby nodes share;
+        the SQLite store's is placement.json, read at start.
+
+        Raises:
+            StoreError: The record does not fit the worker count, or cannot be read.
+        """
+        if not isinstance(store, PlacementStore):
+            return
+        self._placement_store = store
+        document = await store.load_placement()
+        if document is None:
+            return
+        try:
+            placement = Placement.from_json(json.loads(document), self.role.count)
+        except ValueError as exc:  # PlacementError included
+            raise StoreError(f"the placement recorded in the store: {exc}") from None
+        placement.fresh = self.placement.fresh
+        self.placement = placement
+
+    async def _save_placement(self) -> None:
+        if self._placement_store is not None:
+            await self._placement_store.save_placement(json.dumps(self.placement.to_json()))
+        else:
+            placements.save(self.data_dir, self.placement)
 
     def store_opened(self) -> None:
         """The store's vhosts are known: vhosts from now on (a definitions file's too) are
@@ -75,7 +122,7 @@ class WorkerNode:
         self._forget_deleted()
         for name in self.broker.access.state.vhosts:
             self.placement.place(name)
-        placements.save(self.data_dir, self.placement)
+        await self._save_placement()
         self.front = Front(
             self.role, self.placement, handshake_timeout, lambda: self.broker.access.state
         )
@@ -95,8 +142,9 @@ class WorkerNode:
 
         async def adopt_state(message: dict[str, Any], placement: Placement) -> None:
             self.placement = placement
-            placements.save(self.data_dir, placement)
+            await self._save_placement()
             await adopt(message)
+            self.channels.publish()  # the users with a max-channels limit may have changed
 
         await group.start(serve_links, self.role, handle, adopt_state)
 
@@ -139,7 +187,8 @@ class WorkerNode:
         self._forget_deleted()
         for name in self.broker.access.state.vhosts:
             self.placement.place(name)
-        placements.save(self.data_dir, self.placement)
+        await self._save_placement()
+        self.channels.publish()  # the users with a max-channels limit may have changed
         await self.front.replicate()
 
     async def ctl(self, request: dict[str, Any], local: Local) -> AdminReply:

@@ -1,0 +1,83 @@
+"""``--workers 2`` on a shared PostgreSQL store: each worker keeps its vhosts in its own
+schema under its own lock, the placement is in the database (a standby node on another
+data directory puts every vhost where its data is), a killed worker is restarted without
+the standby taking its shard, and when the active node's worker 0 dies the standby takes
+over every worker's vhosts, the old node's workers stepping down (store_role.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pika
+import pytest
+
+from tests.integration.test_postgres_failover import PgBroker, amqpd, free_port
+from tests.integration.test_workers import _declares, _drain, _wait_for, _workers
+
+pytestmark = pytest.mark.slow
+
+WORKERS = ("--workers", "2", "--no-management", "--no-prometheus")
+
+
+def _publish_confirmed(port: int, vhost: str, queue: str, bodies: list[bytes]) -> None:
+    params = pika.ConnectionParameters("127.0.0.1", port, vhost, connection_attempts=1)
+    with pika.BlockingConnection(params) as connection:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.queue_declare(queue, durable=True)
+        for body in bodies:
+            channel.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2))
+
+
+def _admin(data_dir: Path, *args: str) -> None:
+    done = amqpd(*args, "--data-dir", str(data_dir))
+    assert done.returncode == 0, done.stderr
+
+
+def test_workers_on_postgres_survive_a_killed_worker_and_fail_over_as_one_node(
+    pg_url: str, tmp_path: Path
+) -> None:
+    active = PgBroker(pg_url, tmp_path / "a", extra=WORKERS)
+    standby: PgBroker | None = None
+    try:
+        port = active.wait_listening()
+        _admin(tmp_path / "a", "vhosts", "add", "v1")  # on worker 1: it has none
+        _admin(
+            tmp_path / "a", "users", "set-permissions", "guest", "--vhost", "v1", ".*", ".*", ".*"
+        )
+        front = [b"front-%d" % i for i in range(200)]
+        back = [b"back-%d" % i for i in range(200)]
+        _publish_confirmed(port, "/", "jobs", front)
+        _publish_confirmed(port, "v1", "jobs", back)
+        workers = _workers(active.proc.pid)
+        assert sorted(workers) == [0, 1]
+
+        standby = PgBroker(pg_url, tmp_path / "b", port=free_port(), extra=WORKERS)
+        standby.wait_for(r"standby: another amqpd holds the lock")
+        standby.wait_for(r"standby: worker 1 waits for its node to be active")
+
+        # worker 1 killed: its own node restarts it; the standby's worker 1 does not compete
+        os.kill(workers[1], signal.SIGKILL)
+        _wait_for(lambda: _declares(port, "v1", "after-restart"), "worker 1 serving again")
+        more = [b"back-after-%d" % i for i in range(50)]
+        _publish_confirmed(port, "v1", "jobs", more)
+        assert standby.role() == "standby"
+
+        # worker 0 killed while its supervisor is stopped: the standby wins the node's lock
+        # first; the restarted worker 0 then finds it taken and its worker 1 steps down
+        os.kill(active.proc.pid, signal.SIGSTOP)
+        os.kill(_workers(active.proc.pid)[0], signal.SIGKILL)
+        standby.wait_for(r"active: holding the lock")
+        os.kill(active.proc.pid, signal.SIGCONT)
+        standby_port = standby.wait_listening()
+        assert standby.role() == "active"
+        assert _drain(standby_port, "/", "jobs") == set(front)
+        assert _drain(standby_port, "v1", "jobs") == set(back + more)
+        active.wait_for(r"worker 0 found another node active: this worker steps down")
+        assert active.role() == "standby"
+    finally:
+        active.stop()
+        if standby is not None:
+            standby.stop()
