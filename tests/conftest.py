@@ -66,15 +66,19 @@ class NodeUnderTest:
     port: int
 
 
-@pytest.fixture
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server | NodeUnderTest]:
-    """A fresh broker for one test: in this process; or, under ``AMQPD_TEST_WORKERS=N``
-    (scripts/test-all runs the tests that use only its port so once more), a ``--workers
-    N`` node whose default vhost "/" lives on its last worker, so that every connection
-    the test opens is handed over by worker 0 (docs/multicore.md)."""
+@contextmanager
+def node_under_test(
+    tmp_path_factory: pytest.TempPathFactory, tick_interval: float = 1.0
+) -> Iterator[Server | NodeUnderTest]:
+    """A fresh broker: in this process (`running_server`); or, under
+    ``AMQPD_TEST_WORKERS=N`` (scripts/test-all runs the tests that use only its port so once
+    more), a ``--workers N`` node whose default vhost "/" lives on its last worker, so that
+    every connection the test opens is handed over by worker 0 (docs/multicore.md).
+    ``tick_interval`` is the in-process broker's; the node's timers run on their deadlines
+    (amqpd/shell/server.py `_ticker`) with the default periodic tick."""
     workers = int(os.environ.get("AMQPD_TEST_WORKERS") or 1)
     if workers == 1:
-        with running_server() as srv:
+        with running_server(tick_interval=tick_interval) as srv:
             yield srv
         return
     data = tmp_path_factory.mktemp("node") / "data"
@@ -91,6 +95,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server | NodeUn
     finally:
         if node.proc.poll() is None:
             node.kill()
+
+
+@pytest.fixture
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server | NodeUnderTest]:
+    """A fresh broker for one test (`node_under_test`)."""
+    with node_under_test(tmp_path_factory) as srv:
+        yield srv
 
 
 @pytest.fixture

@@ -13,21 +13,15 @@ import pika
 import pytest
 
 from amqpd.shell.server import Server
-from tests.conftest import running_server
+from tests.conftest import NodeUnderTest
 from tests.integration.ext_support import closed_by_broker, connect, next_message
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 
 
 @pytest.fixture
-def srv() -> Iterator[Server]:
-    with running_server() as server:
-        yield server
-
-
-@pytest.fixture
-def conn(srv: Server) -> Iterator[pika.BlockingConnection]:
-    connection = connect(srv.port)
+def conn(server: Server | NodeUnderTest) -> Iterator[pika.BlockingConnection]:
+    connection = connect(server.port)
     yield connection
     if connection.is_open:
         connection.close()
@@ -47,7 +41,7 @@ def _wait(conn: pika.BlockingConnection, replies: list[Any], count: int) -> None
 
 
 def test_rpc_replies_go_back_to_the_requesting_channel(
-    srv: Server, conn: pika.BlockingConnection
+    server: Server | NodeUnderTest, conn: pika.BlockingConnection
 ) -> None:
     clients = [conn.channel(), conn.channel()]
     replies: list[list[tuple[Any, Any, bytes]]] = [[], []]
@@ -58,7 +52,7 @@ def test_rpc_replies_go_back_to_the_requesting_channel(
         props = pika.BasicProperties(reply_to=REPLY_TO, correlation_id=f"c{n}")
         client.basic_publish("", "rpc", b"request-%d" % n, props)
 
-    with connect(srv.port) as server_conn:
+    with connect(server.port) as server_conn:
         server_ch = server_conn.channel()
         addresses = []
         for _ in range(2):
@@ -131,8 +125,8 @@ def test_declaring_a_reply_address_tells_whether_the_client_is_still_there(
     assert ch.is_open
 
 
-def test_aio_pika_rpc_over_direct_reply_to(srv: Server) -> None:
-    url = f"amqp://guest:guest@127.0.0.1:{srv.port}/%2F"
+def test_aio_pika_rpc_over_direct_reply_to(server: Server | NodeUnderTest) -> None:
+    url = f"amqp://guest:guest@127.0.0.1:{server.port}/%2F"
 
     async def main() -> None:
         async with await aio_pika.connect(url) as connection:

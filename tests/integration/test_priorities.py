@@ -11,13 +11,13 @@ from typing import Any
 import pika
 import pytest
 
-from tests.conftest import running_server
+from tests.conftest import node_under_test
 from tests.integration.ext_support import connect
 
 
 @pytest.fixture
-def conn() -> Iterator[pika.BlockingConnection]:
-    with running_server() as server:
+def conn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[pika.BlockingConnection]:
+    with node_under_test(tmp_path_factory) as server:
         connection = connect(server.port)
         yield connection
         if connection.is_open:

@@ -18,7 +18,7 @@ import pytest
 from pamqp import commands
 from pamqp.body import ContentBody
 
-from tests.conftest import running_server
+from tests.conftest import node_under_test
 from tests.integration.ext_support import (
     closed_by_broker,
     connect,
@@ -32,8 +32,8 @@ TICK = 0.1
 
 
 @pytest.fixture
-def port() -> Iterator[int]:
-    with running_server(tick_interval=TICK) as server:
+def port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    with node_under_test(tmp_path_factory, tick_interval=TICK) as server:
         yield server.port
 
 
