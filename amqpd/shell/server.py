@@ -57,7 +57,7 @@ from amqpd.shell.store_role import LockLost, StoreRole
 from amqpd.shell.streams import StreamFiles
 from amqpd.shell.tls import TLSOptions, server_context
 from amqpd.shell.workers.handover import Arrival
-from amqpd.shell.workers.node import WorkerNode
+from amqpd.shell.workers.node import WorkerNode, stored_placement
 from amqpd.shell.workers.role import WorkerRole
 from amqpd.shell.workers.supervisor import report_ready
 from persistence.backend import StoreBackend
@@ -158,8 +158,10 @@ class Server:
             config.disk_probe,
             self.after_core,
         )
-        if self.node is not None:  # PostgreSQL: the placement is in the shared database
-            self.store.before_load = self.node.load_placement
+        node = self.node  # PostgreSQL: the placement is in the database (workers/node.py)
+        self.store.before_load = (
+            node.load_placement if node else partial(stored_placement, workers=1)
+        )
 
     @property
     def role(self) -> str:

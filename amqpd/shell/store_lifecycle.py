@@ -72,7 +72,7 @@ class StoreLifecycle:
         self._last_waiter: object | None = None  # the lone waiter of the last batch (_lone_batch)
         # read what else the store holds before the broker loads it (--workers N: the
         # placement, when the store is PostgreSQL; amqpd/shell/workers/node.py)
-        self.before_load: Callable[[StoreBackend], Awaitable[None]] | None = None
+        self.before_load: Callable[[StoreBackend], Awaitable[object]] | None = None
 
     async def open(self) -> StoreBackend | None:
         """Open the store and recover the broker from it (None: memory only)."""

@@ -105,6 +105,10 @@ class StoreRole:
         if store and self._url is None:
             backend.parse_store_url(store)  # raises StoreError with what to do
         self._shard = 0 if worker is None else worker.index  # which part of the store
+        if self._url is not None and self._shard:  # every connection in its own schema
+            from persistence.postgres.schema import shard_url
+
+            self._url = shard_url(self._url, self._shard)
         # --workers N: the node is active while this file exists (see the module's doc)
         several = worker is not None and worker.count > 1
         self._active_file = worker.runtime / "active" if worker is not None and several else None
@@ -145,10 +149,10 @@ class StoreRole:
 
             return await Store.open(self._data_dir, self._synchronous)
         from persistence.postgres import election
-        from persistence.postgres.schema import SHARD_SCHEMA_PREFIX, shard_url
+        from persistence.postgres.schema import SHARD_SCHEMA_PREFIX
         from persistence.postgres.store import PgStore
 
-        url = self._url if not self._shard else shard_url(self._url, self._shard)
+        url = self._url
         key = election.lock_key(self._shard)
         conn = await self._elect(url, key)
         self._conn = None  # the store owns it now

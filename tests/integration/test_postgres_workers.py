@@ -6,14 +6,16 @@ over every worker's vhosts, the old node's workers stepping down (store_role.py)
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from pathlib import Path
 
+import asyncpg
 import pika
 import pytest
 
-from tests.integration.test_postgres_failover import PgBroker, amqpd, free_port
+from tests.integration.test_postgres_failover import DEADLINE, PgBroker, amqpd, free_port
 from tests.integration.test_workers import _declares, _drain, _wait_for, _workers
 
 pytestmark = pytest.mark.slow
@@ -29,6 +31,23 @@ def _publish_confirmed(port: int, vhost: str, queue: str, bodies: list[bytes]) -
         channel.queue_declare(queue, durable=True)
         for body in bodies:
             channel.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2))
+
+
+def _stored(url: str, schema: str) -> dict[tuple[str, str], int]:
+    """(vhost, queue) -> messages stored in ``schema`` of the database."""
+
+    async def count() -> dict[tuple[str, str], int]:
+        conn = await asyncpg.connect(url)
+        try:
+            rows = await conn.fetch(
+                f"SELECT q.vhost, q.name, count(*) FROM {schema}.messages m"
+                f" JOIN {schema}.queues q ON q.id = m.queue_id GROUP BY q.vhost, q.name"
+            )
+        finally:
+            await conn.close()
+        return {(row[0], row[1]): row[2] for row in rows}
+
+    return asyncio.run(count())
 
 
 def _admin(data_dir: Path, *args: str) -> None:
@@ -53,6 +72,9 @@ def test_workers_on_postgres_survive_a_killed_worker_and_fail_over_as_one_node(
         _publish_confirmed(port, "v1", "jobs", back)
         workers = _workers(active.proc.pid)
         assert sorted(workers) == [0, 1]
+        # each worker's messages in its own part of the database
+        assert _stored(pg_url, "public") == {("/", "jobs"): len(front)}
+        assert _stored(pg_url, "amqpd_shard_1") == {("v1", "jobs"): len(back)}
 
         standby = PgBroker(pg_url, tmp_path / "b", port=free_port(), extra=WORKERS)
         standby.wait_for(r"standby: another amqpd holds the lock")
@@ -81,3 +103,27 @@ def test_workers_on_postgres_survive_a_killed_worker_and_fail_over_as_one_node(
         active.stop()
         if standby is not None:
             standby.stop()
+
+
+def test_a_worker_count_too_small_for_the_stored_placement_is_one_line_and_exit_2(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """The placement in the database holds a vhost on worker 1: a node started on that
+    store with one process refuses to serve without that vhost's data (as the SQLite
+    store's placement.json check does), once it holds the lock."""
+    node = PgBroker(pg_url, tmp_path / "a", extra=WORKERS)
+    try:
+        node.wait_listening()
+        _admin(tmp_path / "a", "vhosts", "add", "v1")
+    finally:
+        node.stop()
+    assert node.proc.returncode == 0
+    alone = PgBroker(pg_url, tmp_path / "a")
+    try:
+        assert alone.proc.wait(timeout=DEADLINE) == 2
+        alone.wait_for(
+            r"cannot open the store: the placement recorded in the store: vhost 'v1' lives "
+            r"on worker 1 \(its data is in the schema amqpd_shard_1\): start with --workers 2"
+        )
+    finally:
+        alone.stop()

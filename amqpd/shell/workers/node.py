@@ -57,6 +57,24 @@ class PlacementStore(Protocol):
     async def save_placement(self, document: str) -> None: ...
 
 
+async def stored_placement(store: object, workers: int) -> Placement | None:
+    """The placement a PostgreSQL store records (None: none, or an SQLite store, whose
+    record is placement.json), checked against the worker count, ``--workers 1`` included.
+
+    Raises:
+        StoreError: The record does not fit the worker count (exit 2), or cannot be read.
+    """
+    if not isinstance(store, PlacementStore):
+        return None
+    document = await store.load_placement()
+    if document is None:
+        return None
+    try:
+        return Placement.from_json(json.loads(document), workers, shared=True)
+    except ValueError as exc:  # PlacementError included
+        raise StoreError(f"the placement recorded in the store: {exc}") from None
+
+
 class WorkerNode:
     """One worker's part in the node: its role, the placement, the links."""
 
@@ -96,15 +114,10 @@ class WorkerNode:
         if not isinstance(store, PlacementStore):
             return
         self._placement_store = store
-        document = await store.load_placement()
-        if document is None:
-            return
-        try:
-            placement = Placement.from_json(json.loads(document), self.role.count)
-        except ValueError as exc:  # PlacementError included
-            raise StoreError(f"the placement recorded in the store: {exc}") from None
-        placement.fresh = self.placement.fresh
-        self.placement = placement
+        placement = await stored_placement(store, self.role.count)
+        if placement is not None:
+            placement.fresh = self.placement.fresh
+            self.placement = placement
 
     async def _save_placement(self) -> None:
         if self._placement_store is not None:

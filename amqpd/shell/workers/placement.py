@@ -64,8 +64,9 @@ class Placement:
         return {"workers": self.workers, "vhosts": dict(sorted(self.vhosts.items()))}
 
     @classmethod
-    def from_json(cls, data: Any, workers: int) -> Placement:
-        """The recorded placement, run with ``workers`` workers.
+    def from_json(cls, data: Any, workers: int, shared: bool = False) -> Placement:
+        """The recorded placement, run with ``workers`` workers (``shared``: recorded in a
+        PostgreSQL store, where worker K's data is the schema amqpd_shard_K).
 
         Raises:
             PlacementError: malformed, or a vhost lives on a worker index >= ``workers``.
@@ -78,8 +79,9 @@ class Placement:
         beyond = sorted((v, k) for k, v in vhosts.items() if v >= workers)
         if beyond:
             index, name = beyond[-1]
+            where = f"the schema amqpd_shard_{index}" if shared else f"shard-{index}/"
             raise PlacementError(
-                f"vhost '{name}' lives on worker {index} (its data is in shard-{index}/): "
+                f"vhost '{name}' lives on worker {index} (its data is in {where}): "
                 f"start with --workers {index + 1} or more"
             )
         return cls(workers, dict(vhosts))
