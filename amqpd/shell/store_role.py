@@ -204,9 +204,9 @@ class StoreRole:
                     conn = self._conn = await _connect_quietly(url)
                 if conn is not None and self._node_active() and await election.try_lock(conn, key):
                     break
-                self._tell_workers(active=False)
-                if not waiting:
+                if not waiting:  # only this process writes the file: remove it once
                     waiting = True
+                    self._tell_workers(active=False)
                     self._log_waiting(url)
                 await anyio.sleep(POLL_INTERVAL if conn is not None else RECONNECT_INTERVAL)
             except election.CONNECTION_ERRORS as exc:

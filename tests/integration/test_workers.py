@@ -36,6 +36,12 @@ def _admin(data_dir: Path, *args: str) -> None:
     subprocess.run([*AMQPD, *args, "--data-dir", str(data_dir)], check=True, capture_output=True)
 
 
+def _add_v1(data_dir: Path) -> None:
+    """The vhost v1, for guest: on worker 1 of a new node, whose worker 0 holds "/"."""
+    _admin(data_dir, "vhosts", "add", "v1")
+    _admin(data_dir, "users", "set-permissions", "guest", "--vhost", "v1", ".*", ".*", ".*")
+
+
 def _workers(supervisor: int) -> dict[int, int]:
     """worker index -> pid, of the supervisor's children."""
     found: dict[int, int] = {}
@@ -127,8 +133,7 @@ def test_vhosts_on_two_workers_survive_a_killed_worker_and_a_killed_node(tmp_pat
     data = tmp_path / "data"
     broker = BrokerProcess(data, extra=("--workers", "2", "--no-management", "--no-prometheus"))
     try:
-        _admin(data, "vhosts", "add", "v1")
-        _admin(data, "users", "set-permissions", "guest", "--vhost", "v1", ".*", ".*", ".*")
+        _add_v1(data)
         assert (data / "shard-1").is_dir()
         workers = _workers(broker.proc.pid)
         assert sorted(workers) == [0, 1]
@@ -354,8 +359,7 @@ def test_a_shovel_runs_on_its_vhosts_worker_and_delete_after_clears_it_node_wide
     data = tmp_path / "data"
     broker = BrokerProcess(data, extra=("--workers", "2", "--no-management", "--no-prometheus"))
     try:
-        _admin(data, "vhosts", "add", "v1")
-        _admin(data, "users", "set-permissions", "guest", "--vhost", "v1", ".*", ".*", ".*")
+        _add_v1(data)
         v1_url = f"amqp://guest:guest@127.0.0.1:{broker.port}/v1"
         publish(v1_url, "src", range(30))
         shovel = {
@@ -447,8 +451,7 @@ def test_the_memory_alarm_is_node_wide_and_blocks_publishers_on_every_worker(
     extra = ("--workers", "2", "--no-management", "--no-prometheus")
     broker = BrokerProcess(data, extra=(*extra, "--vm-memory-high-watermark", str(watermark)))
     try:
-        _admin(data, "vhosts", "add", "v1")
-        _admin(data, "users", "set-permissions", "guest", "--vhost", "v1", ".*", ".*", ".*")
+        _add_v1(data)
         workers = _workers(broker.proc.pid)
         node = [broker.proc.pid, *workers.values()]
         assert all(_resident(pid) < watermark for pid in node)
@@ -489,8 +492,7 @@ def test_definitions_export_and_import_cover_every_worker(tmp_path: Path) -> Non
     extra = ("--workers", "2", "--no-management", "--no-prometheus")
     broker = BrokerProcess(data, extra=extra)
     try:
-        _admin(data, "vhosts", "add", "v1")
-        _admin(data, "users", "set-permissions", "guest", "--vhost", "v1", ".*", ".*", ".*")
+        _add_v1(data)
         for vhost, queue in (("/", "q0"), ("v1", "q1")):
             with _channel(broker.port, vhost) as channel:
                 channel.queue_declare(queue, durable=True)
@@ -560,8 +562,7 @@ def test_a_killed_worker_0_leaves_the_other_workers_connections_serving(tmp_path
     data = tmp_path / "data"
     broker = BrokerProcess(data, extra=("--workers", "2", "--no-management", "--no-prometheus"))
     try:
-        _admin(data, "vhosts", "add", "v1")
-        _admin(data, "users", "set-permissions", "guest", "--vhost", "v1", ".*", ".*", ".*")
+        _add_v1(data)
         with _channel(broker.port, "v1") as channel:
             channel.queue_declare("work", durable=True)
         moved = Publisher(broker.port, "v1", "work")
@@ -592,8 +593,7 @@ def test_a_vhost_whose_worker_is_down_is_refused_with_541(tmp_path: Path) -> Non
     data = tmp_path / "data"
     broker = BrokerProcess(data, extra=("--workers", "2", "--no-management", "--no-prometheus"))
     try:
-        _admin(data, "vhosts", "add", "v1")
-        _admin(data, "users", "set-permissions", "guest", "--vhost", "v1", ".*", ".*", ".*")
+        _add_v1(data)
         assert _declares(broker.port, "v1", "before")
         worker = _workers(broker.proc.pid)[1]
         os.kill(broker.proc.pid, signal.SIGSTOP)  # the supervisor cannot restart it yet
@@ -639,8 +639,7 @@ def test_connection_limits_count_the_connections_of_every_worker(
     options = ("--workers", "2", "--no-management", "--no-prometheus", *extra)
     broker = BrokerProcess(data, extra=options)
     try:
-        _admin(data, "vhosts", "add", "v1")
-        _admin(data, "users", "set-permissions", "guest", "--vhost", "v1", ".*", ".*", ".*")
+        _add_v1(data)
         if limit == "user":
             _admin(data, "users", "set-limit", "guest", "max-connections", "2")
         expected = {
@@ -701,8 +700,7 @@ def test_a_users_max_channels_counts_the_channels_of_every_worker(tmp_path: Path
     options = ("--workers", "2", "--no-management", "--no-prometheus")
     broker = BrokerProcess(data, extra=options)
     try:
-        _admin(data, "vhosts", "add", "v1")
-        _admin(data, "users", "set-permissions", "guest", "--vhost", "v1", ".*", ".*", ".*")
+        _add_v1(data)
         on_worker_0 = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
         on_worker_1 = pika.BlockingConnection(
             pika.ConnectionParameters("127.0.0.1", broker.port, "v1")
