@@ -36,6 +36,7 @@ MYPYC_MODULES: tuple[str, ...] = (
     "amqpd/wire/codec.py",
     "amqpd/wire/errors.py",
     "amqpd/wire/properties.py",
+    "amqpd/wire/forwarding.py",  # records between workers (stage 2: one per crossing message)
     # exchanges (pure routing)
     "exchanges/binding_table.py",
     "exchanges/destinations.py",
@@ -56,6 +57,7 @@ MYPYC_MODULES: tuple[str, ...] = (
     # confirms
     "confirms/coalesce.py",
     "confirms/tracker.py",
+    "confirms/shards.py",
     # model
     "amqpd/model/alarms.py",
     "amqpd/model/auth.py",

@@ -101,3 +101,13 @@ _.next_chunk  # LogReader.next_chunk (tests/unit/test_stream_log.py)
 # -- amqpd.shell.peers: the stream of a connection handed to another worker implements
 # anyio's ByteStream, whose send_eof is abstract (nothing calls it on this one)
 _.send_eof  # _Forgotten.send_eof
+
+# -- issue 26 stage 2, not yet wired into a running node: the records between workers and the
+# confirm join (docs/multicore.md "Build plan" step 3); tests/unit/test_forwarding.py,
+# tests/unit/test_shard_confirms.py and tests/perf/multicore_prototype.py (pipe --records
+# amqpd) use them until the routing step calls them
+PROMISED  # amqpd.wire.forwarding: the flag for a publish whose publisher waits
+NO_EXPIRY  # amqpd.wire.forwarding: expiration_ms of a message without a TTL
+NO_PRIORITY  # amqpd.wire.forwarding: priority of a message without one
+_.next_record  # RecordReader.next_record (the owner's and the sender's link readers)
+_.local_done  # ShardConfirms.local_done (the publishing worker's own storage batch)

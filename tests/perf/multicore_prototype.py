@@ -14,12 +14,18 @@ queue index, sequence number; then the message's publish frames, about the bytes
 ``--per-chunk`` messages and writes it to a Unix stream socket; a receiver process reads
 and splits the records back into one ``bytes`` per message, ready to enqueue. Both run
 asyncio (uvloop when installed), like amqpd's shell. The figures are messages/s, MB/s, and
-each side's CPU microseconds per message.
+each side's CPU microseconds per message. With ``--records amqpd`` the two sides use the
+broker's own stage-2 code instead: the sender writes `amqpd.wire.forwarding` FORWARD records
+(the fields a worker already parsed, then the raw header and body) and joins the answers
+into confirms with `confirms.shards.ShardConfirms`; the receiver decodes them with
+`RecordReader` into the `Forwarded` objects an owner enqueues, and answers each chunk it
+read with one SETTLED record, as an owner answers a storage batch.
 
 Examples::
 
     PYTHONPATH=$PWD .venv/bin/python tests/perf/multicore_prototype.py shards --reps 3
     PYTHONPATH=$PWD .venv/bin/python tests/perf/multicore_prototype.py pipe --per-chunk 1,10,100,400
+    PYTHONPATH=$PWD .venv/bin/python tests/perf/multicore_prototype.py pipe --records amqpd
 
 Progress goes to stderr, the result tables (markdown) to stdout.
 """
@@ -45,8 +51,24 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from compare import free_port, machine_busy_s, perf_results, wait_for_quiet
+from pamqp.commands import Basic
+from pamqp.header import ContentHeader
 from perf_brokers import Amqpd
 
+from amqpd.wire.codec import encode_shortstr
+from amqpd.wire.forwarding import (
+    NO_EXPIRY,
+    NO_PRIORITY,
+    PERSISTENT,
+    PROMISED,
+    Forwarded,
+    RecordReader,
+    Settled,
+    encode_forward,
+    encode_settled,
+    queue_names,
+)
+from confirms.shards import ShardConfirms
 from interop.perf.procstat import cpu_seconds
 from interop.perf.wire import publish_template
 
@@ -256,16 +278,108 @@ async def _receive(sock: socket.socket, total: int) -> int:
     return count
 
 
+async def _send_records(sock: socket.socket, payload: bytes, total: int, per_chunk: int) -> None:
+    """Forward ``total`` messages as a worker would, and join the owner's answers into
+    confirms; return once every publish is decided."""
+    reader, writer = await asyncio.open_unix_connection(sock=sock, limit=READ_SIZE)
+    size = len(payload)
+    header = ContentHeader(0, size, Basic.Properties(delivery_mode=2)).marshal()
+    exchange, routing_key, names = (
+        encode_shortstr("perf.direct"),
+        encode_shortstr("q"),
+        queue_names(["q"]),
+    )
+    joins = ShardConfirms()
+    decided = 0
+    done = asyncio.Event()
+
+    async def answers() -> None:
+        nonlocal decided
+        records = RecordReader()
+        while decided < total:
+            data = await reader.read(READ_SIZE)
+            if not data:
+                raise RuntimeError("the owner closed the link before settling everything")
+            records.feed(data)
+            while (record := records.next_record()) is not None:
+                assert isinstance(record, Settled)
+                for _key, ok in joins.settled(0, record.through, record.refused):
+                    assert ok
+                    decided += 1
+        done.set()
+
+    task = asyncio.ensure_future(answers())
+    seq = 0
+    while seq < total:
+        out = bytearray()
+        for _ in range(min(per_chunk, total - seq)):
+            seq += 1
+            joins.forwarded(0, seq, seq, sole=True)
+            encode_forward(
+                out,
+                seq,
+                PERSISTENT | PROMISED,
+                NO_PRIORITY,
+                NO_EXPIRY,
+                1,
+                names,
+                exchange,
+                routing_key,
+                None,
+                None,
+                header,
+                payload,
+            )
+        writer.write(bytes(out))
+        await writer.drain()
+    await done.wait()
+    await task
+    writer.close()
+    await writer.wait_closed()
+
+
+async def _receive_records(sock: socket.socket, total: int) -> int:
+    """Decode forwarded messages as an owner would, one SETTLED answer per chunk read."""
+    reader, writer = await asyncio.open_unix_connection(sock=sock, limit=READ_SIZE)
+    records = RecordReader()
+    count = 0
+    while count < total:
+        data = await reader.read(READ_SIZE)
+        if not data:
+            break
+        records.feed(data)
+        through = 0
+        while (record := records.next_record()) is not None:
+            assert isinstance(record, Forwarded)
+            through = record.publish_id
+            count += 1
+        if through:
+            answer = bytearray()
+            encode_settled(answer, through, [])
+            writer.write(bytes(answer))
+    writer.close()
+    await writer.wait_closed()  # flushes the last answer (drain may leave it buffered)
+    return count
+
+
 def _side(
-    role: str, sock: socket.socket, payload: bytes, total: int, per_chunk: int, out: Any
+    role: str,
+    sock: socket.socket,
+    payload: bytes,
+    total: int,
+    per_chunk: int,
+    out: Any,
+    amqpd_records: bool,
 ) -> None:
     loop = _new_loop()
     cpu0, t0 = time.process_time(), time.perf_counter()
     if role == "send":
-        loop.run_until_complete(_send(sock, payload, total, per_chunk))
+        send = _send_records if amqpd_records else _send
+        loop.run_until_complete(send(sock, payload, total, per_chunk))
         count = total
     else:
-        count = loop.run_until_complete(_receive(sock, total))
+        receive = _receive_records if amqpd_records else _receive
+        count = loop.run_until_complete(receive(sock, total))
     out.put((role, count, time.process_time() - cpu0, time.perf_counter() - t0))
     loop.close()
 
@@ -291,13 +405,14 @@ class PipeRun:
         return cpu_s / self.messages * 1e6
 
 
-def pipe_run(payload: bytes, total: int, per_chunk: int) -> PipeRun:
+def pipe_run(payload: bytes, total: int, per_chunk: int, amqpd_records: bool) -> PipeRun:
     """One sender and one receiver process over a Unix socketpair."""
     ctx = multiprocessing.get_context("fork")
     left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     out = ctx.Queue()
-    receiver = ctx.Process(target=_side, args=("receive", right, payload, total, per_chunk, out))
-    sender = ctx.Process(target=_side, args=("send", left, payload, total, per_chunk, out))
+    common = (payload, total, per_chunk, out, amqpd_records)
+    receiver = ctx.Process(target=_side, args=("receive", right, *common))
+    sender = ctx.Process(target=_side, args=("send", left, *common))
     receiver.start()
     sender.start()
     left.close()
@@ -322,7 +437,11 @@ def pipe_run(payload: bytes, total: int, per_chunk: int) -> PipeRun:
 
 def pipe(args: argparse.Namespace) -> str:
     """Measure the hop for every ``--per-chunk`` and return the markdown report."""
-    payload = publish_template(1, "perf.direct", "perf-q-1", args.size, 131072).message(0)
+    amqpd_records = args.records == "amqpd"
+    if amqpd_records:  # the body: the record adds its fields (below: their size)
+        payload = b"x" * args.size
+    else:
+        payload = publish_template(1, "perf.direct", "perf-q-1", args.size, 131072).message(0)
     sizes = [int(n) for n in args.per_chunk.split(",")]
     runs: list[PipeRun] = []
     for rep in range(1, args.reps + 1):
@@ -330,7 +449,7 @@ def pipe(args: argparse.Namespace) -> str:
             if args.quiet_timeout > 0:
                 wait_for_quiet(args)
             busy, began = machine_busy_s(), time.monotonic()
-            run = pipe_run(payload, args.messages, per_chunk)
+            run = pipe_run(payload, args.messages, per_chunk, amqpd_records)
             other = max(machine_busy_s() - busy - run.send_cpu_s - run.receive_cpu_s, 0.0)
             other /= time.monotonic() - began
             runs.append(run)
@@ -339,9 +458,16 @@ def pipe(args: argparse.Namespace) -> str:
                 f"{run.us_per_message(run.send_cpu_s):.2f} us/msg  receive "
                 f"{run.us_per_message(run.receive_cpu_s):.2f} us/msg  other load {other:.2f}"
             )
+    record_size = _record_size(payload) if amqpd_records else len(payload) + RECORD.size
+    what = (
+        f"amqpd.wire.forwarding records of {record_size} bytes (a {args.size} B body), one "
+        "SETTLED answer per chunk read, confirms joined by confirms.shards"
+        if amqpd_records
+        else f"messages of {len(payload)} bytes (a {args.size} B body's publish frames) + a "
+        f"{RECORD.size}-byte record header"
+    )
     lines = [
-        f"{args.messages:,} messages of {len(payload)} bytes (a {args.size} B body's publish "
-        f"frames) + a {RECORD.size}-byte record header, medians of {args.reps}",
+        f"{args.messages:,} {what}, medians of {args.reps}",
         "",
         "| messages per chunk | msgs/s | MB/s | sender CPU us/msg | receiver CPU us/msg "
         "| hop CPU us/msg |",
@@ -353,11 +479,23 @@ def pipe(args: argparse.Namespace) -> str:
         receive = statistics.median(r.us_per_message(r.receive_cpu_s) for r in mine)
         hop = statistics.median(r.us_per_message(r.send_cpu_s + r.receive_cpu_s) for r in mine)
         rate = statistics.median(r.rate for r in mine)
-        mbs = rate * (len(payload) + RECORD.size) / 1e6
+        mbs = rate * record_size / 1e6
         lines.append(
             f"| {per_chunk} | {rate:,.0f} | {mbs:,.1f} | {send:.2f} | {receive:.2f} | {hop:.2f} |"
         )
     return "\n".join(lines)
+
+
+def _record_size(body: bytes) -> int:
+    out = bytearray()
+    header = ContentHeader(0, len(body), Basic.Properties(delivery_mode=2)).marshal()
+    exchange, routing_key = encode_shortstr("perf.direct"), encode_shortstr("q")
+    encode_forward(
+        out, 1, PERSISTENT, NO_PRIORITY, NO_EXPIRY, 1, queue_names(["q"]), exchange, routing_key,
+        None, None,
+        header, body,
+    )  # fmt: skip
+    return len(out)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -375,6 +513,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     q.add_argument("--size", type=int, default=100, help="message body bytes [100]")
     q.add_argument("--per-chunk", default="1,10,100,400", help="messages per write [1,10,100,400]")
     q.add_argument("--reps", type=int, default=3, help="runs of each chunk size [3]")
+    q.add_argument(
+        "--records",
+        choices=("raw", "amqpd"),
+        default="raw",
+        help="raw: length-prefixed publish frames; amqpd: the broker's forwarding records "
+        "and confirm join (amqpd/wire/forwarding.py, confirms/shards.py) [raw]",
+    )
     for parser in (s, q):
         parser.add_argument(
             "--max-other-load",
