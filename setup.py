@@ -66,9 +66,11 @@ MYPYC_MODULES: tuple[str, ...] = (
     "amqpd/model/deadletter.py",
     "amqpd/model/declare_checks.py",
     "amqpd/model/dedup.py",
+    "amqpd/model/enqueue.py",  # every routed message's enqueue (local or forwarded)
     "amqpd/model/exchange.py",
     "amqpd/model/federated_queues.py",
     "amqpd/model/federation_exchange.py",
+    "amqpd/model/forwarded.py",  # stage 2: a forwarded publish, enqueued by its owner
     "amqpd/model/message.py",
     "amqpd/model/paging.py",
     "amqpd/model/policies.py",

@@ -36,7 +36,7 @@ from pamqp.base import Frame as Method
 
 from amqpd.engine.channel_modes import Mode, ModeMethods
 from amqpd.engine.consuming import ConsumerMethods
-from amqpd.engine.content import PendingPublish, route_and_enqueue, storage_batch
+from amqpd.engine.content import PendingPublish, route_and_enqueue
 from amqpd.engine.permissions import check_method
 from amqpd.engine.reply_to import DirectReplyTo
 from amqpd.engine.stream_consuming import refuse_stream_settlement
@@ -45,6 +45,7 @@ from amqpd.engine.transaction import BufferedPublish, Transaction
 from amqpd.engine.unacked import UNLIMITED, Settlement, Unacked, UnackedStore
 from amqpd.model.auth import Authz
 from amqpd.model.broker import Broker
+from amqpd.model.enqueue import storage_batch
 from amqpd.model.message import Message, QueueEntry
 from amqpd.model.queue import Consumer, ExclusiveOwner, Queue
 from amqpd.model.sender_selected import has_sender_selected_headers, sender_selected_error

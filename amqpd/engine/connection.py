@@ -38,10 +38,10 @@ from amqpd.engine import connection_open, handshake
 from amqpd.engine.channel import Channel, ChannelState
 from amqpd.engine.connection_open import HANDSHAKE, State
 from amqpd.engine.connection_timers import ConnectionTimers
-from amqpd.engine.content import FLOW_BACKLOG
 from amqpd.engine.outbox import Outbox
 from amqpd.model import user_limits
 from amqpd.model.auth import Authz, Permission, is_loopback_peer
+from amqpd.model.enqueue import FLOW_BACKLOG
 from amqpd.model.statistics import IOStats
 from amqpd.wire import codec
 from amqpd.wire.errors import (

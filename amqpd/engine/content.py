@@ -15,29 +15,18 @@ puts into the queues it routes to (all of them or, when one refuses it, none).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from amqpd.engine.reply_to import REPLY_TO_PREFIX
 from amqpd.engine.transaction import BufferedPublish
 from amqpd.model.auth import Authz
+from amqpd.model.enqueue import enqueue_routed
 from amqpd.model.exchange import Exchange
 from amqpd.model.message import Message
 from amqpd.model.queue import Queue
 from amqpd.model.queue_args import parse_expiration
-from amqpd.model.stream import StreamQueue
 from amqpd.model.vhost import VirtualHost
 from amqpd.wire import codec
 from amqpd.wire.errors import PRECONDITION_FAILED, UNEXPECTED_FRAME, AMQPError
-
-if TYPE_CHECKING:
-    from amqpd.model.ports import JournalPort
-
-# Flow control (RabbitMQ's credit flow, simplified): a publisher feeding a queue whose
-# consumers are this far behind, while they are still making progress (settled something in
-# the last FLOW_ACTIVE seconds), is not read from for a moment, so the consumers' acks get
-# served and end-to-end throughput goes up instead of the backlog. A stuck consumer does not
-# slow publishers down.
-FLOW_BACKLOG = 2000
 
 
 class PendingPublish:
@@ -152,12 +141,10 @@ def route_and_enqueue(
     reply_queue: Callable[[str], list[Queue]],
     flow_queues: set[Queue],
 ) -> list[Queue] | None:
-    """Route and enqueue; the queues (empty: unroutable), or None if a target queue refused
-    it (x-overflow=reject-publish): then the message is in no queue at all, so a nack is
-    truthful. reject-publish-dlx also dead-letters it (reason maxlen) from the refusing
-    queue. A queue whose consumers fall far behind goes into ``flow_queues``: the shell
-    pauses this publisher briefly. A queue with ``x-message-deduplication`` skips a
-    duplicate (still counted as routed, so it is confirmed, not returned). A message with
+    """Route and enqueue (model/enqueue.py `enqueue_routed`); the queues (empty:
+    unroutable), or None if a target queue refused it (x-overflow=reject-publish): then the
+    message is in no queue at all, so a nack is truthful. A queue whose consumers fall far
+    behind goes into ``flow_queues``: the shell pauses this publisher briefly. A message with
     a delay on an x-delayed-message exchange is held there, routed when the delay ends."""
     exchange, message = publish.exchange, publish.message
     delayed = exchange.delayed
@@ -174,28 +161,6 @@ def route_and_enqueue(
         queues = vhost.route(exchange, message)
     if not queues:
         return queues
-    for queue in queues:
-        if queue.rejects_overflow and queue.would_overflow(message):
-            if queue.settings.overflow == "reject-publish-dlx" and queue.dead_letter:
-                queue.dead_letter(queue, message, "maxlen")
-            return None
-    for queue in queues:
-        if queue.dedup is not None and not queue.dedup.admit(message, queue.journal):
-            continue  # a duplicate (x-message-deduplication): acked, not enqueued
-        queue.enqueue(message, publish.expiration_ms, publish.promised)
-        if len(queue.ready) > FLOW_BACKLOG and queue.consumers_active():
-            flow_queues.add(queue)
-    return queues
-
-
-def storage_batch(journal: JournalPort | None, message: Message, queues: list[Queue]) -> int | None:
-    """The storage batch a confirm waits for: the one holding a persistent message routed
-    to a durable queue, or any message appended to a stream (ARCHITECTURE principle 4);
-    None if final at enqueue."""
-    if journal is None:
+    if not enqueue_routed(message, queues, publish.expiration_ms, publish.promised, flow_queues):
         return None
-    persistent = message.persistent
-    for queue in queues:  # a stream's appends are always durable (model/stream.py)
-        if queue.journal is not None and (persistent or type(queue) is StreamQueue):
-            return journal.open_batch_id
-    return None
+    return queues

@@ -24,10 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from amqpd.engine.content import PendingPublish, route_and_enqueue, storage_batch
+from amqpd.engine.content import PendingPublish, route_and_enqueue
 from amqpd.engine.transaction import BufferedPublish
 from amqpd.model.auth import Authz
 from amqpd.model.broker import Broker
+from amqpd.model.enqueue import storage_batch
 from amqpd.model.exchange import Exchange
 from amqpd.model.message import Message, QueueEntry
 from amqpd.model.queue import Queue

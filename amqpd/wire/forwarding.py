@@ -20,8 +20,13 @@ except the ids in ``refused``, which no queue of the owner holds (x-overflow=rej
 a failed commit). One `SETTLED` covers a whole storage batch, so the answers cost one record
 per batch, not per message; the sender joins them into its confirms (confirms/shards.py).
 
+A link carries the records of every vhost the two workers share: a VHOST record names the
+vhost of the FORWARD records after it (written when it changes, so a link busy with one
+vhost pays for the name once).
+
 `RecordReader` is the receiving side, sans-IO like `codec.FrameReader`: `feed` the bytes as
-they arrive, then call `next_record` until it returns None. A record is never returned
+they arrive, then call `next_record` until it returns None; `vhost` is the vhost of the
+FORWARD record it just returned (it consumes VHOST records itself). A record is never returned
 before all of its bytes arrived; a corrupt stream (an unknown kind, a length that does not
 match the fields) raises `ForwardingError`: the link is then closed and treated as lost.
 """
@@ -34,17 +39,20 @@ from typing import Final
 __all__ = [
     "FORWARD",
     "SETTLED",
+    "VHOST",
     "Forwarded",
     "ForwardingError",
     "RecordReader",
     "Settled",
     "encode_forward",
     "encode_settled",
+    "encode_vhost",
     "queue_names",
 ]
 
 FORWARD: Final = 1
 SETTLED: Final = 2
+VHOST: Final = 3
 
 # Forwarded.flags
 PERSISTENT: Final = 1  # delivery mode 2
@@ -59,6 +67,7 @@ NO_PRIORITY: Final = -1
 _FORWARD_HEAD = struct.Struct(">IBQBhqII")
 _SETTLED_HEAD = struct.Struct(">IBQI")  # length, kind, through, number of refused ids
 _ID = struct.Struct(">Q")
+_VHOST_HEAD = struct.Struct(">IB")  # length, kind; then the vhost's name (UTF-8)
 _U32 = struct.Struct(">I")
 _ABSENT: Final = b"\xff\xff\xff\xff"
 _MAX_RECORD: Final = 1 << 31  # far above any message (RabbitMQ's limit is 512 MiB)
@@ -200,6 +209,15 @@ def encode_forward(
     )
 
 
+def encode_vhost(out: bytearray, name: str) -> None:
+    """Append a VHOST record: the FORWARD records after it are for vhost ``name`` (a sender
+    writes one when the vhost differs from the previous record's, so a link that carries one
+    busy vhost pays for its name once, not per message)."""
+    raw = name.encode()
+    out += _VHOST_HEAD.pack(1 + len(raw), VHOST)
+    out += raw
+
+
 def encode_settled(out: bytearray, through: int, refused: list[int]) -> None:
     """Append one SETTLED record to ``out``."""
     length = _SETTLED_HEAD.size - 4 + 8 * len(refused)
@@ -211,12 +229,13 @@ def encode_settled(out: bytearray, through: int, refused: list[int]) -> None:
 class RecordReader:
     """Splits a link's byte stream into `Forwarded` and `Settled` records."""
 
-    __slots__ = ("_buf", "_pieces", "_pos")
+    __slots__ = ("_buf", "_pieces", "_pos", "vhost")
 
     def __init__(self) -> None:
         self._buf = b""
         self._pos = 0
         self._pieces: list[bytes] = []
+        self.vhost = ""  # the vhost of the FORWARD records returned (the last VHOST record)
 
     def feed(self, data: bytes) -> None:
         """Append received bytes."""
@@ -246,33 +265,39 @@ class RecordReader:
         return len(self._buf) >= size
 
     def next_record(self) -> Forwarded | Settled | None:
-        """The next whole record, or None until more bytes arrive.
+        """The next whole FORWARD or SETTLED record, or None until more bytes arrive.
 
         Raises:
             ForwardingError: the stream is corrupt.
         """
         # Integers by hand, as in codec.FrameReader: compiled, indexing bytes is native,
         # several times cheaper than struct's unpack_from and its tuple.
-        if len(self._buf) - self._pos < 5 and not self._have(5):
-            return None
-        buf = self._buf
-        start = self._pos
-        length = _u32(buf, start)
-        if length >= _MAX_RECORD or length < 1:
-            raise ForwardingError(f"record length {length} out of range")
-        if len(buf) - start < 4 + length:
-            if not self._have(4 + length):
+        while True:
+            if len(self._buf) - self._pos < 5 and not self._have(5):
                 return None
             buf = self._buf
             start = self._pos
-        end = start + 4 + length
-        self._pos = end
-        kind = buf[start + 4]
-        if kind == FORWARD:
-            return _decode_forward(buf, start, end)
-        if kind == SETTLED:
-            return _decode_settled(buf, start, end)
-        raise ForwardingError(f"unknown record kind {kind}")
+            length = _u32(buf, start)
+            if length >= _MAX_RECORD or length < 1:
+                raise ForwardingError(f"record length {length} out of range")
+            if len(buf) - start < 4 + length:
+                if not self._have(4 + length):
+                    return None
+                buf = self._buf
+                start = self._pos
+            end = start + 4 + length
+            self._pos = end
+            kind = buf[start + 4]
+            if kind == FORWARD:
+                return _decode_forward(buf, start, end)
+            if kind == SETTLED:
+                return _decode_settled(buf, start, end)
+            if kind != VHOST:
+                raise ForwardingError(f"unknown record kind {kind}")
+            try:
+                self.vhost = buf[start + 5 : end].decode()
+            except UnicodeDecodeError:
+                raise ForwardingError("a vhost name that is not UTF-8") from None
 
 
 def _u32(buf: bytes, pos: int) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pika
 
-from amqpd.engine.content import FLOW_BACKLOG
+from amqpd.model.enqueue import FLOW_BACKLOG
 from amqpd.shell.server import Server
 
 

@@ -332,7 +332,7 @@ def test_nothing_is_buffered_after_a_framing_error() -> None:
 
 
 def test_publisher_flooding_a_consumed_queue_is_flagged_for_flow_control() -> None:
-    from amqpd.engine.content import FLOW_BACKLOG
+    from amqpd.model.enqueue import FLOW_BACKLOG
 
     broker = Broker(now=1000.0)
     client = Client(broker, now=1000.0)

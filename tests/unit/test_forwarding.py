@@ -23,6 +23,7 @@ from amqpd.wire.forwarding import (
     Settled,
     encode_forward,
     encode_settled,
+    encode_vhost,
     queue_names,
 )
 
@@ -115,6 +116,35 @@ def test_absent_and_empty_optional_fields_stay_apart() -> None:
     assert isinstance(first, Forwarded) and isinstance(second, Forwarded)
     assert (first.expiration, first.headers_raw, first.body) == (None, None, b"")
     assert (second.expiration, second.headers_raw) == ("", b"")
+
+
+def test_a_vhost_record_names_the_vhost_of_the_records_after_it() -> None:
+    out = bytearray()
+    forward(out, 1, ["q"], b"default")
+    encode_vhost(out, "orders")
+    encode_vhost(out, "ünï/v")
+    forward(out, 2, ["q"], b"in v")
+    forward(out, 3, ["q"], b"in v too")
+    encode_vhost(out, "/")
+    forward(out, 4, ["q"], b"back in /")
+    data = bytes(out)
+    reader = RecordReader()
+    seen: list[tuple[str, bytes]] = []
+    for i in range(len(data)):  # a byte at a time: a split VHOST record waits too
+        reader.feed(data[i : i + 1])
+        while (record := reader.next_record()) is not None:
+            assert isinstance(record, Forwarded)
+            seen.append((reader.vhost, record.body))
+    assert seen == [
+        ("", b"default"),
+        ("ünï/v", b"in v"),
+        ("ünï/v", b"in v too"),
+        ("/", b"back in /"),
+    ]
+    bad = RecordReader()
+    bad.feed(b"\x00\x00\x00\x02\x03\xff")
+    with pytest.raises(ForwardingError, match="not UTF-8"):
+        bad.next_record()
 
 
 def test_a_settled_answer_lists_the_refused_ids() -> None:

@@ -7,9 +7,9 @@ from __future__ import annotations
 from pamqp import commands
 
 from amqpd.engine.connection import FLOW_MAX_PAUSE, FLOW_POLL, Connection
-from amqpd.engine.content import FLOW_BACKLOG
 from amqpd.engine.outbox import Outbox
 from amqpd.model.broker import Broker
+from amqpd.model.enqueue import FLOW_BACKLOG
 from tests.unit.engine_driver import Client
 
 

@@ -1,0 +1,130 @@
+"""A publish another worker routed and forwarded here (issue 26 stage 2; the records are
+amqpd/wire/forwarding.py): enqueued like a local one, and answered once it is settled.
+
+Theory of operation
+-------------------
+`InboundLink` is this worker's end of one other worker's forwarding link. For each FORWARD
+record, `InboundLink.accept` builds the `Message` from the fields the publishing worker
+parsed (the publish is not decoded again), and puts it into the named queues of the vhost
+that still exist with `enqueue_routed`: the same rules as a local publish (reject-publish,
+deduplication, flow control). A queue deleted since the sender routed is skipped: RabbitMQ
+confirms a publish whose queue was deleted meanwhile (`rabbit_channel`'s
+handle_publishing_queue_down treats a normal queue exit as a confirm).
+
+The publish id is then decided at once (refused by a queue; or final at enqueue: transient,
+or no durable queue) or waits for the storage batch holding it: the link registers itself
+for that batch in the broker's `BatchWaits` (model/batches.py) with the publish id as the
+"sequence number", exactly as a channel does for a confirm, so `batch_committed` and
+`batch_failed` decide them. Ids arrive in ascending order; those that wait sit in
+``_waiting`` (a FIFO), those decided out of order in ``_decided`` until the FIFO's head is.
+
+`take_answer` appends one SETTLED record covering every id up to just below the oldest id
+still waiting (or up to the last id received), with the refused ids among them, and nothing
+when nothing new was decided: the shell calls it once per chunk of records and once per
+committed batch, so the answers cost one record per batch, not per message.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from amqpd.model.enqueue import enqueue_routed, storage_batch
+from amqpd.model.message import Message
+from amqpd.model.queue import Queue
+from amqpd.model.vhost import VirtualHost
+from amqpd.wire.forwarding import PERSISTENT, PROMISED, Forwarded, encode_settled
+
+if TYPE_CHECKING:
+    from amqpd.model.batches import BatchWaits
+    from amqpd.model.ports import JournalPort
+
+
+def forwarded_message(record: Forwarded) -> Message:
+    """The `Message` a FORWARD record describes."""
+    exchange_raw = record.exchange_raw
+    routing_key_raw = record.routing_key_raw
+    return Message(
+        exchange_raw[1:].decode(),
+        routing_key_raw[1:].decode(),
+        exchange_raw,
+        routing_key_raw,
+        record.header,
+        record.body,
+        bool(record.flags & PERSISTENT),
+        record.priority if record.priority >= 0 else None,
+        record.expiration,
+        record.headers_raw,
+    )
+
+
+class InboundLink:
+    """The records one other worker forwards here, and the answers it is owed."""
+
+    __slots__ = ("_decided", "_received", "_refused", "_reported", "_waiting")
+
+    def __init__(self) -> None:
+        self._waiting: deque[int] = deque()  # ids that wait for a batch, ascending
+        self._decided: set[int] = set()  # ids in _waiting decided already
+        self._refused: list[int] = []  # refused ids not yet reported
+        self._received = 0  # the highest id received
+        self._reported = 0  # the highest id a SETTLED record covered
+
+    def accept(
+        self,
+        record: Forwarded,
+        vhost: VirtualHost,
+        journal: JournalPort | None,
+        batch_waits: BatchWaits,
+        flow_queues: set[Queue],
+    ) -> list[Queue] | None:
+        """Enqueue ``record``'s message into its queues of ``vhost``; the queues that hold
+        it, or None when one refused it (then it is in none)."""
+        publish_id = record.publish_id
+        if publish_id <= self._received:
+            raise ValueError(f"publish id {publish_id} after {self._received}")
+        self._received = publish_id
+        message = forwarded_message(record)
+        queues: list[Queue] = []
+        for name in record.queues:
+            queue = vhost.queues.get(name)
+            if queue is not None:
+                queues.append(queue)
+        expiration_ms = record.expiration_ms if record.expiration_ms >= 0 else None
+        promised = bool(record.flags & PROMISED)
+        if queues and not enqueue_routed(message, queues, expiration_ms, promised, flow_queues):
+            self._refused.append(publish_id)
+            return None
+        batch = storage_batch(journal, message, queues)
+        if batch is not None:
+            self._waiting.append(publish_id)
+            batch_waits.confirm(batch, self, publish_id)
+        return queues
+
+    def batch_committed(self, batch: int, confirms: list[int], commit_oks: int) -> None:
+        """`BatchWaiter`: the publishes ``confirms`` are durable."""
+        self._decided.update(confirms)
+
+    def batch_failed(
+        self, batch: int, confirms: list[int], commit_oks: int, error: Exception
+    ) -> None:
+        """`BatchWaiter`: the publishes ``confirms`` could not be written."""
+        self._decided.update(confirms)
+        self._refused.extend(confirms)
+
+    def take_answer(self, out: bytearray) -> bool:
+        """Append a SETTLED record for what was decided since the last one; whether any."""
+        waiting = self._waiting
+        decided = self._decided
+        while waiting and waiting[0] in decided:
+            decided.discard(waiting.popleft())
+        through = waiting[0] - 1 if waiting else self._received
+        if through <= self._reported:
+            return False
+        refused = self._refused
+        now = sorted([publish_id for publish_id in refused if publish_id <= through])
+        if now:
+            self._refused = [publish_id for publish_id in refused if publish_id > through]
+        encode_settled(out, through, now)
+        self._reported = through
+        return True
