@@ -102,14 +102,11 @@ _.next_chunk  # LogReader.next_chunk (tests/unit/test_stream_log.py)
 # anyio's ByteStream, whose send_eof is abstract (nothing calls it on this one)
 _.send_eof  # _Forgotten.send_eof
 
-# -- issue 26 stage 2, not yet wired into a running node: the records between workers and the
-# confirm join and the owner's end (docs/multicore.md "Build plan" step 3); tests/unit/
-# test_forwarding.py, test_shard_confirms.py, test_forwarded_owner.py and tests/perf/
-# multicore_prototype.py (pipe --records amqpd) use them until the routing step calls them
+# -- issue 26 stage 2: the sending half of the links between workers is not wired in yet (the
+# owner's half is: amqpd/shell/workers/forward_links.py); tests/unit/test_forwarding.py,
+# test_shard_confirms.py and tests/perf/multicore_prototype.py (pipe --records amqpd) use
+# these until the routing step calls them (docs/multicore.md "Build plan" step 3)
 PROMISED  # amqpd.wire.forwarding: the flag for a publish whose publisher waits
 NO_EXPIRY  # amqpd.wire.forwarding: expiration_ms of a message without a TTL
 NO_PRIORITY  # amqpd.wire.forwarding: priority of a message without one
-_.next_record  # RecordReader.next_record (the owner's and the sender's link readers)
 _.local_done  # ShardConfirms.local_done (the publishing worker's own storage batch)
-InboundLink  # amqpd.model.forwarded: the owner's end of a link (tests/unit/test_forwarded_owner.py)
-_.take_answer  # InboundLink.take_answer: the SETTLED record the owner sends back

@@ -287,6 +287,7 @@ class Server:
         state; worker K takes hand-overs and the state (amqpd/shell/workers/node.py)."""
         node = self.node
         assert node is not None
+        await node.start_forward_inbox(group, self.after_core)
         if node.role.front:
             front = await node.start_front(group, self.broker.config.handshake_timeout)
             self.sockets.front = front
@@ -417,6 +418,8 @@ class Server:
         committer = self.store.committer
         if committer is not None and self._journal is not None and self._journal.pending:
             committer.wake()
+        if self.node is not None and self.node.forward_inbox is not None:
+            self.node.forward_inbox.wake()  # a batch committed: answers for other workers
         links = self.links
         federation = links.exchange_federation
         if federation is not None and federation.topology_changed():

@@ -24,6 +24,7 @@ from amqpd.model.broker import Broker
 from amqpd.shell.admin_socket import AdminReply, send_request
 from amqpd.shell.workers import placement as placements
 from amqpd.shell.workers.channel_tally import ChannelTally
+from amqpd.shell.workers.forward_links import ForwardInbox
 from amqpd.shell.workers.front import Front
 from amqpd.shell.workers.gateway import (
     UnixCaller,
@@ -90,6 +91,7 @@ class WorkerNode:
         )
         self._placement_store: PlacementStore | None = None
         self.front: Front | None = None
+        self.forward_inbox: ForwardInbox | None = None  # stage 2: publishes forwarded here
         self.callers: list[UnixCaller] = []  # the gateways' clients (worker 0)
         self.topology: dict[int, dict[str, Any]] = {}  # see `split_definitions`
         self.channels = ChannelTally(role, broker)  # a user's max-channels for the node
@@ -129,6 +131,14 @@ class WorkerNode:
         """The store's vhosts are known: vhosts from now on (a definitions file's too) are
         new ones, spread over the workers."""
         self.placement.fresh = False
+
+    async def start_forward_inbox(
+        self, group: anyio.abc.TaskGroup, after_core: Callable[[], None]
+    ) -> None:
+        """Every worker: take the publishes other workers forward to its queues (issue 26
+        stage 2; amqpd/shell/workers/forward_links.py)."""
+        self.forward_inbox = ForwardInbox(self.broker, after_core)
+        await group.start(self.forward_inbox.serve, self.role.forward_socket(self.role.index))
 
     async def start_front(self, group: anyio.abc.TaskGroup, handshake_timeout: float) -> Front:
         """Worker 0, once its store is open: record the placement, link to the workers."""

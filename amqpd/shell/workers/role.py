@@ -51,6 +51,11 @@ class WorkerRole:
         """Where worker ``index`` (>= 1) serves its Prometheus endpoints."""
         return self.runtime / f"w{index}.prometheus"
 
+    def forward_socket(self, index: int) -> Path:
+        """Where worker ``index`` takes the publishes other workers forward to its queues
+        (a Unix stream socket, amqpd/shell/workers/forward_links.py)."""
+        return self.runtime / f"w{index}.forward"
+
     def with_index(self, index: int) -> WorkerRole:
         """Worker ``index`` of the same node."""
         return WorkerRole(index, self.count, self.runtime)

@@ -1,0 +1,121 @@
+"""The owner's side of the forwarding links between workers (issue 26 stage 2,
+docs/multicore.md "Build plan" step 3): worker K takes publishes other workers routed to
+queues it holds, and answers each link once they are settled.
+
+Theory of operation. Every worker listens on ``wK.forward`` in the node's runtime directory
+(amqpd/shell/workers/role.py), a Unix stream socket. A peer connects once and writes
+records (amqpd/wire/forwarding.py): VHOST and FORWARD records in, SETTLED records back on
+the same socket. Per connection, `_serve_link` reads a chunk, hands every FORWARD record to
+its `InboundLink` (amqpd/model/forwarded.py: enqueued under a local publish's rules), then
+calls the server's ``after_core`` (the group committer is woken, consumers' writers too),
+exactly as after a chunk from a client, and wakes the link's answer writer. The server's
+``after_core`` also calls `ForwardInbox.wake` after every committed batch, since that is
+what settles persistent messages. Each link's writer sends at most one SETTLED record per
+wake-up, so the answers cost one write per chunk or batch, not per message.
+
+A record for a vhost this worker does not have (deleted meanwhile) finds no queue, so it is
+settled and confirmed, as RabbitMQ confirms a publish whose queues were deleted. A corrupt
+stream, or a SETTLED record sent to the owner, closes that link only (logged); the peer
+treats the link as lost and nacks what waited on it (confirms/shards.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextlib import suppress
+from pathlib import Path
+
+import anyio
+import anyio.abc
+
+from amqpd.model.broker import Broker
+from amqpd.model.forwarded import InboundLink
+from amqpd.model.queue import Queue
+from amqpd.model.vhost import VirtualHost
+from amqpd.wire.forwarding import Forwarded, ForwardingError, RecordReader
+
+log = logging.getLogger(__name__)
+
+READ_SIZE = 262144
+
+
+class _Link:
+    """One peer's connection: its `InboundLink` and the event that wakes its writer."""
+
+    __slots__ = ("inbound", "wake")
+
+    def __init__(self) -> None:
+        self.inbound = InboundLink()
+        self.wake = anyio.Event()
+
+
+class ForwardInbox:
+    """Worker K's end of every other worker's forwarding link."""
+
+    def __init__(self, broker: Broker, after_core: Callable[[], None]) -> None:
+        self._broker = broker
+        self._after_core = after_core
+        self._links: set[_Link] = set()
+        self._flow: set[Queue] = set()  # flow control pauses clients, not another worker
+        self._gone = VirtualHost("")  # stands in for a vhost deleted meanwhile: no queues
+
+    def wake(self) -> None:
+        """Something may have settled (a chunk enqueued, a batch committed): every link's
+        writer looks for an answer to send."""
+        for link in self._links:
+            link.wake.set()
+
+    async def serve(
+        self, path: Path, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Take links on ``path`` until cancelled; ``started`` once it listens."""
+        with suppress(FileNotFoundError):
+            path.unlink()  # a previous run of this worker, killed
+        listener = await anyio.create_unix_listener(path)
+        try:
+            task_status.started()
+            await listener.serve(self._serve_link)
+        finally:
+            await listener.aclose()
+            with suppress(OSError):
+                path.unlink()
+
+    async def _serve_link(self, stream: anyio.abc.SocketStream) -> None:
+        link = _Link()
+        self._links.add(link)
+        try:
+            async with stream, anyio.create_task_group() as group:
+                group.start_soon(self._answer, link, stream)
+                await self._read(link, stream)
+                group.cancel_scope.cancel()
+        except (ForwardingError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            log.warning("forwarding link closed: %s", exc)
+        finally:
+            self._links.discard(link)
+
+    async def _read(self, link: _Link, stream: anyio.abc.SocketStream) -> None:
+        reader = RecordReader()
+        broker = self._broker
+        while True:
+            try:
+                chunk = await stream.receive(READ_SIZE)
+            except anyio.EndOfStream:
+                return
+            reader.feed(chunk)
+            while (record := reader.next_record()) is not None:
+                if not isinstance(record, Forwarded):
+                    raise ForwardingError("a SETTLED record sent to the owner")
+                vhost = broker.vhosts.get(reader.vhost) or self._gone
+                link.inbound.accept(record, vhost, broker.journal, broker.batch_waits, self._flow)
+            self._flow.clear()
+            self._after_core()
+            link.wake.set()
+
+    async def _answer(self, link: _Link, stream: anyio.abc.SocketStream) -> None:
+        while True:
+            await link.wake.wait()
+            link.wake = anyio.Event()
+            out = bytearray()
+            if link.inbound.take_answer(out):
+                await stream.send(bytes(out))
