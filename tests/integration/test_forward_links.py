@@ -130,6 +130,7 @@ def test_a_worker_enqueues_forwarded_publishes_and_answers_once_they_are_settled
 
 def test_a_corrupt_link_is_closed_and_the_worker_keeps_serving(tmp_path: Path) -> None:
     with _node(tmp_path) as (broker, link):
+        worker = _workers(broker.proc.pid)[1]
         with Peer(link) as bad:
             out = bytearray()
             encode_settled(out, 1, [])  # the owner's own answer, sent to it: a protocol error
@@ -145,3 +146,4 @@ def test_a_corrupt_link_is_closed_and_the_worker_keeps_serving(tmp_path: Path) -
             assert peer.answers_through(1) == []
         with _channel(broker.port, "v1") as channel:
             assert channel.basic_get("q", auto_ack=True)[2] == b"after"
+        assert _workers(broker.proc.pid)[1] == worker  # the same process: it never crashed

@@ -89,8 +89,8 @@ class ForwardInbox:
                 group.start_soon(self._answer, link, stream)
                 await self._read(link, stream)
                 group.cancel_scope.cancel()
-        except (ForwardingError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
-            log.warning("forwarding link closed: %s", exc)
+        except* (ForwardingError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            log.warning("forwarding link closed: %s", exc.exceptions[0])
         finally:
             self._links.discard(link)
 
