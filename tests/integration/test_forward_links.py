@@ -136,6 +136,12 @@ def test_a_corrupt_link_is_closed_and_the_worker_keeps_serving(tmp_path: Path) -
             encode_settled(out, 1, [])  # the owner's own answer, sent to it: a protocol error
             bad.send(out)
             assert bad.sock.recv(10) == b""  # closed
+        with Peer(link) as bad:
+            out = bytearray()
+            _forward(out, 7, ["q"], b"")
+            _forward(out, 7, ["q"], b"the same id again")
+            bad.send(out)
+            assert bad.sock.recv(10) == b""  # closed
         with _channel(broker.port, "v1") as channel:
             channel.queue_declare("q")
         out = bytearray()

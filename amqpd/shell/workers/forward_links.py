@@ -15,8 +15,9 @@ wake-up, so the answers cost one write per chunk or batch, not per message.
 
 A record for a vhost this worker does not have (deleted meanwhile) finds no queue, so it is
 settled and confirmed, as RabbitMQ confirms a publish whose queues were deleted. A corrupt
-stream, or a SETTLED record sent to the owner, closes that link only (logged); the peer
-treats the link as lost and nacks what waited on it (confirms/shards.py).
+stream, a SETTLED record sent to the owner, or publish ids that do not ascend close that
+link only (logged); the peer treats the link as lost and nacks what waited on it
+(confirms/shards.py).
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ class ForwardInbox:
                 group.start_soon(self._answer, link, stream)
                 await self._read(link, stream)
                 group.cancel_scope.cancel()
-        except* (ForwardingError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+        except* (ForwardingError, ValueError, anyio.BrokenResourceError) as exc:
+            # ValueError: InboundLink.accept refused a publish id that does not ascend
             log.warning("forwarding link closed: %s", exc.exceptions[0])
         finally:
             self._links.discard(link)
