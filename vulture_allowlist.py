@@ -102,10 +102,12 @@ _.next_chunk  # LogReader.next_chunk (tests/unit/test_stream_log.py)
 # anyio's ByteStream, whose send_eof is abstract (nothing calls it on this one)
 _.send_eof  # _Forgotten.send_eof
 
-# -- issue 26 stage 2: the sending half of the links between workers is not wired in yet (the
-# owner's half is: amqpd/shell/workers/forward_links.py); tests/unit/test_forwarding.py,
-# test_shard_confirms.py and tests/perf/multicore_prototype.py (pipe --records amqpd) use
-# these until the routing step calls them (docs/multicore.md "Build plan" step 3)
+# -- issue 26 stage 2: the sending half of the links between workers (amqpd/shell/workers/
+# forward_outbox.py) is not called by the engine yet (the owner's half runs: amqpd/shell/
+# workers/forward_links.py); tests/integration/test_forward_outbox.py, tests/unit/
+# test_forwarding.py, test_shard_confirms.py and tests/perf/multicore_prototype.py use these
+# until the routing step calls them (docs/multicore.md "Stage 2: what is left", step 3)
+Forwarder  # amqpd.shell.workers.forward_outbox: every link from a worker to the others
 PROMISED  # amqpd.wire.forwarding: the flag for a publish whose publisher waits
 NO_EXPIRY  # amqpd.wire.forwarding: expiration_ms of a message without a TTL
 NO_PRIORITY  # amqpd.wire.forwarding: priority of a message without one

@@ -1,0 +1,202 @@
+"""The sending side of the forwarding links between workers (issue 26 stage 2,
+docs/multicore.md "Stage 2: what is left", step 3): publishes this worker routed to queues
+that other workers own go out as records, and the owners' answers come back as confirms.
+
+Theory of operation. A `Forwarder` holds one `_Outbox` per other worker and the worker's
+`ShardConfirms` (confirms/shards.py), shared by every link because one publish may have
+copies on several workers (and one here). The engine's side calls `Forwarder.forward` for
+each copy (the `Message` as routed, the target queues' names): the record is appended to
+that worker's buffer (with a VHOST record first when the vhost changes) under the link's
+next publish id, and the join learns which key waits for it. `flush` (once per chunk read
+from clients, from the server's ``after_core``) wakes the writers, so a chunk of publishes
+costs one write per peer, not one per message.
+
+Each `_Outbox.run` keeps its link up: it connects to the peer's ``wK.forward`` socket
+(amqpd/shell/workers/forward_links.py), retrying while the peer is not listening (starting,
+or being restarted by the supervisor); a reader task turns SETTLED records into decisions
+(`ShardConfirms.settled`), handed to ``on_decided``. When the link breaks (the peer died,
+or sent garbage), everything that waited on it is refused at once (`ShardConfirms.lost`:
+nacks, as RabbitMQ nacks what a crashed queue had not confirmed), the buffer is dropped
+(those publishes are among the refused), and the next connection starts again at publish
+id 1, since ids are per connection (the peer's `InboundLink` is too). A publish forwarded
+while the link is down is refused at the next attempt to write it, never kept silently.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Hashable
+from pathlib import Path
+
+import anyio
+import anyio.abc
+
+from amqpd.model.message import Message
+from amqpd.wire.forwarding import (
+    NO_EXPIRY,
+    NO_PRIORITY,
+    PERSISTENT,
+    PROMISED,
+    ForwardingError,
+    RecordReader,
+    Settled,
+    encode_forward,
+    encode_vhost,
+)
+from confirms.shards import ShardConfirms
+
+log = logging.getLogger(__name__)
+
+READ_SIZE = 65536
+RETRY_S = 0.1  # between attempts to reach a peer that is not listening (yet)
+
+Decided = Callable[[list[tuple[Hashable, bool]]], None]
+
+
+class _Outbox:
+    """This worker's end of the link to worker ``peer``."""
+
+    def __init__(self, peer: int, path: Path, joins: ShardConfirms, on_decided: Decided) -> None:
+        self.peer = peer
+        self._path = path
+        self._joins = joins
+        self._on_decided = on_decided
+        self.buffer = bytearray()
+        self._next_id = 1
+        self._vhost: str | None = None
+        self._wake = anyio.Event()
+        self.connected = False
+
+    def append(
+        self,
+        vhost: str,
+        key: Hashable,
+        sole: bool,
+        message: Message,
+        expiration_ms: int | None,
+        promised: bool,
+        names: tuple[int, bytes],
+    ) -> None:
+        if vhost != self._vhost:
+            encode_vhost(self.buffer, vhost)
+            self._vhost = vhost
+        publish_id = self._next_id
+        self._next_id = publish_id + 1
+        flags = (PERSISTENT if message.persistent else 0) | (PROMISED if promised else 0)
+        priority = NO_PRIORITY if message.priority is None else message.priority
+        encode_forward(
+            self.buffer,
+            publish_id,
+            flags,
+            priority,
+            NO_EXPIRY if expiration_ms is None else expiration_ms,
+            names[0],
+            names[1],
+            message.exchange_raw,
+            message.routing_key_raw,
+            message.expiration,
+            message.headers_raw,
+            message.header,
+            message.payload,
+        )
+        self._joins.forwarded(self.peer, publish_id, key, sole)
+
+    def wake(self) -> None:
+        if self.buffer:
+            self._wake.set()
+
+    async def run(self) -> None:
+        """Keep the link up until cancelled."""
+        while True:
+            try:
+                stream = await anyio.connect_unix(self._path)
+            except OSError:
+                if self.buffer:
+                    self._lost()  # nothing may wait for a link that is not there
+                await anyio.sleep(RETRY_S)
+                continue
+            self.connected = True
+            try:
+                async with stream, anyio.create_task_group() as group:
+                    group.start_soon(self._read, stream, group.cancel_scope)
+                    await self._write(stream)
+            except* (ForwardingError, anyio.BrokenResourceError, OSError) as exc:
+                log.warning("forwarding link to worker %d lost: %s", self.peer, exc.exceptions[0])
+            finally:
+                self.connected = False
+                self._lost()
+
+    async def _write(self, stream: anyio.abc.SocketStream) -> None:
+        while True:
+            if not self.buffer:
+                await self._wake.wait()
+                self._wake = anyio.Event()
+                continue
+            data = bytes(self.buffer)
+            self.buffer.clear()
+            await stream.send(data)
+
+    async def _read(self, stream: anyio.abc.SocketStream, scope: anyio.CancelScope) -> None:
+        reader = RecordReader()
+        try:
+            while True:
+                reader.feed(await stream.receive(READ_SIZE))
+                while (record := reader.next_record()) is not None:
+                    if not isinstance(record, Settled):
+                        raise ForwardingError("a FORWARD record sent back by the owner")
+                    decided = self._joins.settled(self.peer, record.through, record.refused)
+                    if decided:
+                        self._on_decided(decided)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, ForwardingError) as exc:
+            log.warning("forwarding link to worker %d lost: %s", self.peer, exc or "closed")
+            scope.cancel()
+
+    def _lost(self) -> None:
+        self.buffer.clear()
+        self._next_id = 1
+        self._vhost = None
+        decided = self._joins.lost(self.peer)
+        if decided:
+            self._on_decided(decided)
+
+
+class Forwarder:
+    """Every link from this worker to the others, and the confirms that wait on them."""
+
+    def __init__(self, peers: dict[int, Path], on_decided: Decided) -> None:
+        self.joins = ShardConfirms()
+        self._outboxes = {
+            peer: _Outbox(peer, path, self.joins, on_decided) for peer, path in peers.items()
+        }
+
+    def forward(
+        self,
+        peer: int,
+        vhost: str,
+        key: Hashable,
+        sole: bool,
+        message: Message,
+        expiration_ms: int | None,
+        promised: bool,
+        names: tuple[int, bytes],
+    ) -> None:
+        """One copy of publish ``key`` (``message``, as routed in ``vhost``) for worker
+        ``peer``'s queues: ``names`` is their count and `queue_names`; ``sole``: the publish's
+        only copy (else `ShardConfirms.expect` was called for it on ``joins``);
+        ``promised``: its publisher waits for a confirm or a tx.commit-ok."""
+        self._outboxes[peer].append(vhost, key, sole, message, expiration_ms, promised, names)
+
+    def connected(self, peer: int) -> bool:
+        """Whether the link to ``peer`` is up now."""
+        return self._outboxes[peer].connected
+
+    def flush(self) -> None:
+        """Send what was forwarded since the last flush (once per chunk of input)."""
+        for outbox in self._outboxes.values():
+            outbox.wake()
+
+    async def run(self) -> None:
+        """Keep every link up until cancelled."""
+        async with anyio.create_task_group() as group:
+            for outbox in self._outboxes.values():
+                group.start_soon(outbox.run)
