@@ -4,8 +4,10 @@ The other ``test_jms_*`` modules import the ``broker`` fixture from here. It is 
 only with the brokers that are available, so nothing is ever reported as skipped; which
 brokers run (and why RabbitMQ does not) is printed once per session.
 
-- amqpd: a fresh in-process server per test (``running_server`` from tests/conftest.py), so
-  ``handle.server.broker`` can be inspected.
+- amqpd: a fresh server per test (tests/conftest.py ``node_under_test``): in-process, or
+  under ``AMQPD_TEST_WORKERS=N`` a ``--workers N`` node whose connections are all handed
+  over to another worker (scripts/test-all runs the JMS files that way once more, against
+  amqpd only).
 - RabbitMQ: one node for the whole session, started as the ``rabbitmq`` user on spare ports
   with its own node name and directories. It starts in the background when this module is
   imported (collection time), so its ~8 s boot overlaps collection and the amqpd runs; it is
@@ -15,6 +17,7 @@ brokers run (and why RabbitMQ does not) is printed once per session.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -25,11 +28,15 @@ from typing import Any
 import pika
 import pytest
 
-from amqpd.shell.server import Server
 from interop.jms import Connection, ConnectionFactory, Session
-from tests.conftest import running_server
+from tests.conftest import node_under_test
 from tests.integration.rabbit_node import RABBIT_REASON, rabbit_node
 
+# the --workers pass (scripts/test-all, AMQPD_TEST_WORKERS=N) runs these against amqpd only:
+# RabbitMQ's side was run in the main pass, and is the same node either way
+WORKERS_PASS = int(os.environ.get("AMQPD_TEST_WORKERS") or 1) > 1
+if WORKERS_PASS:
+    RABBIT_REASON = f"the --workers {os.environ['AMQPD_TEST_WORKERS']} pass runs amqpd only"
 BROKERS = ["amqpd"] if RABBIT_REASON else ["amqpd", "rabbitmq"]
 
 
@@ -65,13 +72,11 @@ class BrokerHandle:
     Attributes:
         kind: ``amqpd`` or ``rabbitmq``.
         port: AMQP port on 127.0.0.1.
-        server: The in-process amqpd server (None for RabbitMQ).
         prefix: Unique name prefix for this test's queues and topics.
     """
 
     kind: str
     port: int
-    server: Server | None = None
     prefix: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:8]}")
     _connections: list[Connection] = field(default_factory=list)
 
@@ -177,11 +182,12 @@ def broker_kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def broker(broker_kind: str) -> Iterator[BrokerHandle]:
-    """amqpd (a fresh server per test) or the session's RabbitMQ node."""
+def broker(broker_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerHandle]:
+    """amqpd (a fresh server per test: `node_under_test`, so a ``--workers`` node whose
+    connections are all handed over in the workers pass) or the session's RabbitMQ node."""
     if broker_kind == "amqpd":
-        with running_server() as server:
-            handle = BrokerHandle("amqpd", server.port, server)
+        with node_under_test(tmp_path_factory) as server:
+            handle = BrokerHandle("amqpd", server.port)
             try:
                 yield handle
             finally:
@@ -195,11 +201,13 @@ def broker(broker_kind: str) -> Iterator[BrokerHandle]:
 
 
 @pytest.fixture
-def amqpd_broker(request: pytest.FixtureRequest) -> Iterator[BrokerHandle]:
+def amqpd_broker(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerHandle]:
     """amqpd only (for the amqpd extensions: x-delivery-count across connections)."""
     _announce(request)
-    with running_server() as server:
-        handle = BrokerHandle("amqpd", server.port, server)
+    with node_under_test(tmp_path_factory) as server:
+        handle = BrokerHandle("amqpd", server.port)
         try:
             yield handle
         finally:
