@@ -44,7 +44,7 @@ from amqpd.model.definitions import import_definitions
 from amqpd.model.global_parameters import ensure_cluster_id
 from amqpd.model.statistics import NodeSample
 from amqpd.shell import admin_requests, management, metrics, node_sample, resources
-from amqpd.shell.admin_socket import AdminReply, send_request, serve_admin
+from amqpd.shell.admin_socket import AdminReply, serve_admin
 from amqpd.shell.http_listener import bind, bind_unix, serve_http
 from amqpd.shell.links.federation_status import (
     FederationLinkStatus,
@@ -318,11 +318,8 @@ class Server:
         0, which owns the parameters, when this is another worker)."""
         request = {"component": "shovel", "vhost": vhost, "name": name}
         request = {"group": "parameters", "command": "clear-parameter", **request}
-        node = self.node
-        if node is not None and node.front is None and self.config.data_dir is not None:
-            await anyio.to_thread.run_sync(send_request, self.config.data_dir.parent, request)
-            return
-        await self.admin_request(request)
+        local = self.admin_request
+        await (local(request) if self.node is None else self.node.on_front(request, local))
 
     def shovel_status(self, vhost: str | None = None) -> list[dict[str, Any]]:
         """The shovels' state, as RabbitMQ's /api/shovels lists it."""

@@ -393,7 +393,6 @@ class PipeRun:
     wall_s: float
     send_cpu_s: float
     receive_cpu_s: float
-    message_bytes: int
 
     @property
     def rate(self) -> float:
@@ -431,7 +430,6 @@ def pipe_run(payload: bytes, total: int, per_chunk: int, amqpd_records: bool) ->
         wall_s=reports["receive"][2],
         send_cpu_s=reports["send"][1],
         receive_cpu_s=reports["receive"][1],
-        message_bytes=len(payload) + RECORD.size,
     )
 
 

@@ -140,6 +140,14 @@ class WorkerNode:
         self.forward_inbox = ForwardInbox(self.broker, after_core)
         await group.start(self.forward_inbox.serve, self.role.forward_socket(self.role.index))
 
+    async def on_front(self, request: dict[str, Any], local: Local) -> AdminReply | None:
+        """An admin request that worker 0 owns (runtime parameters): sent to worker 0's admin
+        socket from worker K (its data directory is DATA/shard-K), handled by ``local`` on
+        worker 0."""
+        if self.front is None and self.data_dir is not None:
+            return await anyio.to_thread.run_sync(send_request, self.data_dir.parent, request)
+        return await local(request)
+
     async def start_front(self, group: anyio.abc.TaskGroup, handshake_timeout: float) -> Front:
         """Worker 0, once its store is open: record the placement, link to the workers."""
         self._forget_deleted()
