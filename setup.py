@@ -78,6 +78,8 @@ MYPYC_MODULES: tuple[str, ...] = (
     "amqpd/model/queue.py",
     "amqpd/model/queue_limits.py",  # Queue's TTL, x-expires and length limits (per message)
     "amqpd/model/queue_args.py",
+    "amqpd/model/replica.py",  # stage 2: another worker's queue (a Queue subclass)
+    "amqpd/model/routing.py",  # the base of VirtualHost: every publish is routed here
     "amqpd/model/selective.py",
     "amqpd/model/selector.py",
     "amqpd/model/sender_selected.py",
@@ -100,6 +102,7 @@ MYPYC_MODULES: tuple[str, ...] = (
     "amqpd/engine/permissions.py",
     "amqpd/engine/rates.py",
     "amqpd/engine/reply_to.py",
+    "amqpd/engine/spread_publish.py",  # stage 2: confirms joined over workers
     "amqpd/engine/topology.py",
     "amqpd/engine/transaction.py",
     "amqpd/engine/unacked.py",

@@ -164,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         management_host=args.management_host,
         prometheus_host=args.prometheus_host,
         worker=role,
+        spread_vhosts=args.spread_vhosts,
         **applied.server,
     )
     if role is not None:

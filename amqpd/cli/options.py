@@ -83,6 +83,14 @@ def _workers(text: str) -> int:
     return int(text)
 
 
+def _vhost_names(text: str) -> tuple[str, ...]:
+    """--spread-vhosts: vhost names, comma-separated, or "*" for every vhost."""
+    names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    if any(len(name.encode()) > 255 for name in names):
+        raise Invalid("must be vhost names (up to 255 bytes each), comma-separated, or *")
+    return names
+
+
 def _nonempty(text: str) -> str:
     if not text:
         raise Invalid("must not be empty")
@@ -128,6 +136,18 @@ _BROKER: Final[tuple[Setting, ...]] = (
         "(docs/multicore.md)",
         ("amqpd.workers",),
         metavar="N|auto",
+    ),
+    Setting(
+        "spread_vhosts",
+        _vhost_names,
+        "",
+        "with --workers N > 1: vhosts whose queues spread over every worker instead of "
+        "living on one (comma-separated names, * for all): connections go to the workers in "
+        "turn, a queue lives on the worker of the connection that declared it, and publishes "
+        "cross to it (stage 2, docs/multicore.md: consuming from another worker's queue is "
+        "not built yet)",
+        ("amqpd.spread_vhosts",),
+        metavar="NAMES",
     ),
     Setting(
         "data_dir",

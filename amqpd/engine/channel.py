@@ -39,8 +39,9 @@ from amqpd.engine.consuming import ConsumerMethods
 from amqpd.engine.content import PendingPublish, route_and_enqueue
 from amqpd.engine.permissions import check_method
 from amqpd.engine.reply_to import DirectReplyTo
+from amqpd.engine.spread_publish import forward_confirmed, settle_joined
 from amqpd.engine.stream_consuming import refuse_stream_settlement
-from amqpd.engine.topology import Topology
+from amqpd.engine.topology import HeldReply, Topology
 from amqpd.engine.transaction import BufferedPublish, Transaction
 from amqpd.engine.unacked import UNLIMITED, Settlement, Unacked, UnackedStore
 from amqpd.model.auth import Authz
@@ -48,6 +49,7 @@ from amqpd.model.broker import Broker
 from amqpd.model.enqueue import storage_batch
 from amqpd.model.message import Message, QueueEntry
 from amqpd.model.queue import Consumer, ExclusiveOwner, Queue
+from amqpd.model.replica import Decision, has_remote
 from amqpd.model.sender_selected import has_sender_selected_headers, sender_selected_error
 from amqpd.model.statistics import MessageStats
 from amqpd.model.stream_delivery import StreamRun
@@ -119,7 +121,9 @@ class Channel:
         self.stats = MessageStats()  # counters for the management API
         reply_queues = connection.broker.reply_queues
         self.reply_to = DirectReplyTo(self.vhost, reply_queues)
-        self.topology = Topology(self.vhost, connection, reply_queues, self.send_method)
+        self.topology = Topology(
+            self.vhost, connection, reply_queues, self.send_method, self._send_if_open
+        )
         self.consuming = ConsumerMethods(self)
         self._handlers: dict[int, Callable[[Any], None]] = {
             **self.consuming.handlers(),
@@ -130,6 +134,9 @@ class Channel:
             spec.Queue.Delete.index: self._on_queue_delete,
         }
         self._held_cancels: list[Method] | None = None  # see _on_queue_delete
+        # confirms that also wait for other workers' copies (a spread vhost): seq -> the
+        # decision their join reaches, for those whose local copy waits for a storage batch
+        self._joined: dict[int, Decision] = {}
 
     # ------------------------------------------------------------------------------------
     # Frame entry points (called by Connection)
@@ -234,6 +241,11 @@ class Channel:
     def send_method(self, method: Method) -> None:
         self.conn.send(codec.encode_method(self.number, method))
 
+    def _send_if_open(self, method: Method) -> None:
+        """A reply held for other workers (a spread vhost): dropped if the channel closed."""
+        if self.state is ChannelState.OPEN:
+            self.send_method(method)
+
     def send_content(self, first: bytes, header: bytes, payload: bytes) -> None:
         """Send a content-carrying method (encoded: ``first``) with its header and body."""
         parts = [first]
@@ -280,6 +292,7 @@ class Channel:
         self.stats = MessageStats()  # (release may run twice: closing, then connection close)
         if self.confirm is not None:
             self.conn.confirms_released(self)
+        self._joined.clear()
 
     # ------------------------------------------------------------------------------------
     # Publishing
@@ -329,6 +342,11 @@ class Channel:
             self.stats.confirm += 1
             journal = self.conn.broker.journal
             batch = None if queues is None else storage_batch(journal, message, queues)
+            if queues and self.vhost.remote and has_remote(queues):
+                joined = forward_confirmed(self, publish, queues, seq, batch)
+                if joined is not None:
+                    self._joined[seq] = joined
+                return
             confirm.track(seq, waiting=batch is not None or queues is None)
             if queues is None:
                 confirm.reject(seq)
@@ -336,8 +354,24 @@ class Channel:
                 self.conn.broker.batch_waits.confirm(batch, self, seq)
             self.conn.confirms_pending(self)
 
+    def confirms_pending(self) -> None:
+        """This channel has settled confirms to send (at the end of the chunk)."""
+        self.conn.confirms_pending(self)
+
+    def remote_decided(self, seq: int, ok: bool) -> None:
+        """Every copy of publish ``seq`` is settled (``ok``), or one was refused."""
+        if self.state is not ChannelState.OPEN or self.confirm is None:
+            return
+        if ok:
+            self.confirm.ack((seq,))
+        else:
+            self.confirm.reject(seq)
+        self.conn.confirms_pending(self)
+        self.conn.flush_confirms()
+
     def route_publish(self, publish: BufferedPublish) -> list[Queue] | None:
-        """Route and enqueue (see `route_and_enqueue`); return an unroutable mandatory one."""
+        """Route and enqueue (see `route_and_enqueue`); return an unroutable mandatory one.
+        Outside confirm mode, copies for other workers' queues are forwarded here."""
         conn = self.conn
         queues = route_and_enqueue(publish, self.vhost, conn.broker.reply_queue, conn.flow_queues)
         stats, exchange_stats = self.stats, publish.exchange.stats
@@ -345,6 +379,18 @@ class Channel:
         exchange_stats.publish_in += 1
         if queues:
             exchange_stats.publish_out += len(queues)
+            vhost = self.vhost
+            if vhost.remote and self.mode is not Mode.CONFIRM and has_remote(queues):
+                assert vhost.replica is not None
+                vhost.replica.forward(
+                    vhost.name,
+                    publish.message,
+                    publish.expiration_ms,
+                    publish.promised,
+                    queues,
+                    None,
+                    False,
+                )
         elif queues == [] and publish.mandatory:
             stats.return_unroutable += 1
             self._send_return(publish.message, NO_ROUTE, "NO_ROUTE")
@@ -370,6 +416,8 @@ class Channel:
         """The storage batch ``batch`` is durable: ack ``confirms``, send the commit-oks."""
         if self.state is not ChannelState.OPEN:
             return
+        if self._joined and confirms:
+            confirms = settle_joined(self.vhost, self._joined, confirms, True)
         if confirms and self.confirm is not None:
             self.confirm.ack(confirms)
             self.conn.confirms_pending(self)
@@ -384,6 +432,8 @@ class Channel:
         tx.commit waiting on it (the broker cannot take responsibility for those)."""
         if self.state is not ChannelState.OPEN:
             return
+        if self._joined and confirms:
+            confirms = settle_joined(self.vhost, self._joined, confirms, False)
         if confirms and self.confirm is not None:
             for seq in confirms:
                 self.confirm.reject(seq)
@@ -495,8 +545,12 @@ class Channel:
             self.topology.queue_delete(method)
         finally:
             self._held_cancels = None
+        replica = self.vhost.replica
         for cancel in held:
-            self.send_method(cancel)
+            if replica is None:
+                self.send_method(cancel)
+            else:  # after the held Delete-Ok (engine/topology.py `_answer`)
+                replica.hold(HeldReply(self._send_if_open, cancel))
 
     def resume_deliveries(self) -> None:
         """Let the queues this channel consumes from deliver again (credit came back)."""

@@ -24,6 +24,7 @@ from amqpd.model.exchange import Exchange
 from amqpd.model.message import Message
 from amqpd.model.queue import Queue
 from amqpd.model.queue_args import parse_expiration
+from amqpd.model.replica import has_remote, local_only
 from amqpd.model.vhost import VirtualHost
 from amqpd.wire import codec
 from amqpd.wire.errors import PRECONDITION_FAILED, UNEXPECTED_FRAME, AMQPError
@@ -145,7 +146,9 @@ def route_and_enqueue(
     unroutable), or None if a target queue refused it (x-overflow=reject-publish): then the
     message is in no queue at all, so a nack is truthful. A queue whose consumers fall far
     behind goes into ``flow_queues``: the shell pauses this publisher briefly. A message with
-    a delay on an x-delayed-message exchange is held there, routed when the delay ends."""
+    a delay on an x-delayed-message exchange is held there, routed when the delay ends. In
+    a spread vhost the queues may include other workers' (`RemoteQueue`): only the local
+    ones are enqueued here."""
     exchange, message = publish.exchange, publish.message
     delayed = exchange.delayed
     if delayed is not None:  # x-delayed-message (amqpd/model/delayed.py)
@@ -160,6 +163,14 @@ def route_and_enqueue(
     else:
         queues = vhost.route(exchange, message)
     if not queues:
+        return queues
+    if vhost.remote and has_remote(queues):
+        # a spread vhost (model/replica.py): the caller forwards the other workers' copies
+        here = local_only(queues)
+        if here and not enqueue_routed(
+            message, here, publish.expiration_ms, publish.promised, flow_queues
+        ):
+            return None
         return queues
     if not enqueue_routed(message, queues, publish.expiration_ms, publish.promised, flow_queues):
         return None

@@ -23,7 +23,7 @@ from amqpd.wire.errors import ACCESS_REFUSED, NOT_FOUND, AMQPError, not_found, p
 class Topology:
     """The exchange and queue method handlers of one channel."""
 
-    __slots__ = ("_owner", "_reply", "_reply_queues", "last_queue", "vhost")
+    __slots__ = ("_owner", "_reply", "_reply_later", "_reply_queues", "last_queue", "vhost")
 
     def __init__(
         self,
@@ -31,14 +31,27 @@ class Topology:
         owner: ExclusiveOwner,
         reply_queues: dict[str, Queue],
         reply: Callable[[Method], None],
+        reply_later: Callable[[Method], None] | None = None,
     ) -> None:
         """``owner`` owns the exclusive queues declared here; ``reply_queues`` are the live
-        direct reply-to addresses; ``reply`` sends a method on the channel."""
+        direct reply-to addresses; ``reply`` sends a method on the channel, ``reply_later``
+        a held one (once the other workers of a spread vhost have a change: not if the
+        channel closed meanwhile)."""
         self.vhost = vhost
         self._owner = owner
         self._reply_queues = reply_queues
         self._reply = reply
+        self._reply_later = reply if reply_later is None else reply_later
         self.last_queue: str | None = None
+
+    def _answer(self, method: Method) -> None:
+        """Reply to a method that may have changed the topology: in a spread vhost, once
+        every other worker applied the change (model/replica.py)."""
+        replica = self.vhost.replica
+        if replica is None:
+            self._reply(method)
+        else:
+            replica.hold(HeldReply(self._reply_later, method))
 
     def handlers(self) -> dict[int, Callable[[Any], None]]:
         """Method index -> handler, for the channel's dispatch table (queue.delete is the
@@ -81,19 +94,19 @@ class Topology:
             dict(method.arguments or {}),
         )
         if not method.nowait:
-            self._reply(spec.Exchange.DeclareOk())
+            self._answer(spec.Exchange.DeclareOk())
 
     def _exchange_delete(self, method: spec.Exchange.Delete) -> None:
         self.vhost.delete_exchange(method.exchange, method.if_unused)
         if not method.nowait:
-            self._reply(spec.Exchange.DeleteOk())
+            self._answer(spec.Exchange.DeleteOk())
 
     def _exchange_bind(self, method: spec.Exchange.Bind) -> None:
         destination = self.vhost.get_exchange(method.destination)
         source = self.vhost.get_exchange(method.source)
         self.vhost.bind(source, destination, method.routing_key, dict(method.arguments or {}))
         if not method.nowait:
-            self._reply(spec.Exchange.BindOk())
+            self._answer(spec.Exchange.BindOk())
 
     def _exchange_unbind(self, method: spec.Exchange.Unbind) -> None:
         # RabbitMQ 3.x (rabbit_binding:remove, absent_errs_only): unbind is idempotent, a
@@ -106,7 +119,7 @@ class Topology:
         elif not method.source or not method.destination:
             raise AMQPError(ACCESS_REFUSED, "operation not permitted on the default exchange")
         if not method.nowait:
-            self._reply(spec.Exchange.UnbindOk())
+            self._answer(spec.Exchange.UnbindOk())
 
     # -- queues --------------------------------------------------------------------------
     def _queue_declare(self, method: spec.Queue.Declare) -> None:
@@ -124,7 +137,7 @@ class Topology:
         )
         self.last_queue = queue.name
         if not method.nowait:
-            self._reply(
+            self._answer(
                 codec.build(
                     spec.Queue.DeclareOk,
                     queue=queue.name,
@@ -146,16 +159,20 @@ class Topology:
             )
 
     def _queue_bind(self, method: spec.Queue.Bind) -> None:
-        queue = self.usable_queue(method.queue)
+        name = self.queue_name(method.queue)
+        queue = self.vhost.find_queue(name)  # another worker's queue too (a spread vhost)
+        if queue is None:
+            raise not_found("queue", name, self.vhost.name)
+        self.vhost.check_exclusive_access(queue, self._owner)
         exchange = self.vhost.get_exchange(method.exchange)
         key = method.routing_key if (method.routing_key or method.queue) else queue.name
         self.vhost.bind(exchange, queue, key, dict(method.arguments or {}))
         if not method.nowait:
-            self._reply(spec.Queue.BindOk())
+            self._answer(spec.Queue.BindOk())
 
     def _queue_unbind(self, method: spec.Queue.Unbind) -> None:
         # idempotent like exchange.unbind: a missing queue or exchange is not an error
-        queue = self.vhost.queues.get(self.queue_name(method.queue))
+        queue = self.vhost.find_queue(self.queue_name(method.queue))
         exchange = self.vhost.exchanges.get(method.exchange)
         if queue is not None and exchange is not None:
             self.vhost.check_exclusive_access(queue, self._owner)
@@ -163,7 +180,7 @@ class Topology:
             self.vhost.unbind(exchange, queue, key, dict(method.arguments or {}))
         elif not method.exchange:
             raise AMQPError(ACCESS_REFUSED, "operation not permitted on the default exchange")
-        self._reply(spec.Queue.UnbindOk())
+        self._answer(spec.Queue.UnbindOk())
 
     def _queue_purge(self, method: spec.Queue.Purge) -> None:
         queue = self.usable_queue(method.queue)
@@ -176,7 +193,11 @@ class Topology:
         name = self.queue_name(method.queue)
         queue = self.vhost.queues.get(name)
         count = 0
-        if queue is not None:
+        stub = self.vhost.remote.get(name) if queue is None and self.vhost.remote else None
+        if stub is not None:  # another worker's queue: deleted there (its count unknown here)
+            self.vhost.check_exclusive_access(stub, self._owner)
+            self.vhost.delete_remote_queue(stub)
+        elif queue is not None:
             self.vhost.check_exclusive_access(queue, self._owner)
             if method.if_unused and queue.consumers:
                 raise precondition_failed(f"queue '{name}' in vhost '{self.vhost.name}' in use")
@@ -186,4 +207,18 @@ class Topology:
                 )
             count = self.vhost.delete_queue(queue)
         if not method.nowait:
-            self._reply(spec.Queue.DeleteOk(message_count=count))
+            self._answer(spec.Queue.DeleteOk(message_count=count))
+
+
+class HeldReply:
+    """A topology method's reply, sent once the other workers applied its change."""
+
+    __slots__ = ("_method", "_send")
+
+    def __init__(self, send: Callable[[Method], None], method: Method) -> None:
+        self._send = send
+        self._method = method
+
+    def decided(self, ok: bool) -> None:
+        # not ok: a worker went away; it gets the topology again when it comes back
+        self._send(self._method)

@@ -37,6 +37,7 @@ from persistence.records import QueueKey, RecoveredState
 
 if TYPE_CHECKING:
     from amqpd.model.ports import BodyLoader, JournalPort
+    from amqpd.model.replica import ReplicaPort
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,8 @@ class Broker:
         self.statistics = NodeStatistics()  # node-wide message totals and rates
         self.topology = TopologyVersion()  # bumped by every topology change (model/vhost.py)
         self.store_progress = StoreProgress()  # promised messages wait for it (model/held.py)
+        # the links a spread vhost's changes and publishes go out on (model/replica.py)
+        self.replica_of: Callable[[str], ReplicaPort | None] | None = None
         for name in self.config.vhosts:
             self.add_vhost(name)
         self.access = AccessControl(default_access(self.config.vhosts), self.config.loopback_users)
@@ -155,6 +158,8 @@ class Broker:
             vhost.body_loader = self.body_loader
             vhost.stream_logs, vhost.dirty_streams = self.stream_logs, self.dirty_streams
             vhost.delayed_hub = self.delayed_hub
+            if self.replica_of is not None:
+                vhost.replica = self.replica_of(name)
             self.vhosts[name] = vhost
         return vhost
 
@@ -218,6 +223,7 @@ class Broker:
         for connection in list(self.connections):
             if connection.vhost is vhost:
                 connection.close(CONNECTION_FORCED, f"CONNECTION_FORCED - vhost '{name}' is down")
+        vhost.replica = None  # every worker deletes its own part
         vhost.delete_everything()
         self.vhost_connections.pop(name, None)
         log.info("deleted vhost %r", name)

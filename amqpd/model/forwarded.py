@@ -101,6 +101,12 @@ class InboundLink:
             batch_waits.confirm(batch, self, publish_id)
         return queues
 
+    def accept_change(self, publish_id: int) -> None:
+        """A TOPOLOGY record (applied by the caller: model/replica.py): settled at once."""
+        if publish_id <= self._received:
+            raise ValueError(f"publish id {publish_id} after {self._received}")
+        self._received = publish_id
+
     def batch_committed(self, batch: int, confirms: list[int], commit_oks: int) -> None:
         """`BatchWaiter`: the publishes ``confirms`` are durable."""
         self._decided.update(confirms)

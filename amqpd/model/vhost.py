@@ -21,13 +21,20 @@ from amqpd.model.message import Clock, Message
 from amqpd.model.policies import PolicyRecord, alternate_exchange, queue_policy, select
 from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.queue_args import InvalidQueueArgument
-from amqpd.model.routing_input import router_headers
-from amqpd.model.sender_selected import has_sender_selected_headers, sender_selected_keys
+from amqpd.model.replica import (
+    RemoteQueue,
+    binding_change,
+    exchange_change,
+    has_remote,
+    queue_change,
+)
+from amqpd.model.routing import Routing
 from amqpd.model.statistics import Churn, DeadLetterCounts
 from amqpd.model.stream import StreamLogs, StreamQueue, new_stream_queue
 from amqpd.model.stream_args import check_stream_declare, is_stream
 from amqpd.model.stream_dedup import with_stream_dedup
 from amqpd.wire.errors import (
+    NOT_IMPLEMENTED,
     RESOURCE_LOCKED,
     AMQPError,
     access_refused,
@@ -55,15 +62,14 @@ def generated_name(prefix: str) -> str:
     return prefix + base64.urlsafe_b64encode(secrets.token_bytes(16)).decode().rstrip("=")
 
 
-class VirtualHost:
-    """Exchanges, queues and bindings of one vhost."""
+class VirtualHost(Routing):
+    """Exchanges, queues and bindings of one vhost (routing: `Routing`)."""
 
     def __init__(self, name: str) -> None:
-        self.name = name
-        self.exchanges: dict[str, Exchange] = {"": Exchange("", "direct")}
+        super().__init__(name)
+        self.exchanges[""] = Exchange("", "direct")
         for ex_name, type_name in STANDARD_EXCHANGES:
             self.exchanges[ex_name] = Exchange(ex_name, type_name)
-        self.queues: dict[str, Queue] = {}
         # destination -> {source exchange: number of bindings} (for cleanup on delete)
         self._bound_from: dict[Destination, dict[Exchange, int]] = {}
         # Set by the broker when it has a store: durable definitions are journaled, and long
@@ -128,6 +134,8 @@ class VirtualHost:
                 ExchangeDef(self.name, name, type_name, auto_delete, internal, arguments)
             )
         self.attach_delayed(exchange, declared=True)
+        if self.replica is not None:
+            self.replica.changed(self.name, exchange_change(exchange))
         return exchange
 
     def attach_delayed(self, exchange: Exchange, declared: bool = False) -> None:
@@ -140,7 +148,7 @@ class VirtualHost:
             self.name,
             exchange.name,
             self.clock,
-            lambda message: self.route(exchange, message),
+            lambda message: self.route_here(exchange, message),
             self.delayed_hub,
             journal,
             self.body_loader,
@@ -164,6 +172,8 @@ class VirtualHost:
     def _remove_exchange(self, exchange: Exchange) -> None:
         del self.exchanges[exchange.name]
         self.topology.value += 1
+        if self.replica is not None:
+            self.replica.changed(self.name, ("exchange-delete", exchange.name))
         if exchange.durable and self.journal is not None:
             self.journal.delete_exchange(self.name, exchange.name)  # cascades its bindings
         if exchange.delayed is not None:
@@ -181,9 +191,17 @@ class VirtualHost:
 
     # -- queues ----------------------------------------------------------------------------
     def get_queue(self, name: str) -> Queue:
-        """The queue, or 404."""
+        """The queue, or 404 (540 for a queue another worker owns: see `find_queue`)."""
         queue = self.queues.get(name)
         if queue is None:
+            stub = self.remote.get(name)
+            if stub is not None:
+                raise AMQPError(
+                    NOT_IMPLEMENTED,
+                    f"queue '{name}' in vhost '{self.name}' lives on worker {stub.worker}: "
+                    "consuming, getting and purging from another worker's queue is not built "
+                    "yet (docs/multicore.md, stage 2)",
+                )
             raise not_found("queue", name, self.name)
         return queue
 
@@ -199,7 +217,7 @@ class VirtualHost:
     ) -> Queue:
         """Queue.Declare with RabbitMQ's checks and reply codes (``owner``: the declaring
         connection; None only for declarations that are never exclusive)."""
-        existing = self.queues.get(name) if name else None
+        existing = self.find_queue(name) if name else None
         if passive:
             if existing is None:
                 raise not_found("queue", name, self.name)
@@ -237,6 +255,8 @@ class VirtualHost:
         if queue.settings.queue_type == "quorum":
             check_quorum_declare(self.name, name, durable, exclusive, auto_delete, arguments)
         self.queues[name] = queue
+        if self.replica is not None:
+            self.replica.changed(self.name, queue_change(queue, self.replica.worker))
         if queue.policy is not None:
             self.federate(queue)
         self.churn.queues_created += 1
@@ -366,13 +386,32 @@ class VirtualHost:
         for consumer in list(queue.consumers):
             consumer.channel.cancel_by_broker(consumer)
         queue.consumers.clear()
+        if self.replica is not None:
+            self.replica.changed(self.name, ("queue-delete", queue.name))
         return count
+
+    def delete_remote_queue(self, stub: RemoteQueue) -> None:
+        """queue.delete of a queue another worker owns: the stub goes here, the queue on
+        its owner (and the other stubs) once the change reaches them."""
+        self.drop_remote(stub)
+        if self.replica is not None:
+            self.replica.changed(self.name, ("queue-delete", stub.name))
+
+    def drop_remote(self, stub: RemoteQueue) -> None:
+        """Forget the stub of a queue another worker owns, and its bindings."""
+        if self.remote.get(stub.name) is stub:
+            del self.remote[stub.name]
+        stub.deleted = True
+        self.topology.value += 1
+        self._unbind_destination(stub)
 
     def delete_everything(self) -> None:
         """The vhost itself is deleted: drop every queue and (non-standard) exchange, with
         their bindings, journaling what was stored."""
         for queue in list(self.queues.values()):
             self.delete_queue(queue)
+        for stub in list(self.remote.values()):
+            self.drop_remote(stub)
         for exchange in list(self.exchanges.values()):
             if not _is_standard(exchange.name) and exchange.name in self.exchanges:
                 self._remove_exchange(exchange)
@@ -395,6 +434,9 @@ class VirtualHost:
             binding = self._binding_def(source, destination, key, arguments)
             if binding is not None and self.journal is not None:
                 self.journal.put_binding(binding)
+            if self.replica is not None:
+                change = binding_change("bind", source, destination, key, arguments)
+                self.replica.changed(self.name, change)
 
     def unbind(
         self, source: Exchange, destination: Destination, key: str, arguments: dict[str, Any]
@@ -407,6 +449,9 @@ class VirtualHost:
             binding = self._binding_def(source, destination, key, arguments)
             if binding is not None and self.journal is not None:
                 self.journal.delete_binding(binding)
+            if self.replica is not None:
+                change = binding_change("unbind", source, destination, key, arguments)
+                self.replica.changed(self.name, change)
             sources = self._bound_from.get(destination)
             if sources is not None:
                 remaining = sources.get(source, 1) - 1
@@ -451,83 +496,6 @@ class VirtualHost:
         if exchange.auto_delete and not len(exchange.router) and exchange.name in self.exchanges:
             self._remove_exchange(exchange)
 
-    # -- routing ---------------------------------------------------------------------------
-    def route(self, exchange: Exchange, message: Message) -> list[Queue]:
-        """Queues a message published to ``exchange`` goes to: following exchange-to-exchange
-        bindings and alternate exchanges, each queue once, each exchange visited once.
-
-        Sender-selected distribution (RabbitMQ): routing keys in the ``CC`` and ``BCC``
-        headers are routed too, and ``BCC`` is removed from the message here.
-        """
-        if has_sender_selected_headers(message.headers_raw):
-            keys = sender_selected_keys(message)
-            if keys:
-                return self._route_key(exchange, message, message.routing_key, tuple(keys))
-        return self._route_key(exchange, message, message.routing_key)
-
-    def _route_key(
-        self,
-        exchange: Exchange,
-        message: Message,
-        routing_key: str,
-        extra_keys: tuple[str, ...] = (),
-    ) -> list[Queue]:
-        """Route on ``routing_key`` and the CC/BCC ``extra_keys`` together at each exchange,
-        as RabbitMQ does: an alternate exchange only gets what none of the keys routes."""
-        if extra_keys:
-            destinations = self._route_one(exchange, message, routing_key, extra_keys)
-        elif exchange.is_default:
-            queue = self.queues.get(routing_key)
-            return [queue] if queue is not None else []
-        else:
-            router = exchange.router
-            headers = router_headers(router, message) if router.uses_headers else None
-            destinations = router.route(routing_key, headers)
-            if exchange.alternate is None and _only_queues(destinations):
-                return list(destinations)  # type: ignore[arg-type]
-        queues: list[Queue] = []
-        seen_queues: set[Queue] = set()
-        visited = {exchange}
-        work = [(exchange, destinations)]
-        while work:
-            current, routed = work.pop()
-            if not routed and current.alternate is not None:
-                alternate = self.exchanges.get(current.alternate)
-                if alternate is not None and alternate not in visited:
-                    visited.add(alternate)
-                    routed_ae = self._route_one(alternate, message, routing_key, extra_keys)
-                    work.append((alternate, routed_ae))
-            for destination in routed:
-                if isinstance(destination, Queue):
-                    if destination not in seen_queues:
-                        seen_queues.add(destination)
-                        queues.append(destination)
-                elif isinstance(destination, Exchange) and destination not in visited:
-                    visited.add(destination)
-                    routed_e2e = self._route_one(destination, message, routing_key, extra_keys)
-                    work.append((destination, routed_e2e))
-        return queues
-
-    def _route_one(
-        self,
-        exchange: Exchange,
-        message: Message,
-        routing_key: str,
-        extra_keys: tuple[str, ...] = (),
-    ) -> list[Any]:
-        if exchange.is_default:
-            if not extra_keys:
-                queue = self.queues.get(routing_key)
-                return [queue] if queue is not None else []
-            found = (self.queues.get(key) for key in (routing_key, *extra_keys))
-            return list(dict.fromkeys(queue for queue in found if queue is not None))
-        router = exchange.router
-        headers = router_headers(router, message) if router.uses_headers else None
-        if not extra_keys:
-            return list(router.route(routing_key, headers))
-        keys = (routing_key, *extra_keys)
-        return list(dict.fromkeys(d for key in keys for d in router.route(key, headers)))
-
     # -- dead-lettering (model/deadletter.py) ----------------------------------------------
     def dead_letter(self, queue: Queue, message: Message, reason: str) -> None:
         """Republish a message that left ``queue`` unacked to its dead-letter exchange, with
@@ -547,16 +515,8 @@ class VirtualHost:
             if fixed_key is not None
             else self.route(exchange, dead)
         )
+        if self.remote and has_remote(targets):
+            targets = self._forward_elsewhere(dead, targets)
         for target in targets:
             if not is_cycle(deaths, target.name):
                 target.enqueue(dead)
-
-
-def _only_queues(destinations: list[Any]) -> bool:
-    """Whether every destination is a queue (no exchange-to-exchange hop). A loop, not
-    ``all()`` over a generator: compiled, the generator object per message cost ~3 % of
-    W1's broker time (py-spy)."""
-    for destination in destinations:  # noqa: SIM110 (see above)
-        if not isinstance(destination, Queue):
-            return False
-    return True

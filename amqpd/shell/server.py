@@ -94,6 +94,7 @@ class ServerConfig:
     management_host: str | None = None  # management.tcp.ip; None: ``host``
     prometheus_host: str | None = None  # prometheus.tcp.ip; None: ``host``
     worker: WorkerRole | None = None  # one of several workers (``data_dir`` is its own)
+    spread_vhosts: tuple[str, ...] = ()  # vhosts on every worker ("*": all; workers/spread.py)
 
 
 async def _serve_listener(
@@ -143,7 +144,9 @@ class Server:
         role = self.config.worker
         # one of several workers (amqpd/shell/workers/node.py); None: the only process
         self.node = (
-            WorkerNode(role, broker, self.config.data_dir, self._role.shared)
+            WorkerNode(
+                role, broker, self.config.data_dir, self._role.shared, self.config.spread_vhosts
+            )
             if role is not None and role.count > 1
             else None
         )
@@ -415,8 +418,11 @@ class Server:
         committer = self.store.committer
         if committer is not None and self._journal is not None and self._journal.pending:
             committer.wake()
-        if self.node is not None and self.node.forward_inbox is not None:
-            self.node.forward_inbox.wake()  # a batch committed: answers for other workers
+        node = self.node
+        if node is not None and node.forward_inbox is not None:
+            node.forward_inbox.wake()  # a batch committed: answers for other workers
+            if node.spread is not None:
+                node.spread.flush()  # a spread vhost's changes and forwarded publishes
         links = self.links
         federation = links.exchange_federation
         if federation is not None and federation.topology_changed():

@@ -20,8 +20,13 @@ except the ids in ``refused``, which no queue of the owner holds (x-overflow=rej
 a failed commit). One `SETTLED` covers a whole storage batch, so the answers cost one record
 per batch, not per message; the sender joins them into its confirms (confirms/shards.py).
 
+A TOPOLOGY record carries a change to a spread vhost's exchanges, queues or bindings
+(amqpd/model/replica.py; the payload is the change, serialized by the shell) under the next
+publish id, so the owner's `SETTLED` answer also says it was applied, and it is ordered with
+the publishes around it.
+
 A link carries the records of every vhost the two workers share: a VHOST record names the
-vhost of the FORWARD records after it (written when it changes, so a link busy with one
+vhost of the FORWARD and TOPOLOGY records after it (written when it changes, so a link busy with one
 vhost pays for the name once).
 
 `RecordReader` is the receiving side, sans-IO like `codec.FrameReader`: `feed` the bytes as
@@ -39,13 +44,16 @@ from typing import Final
 __all__ = [
     "FORWARD",
     "SETTLED",
+    "TOPOLOGY",
     "VHOST",
     "Forwarded",
     "ForwardingError",
     "RecordReader",
     "Settled",
+    "TopologyChange",
     "encode_forward",
     "encode_settled",
+    "encode_topology",
     "encode_vhost",
     "queue_names",
 ]
@@ -53,6 +61,7 @@ __all__ = [
 FORWARD: Final = 1
 SETTLED: Final = 2
 VHOST: Final = 3
+TOPOLOGY: Final = 4
 
 # Forwarded.flags
 PERSISTENT: Final = 1  # delivery mode 2
@@ -68,6 +77,7 @@ _FORWARD_HEAD = struct.Struct(">IBQBhqII")
 _SETTLED_HEAD = struct.Struct(">IBQI")  # length, kind, through, number of refused ids
 _ID = struct.Struct(">Q")
 _VHOST_HEAD = struct.Struct(">IB")  # length, kind; then the vhost's name (UTF-8)
+_TOPOLOGY_HEAD = struct.Struct(">IBQ")  # length, kind, publish id; then the payload
 _U32 = struct.Struct(">I")
 _ABSENT: Final = b"\xff\xff\xff\xff"
 _MAX_RECORD: Final = 1 << 31  # far above any message (RabbitMQ's limit is 512 MiB)
@@ -131,6 +141,16 @@ class Settled:
     def __init__(self, through: int, refused: list[int]) -> None:
         self.through = through
         self.refused = refused
+
+
+class TopologyChange:
+    """A change to a spread vhost's topology, sent under ``publish_id``."""
+
+    __slots__ = ("payload", "publish_id")
+
+    def __init__(self, publish_id: int, payload: bytes) -> None:
+        self.publish_id = publish_id
+        self.payload = payload
 
 
 def queue_names(queues: list[str]) -> bytes:
@@ -218,6 +238,14 @@ def encode_vhost(out: bytearray, name: str) -> None:
     out += raw
 
 
+def encode_topology(out: bytearray, publish_id: int, payload: bytes) -> None:
+    """Append one TOPOLOGY record to ``out``."""
+    if len(payload) >= _MAX_RECORD - _TOPOLOGY_HEAD.size:
+        raise ValueError(f"a topology change of {len(payload)} bytes is too large to send")
+    out += _TOPOLOGY_HEAD.pack(_TOPOLOGY_HEAD.size - 4 + len(payload), TOPOLOGY, publish_id)
+    out += payload
+
+
 def encode_settled(out: bytearray, through: int, refused: list[int]) -> None:
     """Append one SETTLED record to ``out``."""
     length = _SETTLED_HEAD.size - 4 + 8 * len(refused)
@@ -227,7 +255,8 @@ def encode_settled(out: bytearray, through: int, refused: list[int]) -> None:
 
 
 class RecordReader:
-    """Splits a link's byte stream into `Forwarded` and `Settled` records."""
+    """Splits a link's byte stream into `Forwarded`, `TopologyChange` and `Settled`
+    records."""
 
     __slots__ = ("_buf", "_pieces", "_pos", "vhost")
 
@@ -264,8 +293,9 @@ class RecordReader:
         self._pieces = []
         return len(self._buf) >= size
 
-    def next_record(self) -> Forwarded | Settled | None:
-        """The next whole FORWARD or SETTLED record, or None until more bytes arrive.
+    def next_record(self) -> Forwarded | Settled | TopologyChange | None:
+        """The next whole FORWARD, TOPOLOGY or SETTLED record, or None until more bytes
+        arrive.
 
         Raises:
             ForwardingError: the stream is corrupt.
@@ -292,6 +322,10 @@ class RecordReader:
                 return _decode_forward(buf, start, end)
             if kind == SETTLED:
                 return _decode_settled(buf, start, end)
+            if kind == TOPOLOGY:
+                if end - start < _TOPOLOGY_HEAD.size:
+                    raise ForwardingError("truncated topology record")
+                return TopologyChange(_u64(buf, start + 5), buf[start + _TOPOLOGY_HEAD.size : end])
             if kind != VHOST:
                 raise ForwardingError(f"unknown record kind {kind}")
             try:

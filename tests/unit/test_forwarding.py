@@ -21,8 +21,10 @@ from amqpd.wire.forwarding import (
     ForwardingError,
     RecordReader,
     Settled,
+    TopologyChange,
     encode_forward,
     encode_settled,
+    encode_topology,
     encode_vhost,
     queue_names,
 )
@@ -57,8 +59,8 @@ def forward(out: bytearray, publish_id: int, queues: list[str], body: bytes, **k
     encode_forward(out, publish_id, queue_count=len(queues), names=names, body=body, **fields)  # type: ignore[arg-type]
 
 
-def read_all(reader: RecordReader) -> list[Forwarded | Settled]:
-    records: list[Forwarded | Settled] = []
+def read_all(reader: RecordReader) -> list[Forwarded | Settled | TopologyChange]:
+    records: list[Forwarded | Settled | TopologyChange] = []
     while (record := reader.next_record()) is not None:
         records.append(record)
     return records
@@ -145,6 +147,26 @@ def test_a_vhost_record_names_the_vhost_of_the_records_after_it() -> None:
     bad.feed(b"\x00\x00\x00\x02\x03\xff")
     with pytest.raises(ForwardingError, match="not UTF-8"):
         bad.next_record()
+
+
+def test_a_topology_change_takes_its_place_among_the_publishes() -> None:
+    out = bytearray()
+    encode_vhost(out, "spread")
+    forward(out, 1, ["q"], b"before")
+    encode_topology(out, 2, b"\x80change")
+    forward(out, 3, ["q"], b"after")
+    reader = RecordReader()
+    for i in range(len(out)):  # a byte at a time: never a record before all of it arrived
+        reader.feed(bytes(out[i : i + 1]))
+        if i < len(out) - 1:
+            assert all(not isinstance(r, Forwarded) or r.body != b"after" for r in read_all(reader))
+    reader = RecordReader()
+    reader.feed(bytes(out))
+    first, change, last = read_all(reader)
+    assert isinstance(change, TopologyChange)
+    assert (change.publish_id, change.payload) == (2, b"\x80change")
+    assert isinstance(first, Forwarded) and isinstance(last, Forwarded)
+    assert (first.publish_id, last.publish_id, reader.vhost) == (1, 3, "spread")
 
 
 def test_a_settled_answer_lists_the_refused_ids() -> None:

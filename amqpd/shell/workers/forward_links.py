@@ -13,16 +13,18 @@ exactly as after a chunk from a client, and wakes the link's answer writer. The 
 what settles persistent messages. Each link's writer sends at most one SETTLED record per
 wake-up, so the answers cost one write per chunk or batch, not per message.
 
-A record for a vhost this worker does not have (deleted meanwhile) finds no queue, so it is
-settled and confirmed, as RabbitMQ confirms a publish whose queues were deleted. A corrupt
-stream, a SETTLED record sent to the owner, or publish ids that do not ascend close that
-link only (logged); the peer treats the link as lost and nacks what waited on it
-(confirms/shards.py).
+A TOPOLOGY record (a spread vhost's change, amqpd/model/replica.py) is applied at once and
+settled with the records around it. A record for a vhost this worker does not have (deleted
+meanwhile) finds no queue, so it is settled and confirmed, as RabbitMQ confirms a publish
+whose queues were deleted. A corrupt stream, a SETTLED record sent to the owner, or
+publish ids that do not ascend close that link only (logged); the peer treats the link as
+lost and nacks what waited on it (confirms/shards.py).
 """
 
 from __future__ import annotations
 
 import logging
+import pickle
 from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
@@ -33,8 +35,9 @@ import anyio.abc
 from amqpd.model.broker import Broker
 from amqpd.model.forwarded import InboundLink
 from amqpd.model.queue import Queue
+from amqpd.model.replica_apply import apply_change
 from amqpd.model.vhost import VirtualHost
-from amqpd.wire.forwarding import Forwarded, ForwardingError, RecordReader
+from amqpd.wire.forwarding import Forwarded, ForwardingError, RecordReader, TopologyChange
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +109,10 @@ class ForwardInbox:
                 return
             reader.feed(chunk)
             while (record := reader.next_record()) is not None:
+                if isinstance(record, TopologyChange):
+                    link.inbound.accept_change(record.publish_id)
+                    self._apply(reader.vhost, record.payload)
+                    continue
                 if not isinstance(record, Forwarded):
                     raise ForwardingError("a SETTLED record sent to the owner")
                 vhost = broker.vhosts.get(reader.vhost) or self._gone
@@ -113,6 +120,16 @@ class ForwardInbox:
             self._flow.clear()
             self._after_core()
             link.wake.set()
+
+    def _apply(self, name: str, payload: bytes) -> None:
+        """Make another worker's change to the spread vhost ``name`` here."""
+        vhost = self._broker.vhosts.get(name)
+        if vhost is None:
+            return  # deleted meanwhile
+        try:
+            apply_change(vhost, pickle.loads(payload))
+        except Exception:  # a bug, not the peer's fault: the link and the others go on
+            log.exception("cannot apply a topology change of vhost %r", name)
 
     async def _answer(self, link: _Link, stream: anyio.abc.SocketStream) -> None:
         while True:

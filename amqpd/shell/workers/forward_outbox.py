@@ -20,6 +20,12 @@ nacks, as RabbitMQ nacks what a crashed queue had not confirmed), the buffer is 
 (those publishes are among the refused), and the next connection starts again at publish
 id 1, since ids are per connection (the peer's `InboundLink` is too). A publish forwarded
 while the link is down is refused at the next attempt to write it, never kept silently.
+
+A spread vhost's topology changes (amqpd/model/replica.py) travel the same links as
+TOPOLOGY records (`append_change`), in order with the publishes. Each time a link comes up,
+``on_connected`` gives the shell the chance to write this worker's snapshot first; every
+SETTLED answer (and a lost link, as None) is reported to ``on_settled``, which releases the
+topology replies held for it (amqpd/shell/workers/spread.py).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from amqpd.wire.forwarding import (
     RecordReader,
     Settled,
     encode_forward,
+    encode_topology,
     encode_vhost,
 )
 from confirms.shards import ShardConfirms
@@ -51,16 +58,35 @@ READ_SIZE = 65536
 RETRY_S = 0.1  # between attempts to reach a peer that is not listening (yet)
 
 Decided = Callable[[list[tuple[Hashable, bool]]], None]
+SettledThrough = Callable[[int, int | None], None]  # peer, through (None: the link was lost)
+
+
+def _ignore_settled(peer: int, through: int | None) -> None:
+    return None
+
+
+def _ignore_connected(outbox: _Outbox) -> None:
+    return None
 
 
 class _Outbox:
     """This worker's end of the link to worker ``peer``."""
 
-    def __init__(self, peer: int, path: Path, joins: ShardConfirms, on_decided: Decided) -> None:
+    def __init__(
+        self,
+        peer: int,
+        path: Path,
+        joins: ShardConfirms,
+        on_decided: Decided,
+        on_settled: SettledThrough = _ignore_settled,
+        on_connected: Callable[[_Outbox], None] = _ignore_connected,
+    ) -> None:
         self.peer = peer
         self._path = path
         self._joins = joins
         self._on_decided = on_decided
+        self._on_settled = on_settled
+        self._on_connected = on_connected
         self.buffer = bytearray()
         self._next_id = 1
         self._vhost: str | None = None
@@ -77,9 +103,7 @@ class _Outbox:
         promised: bool,
         names: tuple[int, bytes],
     ) -> None:
-        if vhost != self._vhost:
-            encode_vhost(self.buffer, vhost)
-            self._vhost = vhost
+        self._use_vhost(vhost)
         publish_id = self._next_id
         self._next_id = publish_id + 1
         flags = (PERSISTENT if message.persistent else 0) | (PROMISED if promised else 0)
@@ -101,6 +125,25 @@ class _Outbox:
         )
         self._joins.forwarded(self.peer, publish_id, key, sole)
 
+    def _use_vhost(self, vhost: str) -> None:
+        if vhost != self._vhost:
+            encode_vhost(self.buffer, vhost)
+            self._vhost = vhost
+
+    def append_change(self, vhost: str, payload: bytes) -> int:
+        """A TOPOLOGY record of ``vhost``; its publish id (settled once applied)."""
+        self._use_vhost(vhost)
+        publish_id = self._next_id
+        self._next_id = publish_id + 1
+        encode_topology(self.buffer, publish_id, payload)
+        self._joins.forwarded(self.peer, publish_id, None, True)
+        return publish_id
+
+    @property
+    def last_id(self) -> int:
+        """The publish id of the last record appended on this connection (0: none)."""
+        return self._next_id - 1
+
     def wake(self) -> None:
         if self.buffer:
             self._wake.set()
@@ -115,7 +158,10 @@ class _Outbox:
                     self._lost()  # nothing may wait for a link that is not there
                 await anyio.sleep(RETRY_S)
                 continue
+            if self.buffer:
+                self._lost()  # appended while the link was down: refused, never sent late
             self.connected = True
+            self._on_connected(self)
             try:
                 async with stream, anyio.create_task_group() as group:
                     group.start_soon(self._read, stream, group.cancel_scope)
@@ -147,6 +193,7 @@ class _Outbox:
                     decided = self._joins.settled(self.peer, record.through, record.refused)
                     if decided:
                         self._on_decided(decided)
+                    self._on_settled(self.peer, record.through)
         except (anyio.EndOfStream, anyio.BrokenResourceError, ForwardingError) as exc:
             log.warning("forwarding link to worker %d lost: %s", self.peer, exc or "closed")
             scope.cancel()
@@ -158,15 +205,23 @@ class _Outbox:
         decided = self._joins.lost(self.peer)
         if decided:
             self._on_decided(decided)
+        self._on_settled(self.peer, None)
 
 
 class Forwarder:
     """Every link from this worker to the others, and the confirms that wait on them."""
 
-    def __init__(self, peers: dict[int, Path], on_decided: Decided) -> None:
+    def __init__(
+        self,
+        peers: dict[int, Path],
+        on_decided: Decided,
+        on_settled: SettledThrough = _ignore_settled,
+        on_connected: Callable[[_Outbox], None] = _ignore_connected,
+    ) -> None:
         self.joins = ShardConfirms()
-        self._outboxes = {
-            peer: _Outbox(peer, path, self.joins, on_decided) for peer, path in peers.items()
+        self.outboxes = {
+            peer: _Outbox(peer, path, self.joins, on_decided, on_settled, on_connected)
+            for peer, path in peers.items()
         }
 
     def forward(
@@ -184,19 +239,19 @@ class Forwarder:
         ``peer``'s queues: ``names`` is their count and `queue_names`; ``sole``: the publish's
         only copy (else `ShardConfirms.expect` was called for it on ``joins``);
         ``promised``: its publisher waits for a confirm or a tx.commit-ok."""
-        self._outboxes[peer].append(vhost, key, sole, message, expiration_ms, promised, names)
+        self.outboxes[peer].append(vhost, key, sole, message, expiration_ms, promised, names)
 
     def connected(self, peer: int) -> bool:
         """Whether the link to ``peer`` is up now."""
-        return self._outboxes[peer].connected
+        return self.outboxes[peer].connected
 
     def flush(self) -> None:
         """Send what was forwarded since the last flush (once per chunk of input)."""
-        for outbox in self._outboxes.values():
+        for outbox in self.outboxes.values():
             outbox.wake()
 
     async def run(self) -> None:
         """Keep every link up until cancelled."""
         async with anyio.create_task_group() as group:
-            for outbox in self._outboxes.values():
+            for outbox in self.outboxes.values():
                 group.start_soon(outbox.run)

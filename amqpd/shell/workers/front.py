@@ -110,6 +110,9 @@ class Front:
         # why one more connection of a user is refused, counted over every worker (set by
         # WorkerNode: the node and user connection limits hold for the node, not per worker)
         self.refusal: Callable[[str, str], Awaitable[str | None]] | None = None
+        # whether a vhost is spread over every worker (its connections go to each in turn)
+        self.spread: Callable[[str], bool] = lambda _name: False
+        self._turn = 0
         self._handover: dict[int, socket.socket] = {}
         self._connected: set[int] = set()  # workers with a control link
         self._changed = {index: anyio.Event() for index in range(1, role.count)}
@@ -118,6 +121,11 @@ class Front:
         self._applied = dict.fromkeys(range(1, role.count), -1)
 
     # -- the handshake gate ------------------------------------------------------------------
+    def _next_worker(self) -> int:
+        """Where the next connection to a spread vhost goes: each worker in turn."""
+        worker = self._turn
+        self._turn = (worker + 1) % self.role.count
+        return worker
 
     async def gate(
         self,
@@ -166,7 +174,7 @@ class Front:
             if refused is not None:  # rabbit_reader: 530 on Connection.Open
                 await _close(stream, 530, f"NOT_ALLOWED - {refused}")
                 return Gate.CLOSED
-            owner = self.placement.owner(vhost)
+            owner = self._next_worker() if self.spread(vhost) else self.placement.owner(vhost)
             if owner == self.role.index:
                 await self._feed(conn, stream, bytes(replay[at:]), after_core)
                 return Gate.STAY

@@ -36,6 +36,7 @@ from amqpd.shell.workers.handover import Arrival
 from amqpd.shell.workers.inbox import serve_links
 from amqpd.shell.workers.placement import Placement
 from amqpd.shell.workers.role import WorkerRole
+from amqpd.shell.workers.spread import SpreadLinks
 from persistence.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 Handle = Callable[[anyio.abc.SocketStream, Arrival], Coroutine[Any, Any, None]]
 Local = Callable[[dict[str, Any]], Awaitable[AdminReply]]
 VHOST_LISTINGS = frozenset({"list-queues", "list-exchanges", "list-bindings", "list-consumers"})
+SPREAD_LISTINGS = frozenset({"list-queues", "list-consumers"})  # a spread vhost's: merged
 # every worker's rows: connections and channels, and the links of each vhost's worker
 NODE_LISTINGS = frozenset(
     {"list-connections", "list-channels", "list-shovels", "list-federation-links"}
@@ -80,10 +82,17 @@ class WorkerNode:
     """One worker's part in the node: its role, the placement, the links."""
 
     def __init__(
-        self, role: WorkerRole, broker: Broker, data_dir: Path | None, shared: bool = False
+        self,
+        role: WorkerRole,
+        broker: Broker,
+        data_dir: Path | None,
+        shared: bool = False,
+        spread_vhosts: tuple[str, ...] = (),
     ) -> None:
         self.role = role
         self.broker = broker
+        self.spread_vhosts = spread_vhosts  # "*": every vhost (docs/multicore.md "Stage 2")
+        self.spread: SpreadLinks | None = None  # their links, once started
         self.data_dir = data_dir  # this worker's own (DATA or DATA/shard-K)
         # a shared store (PostgreSQL) records the placement itself: `load_placement`
         self.placement = (
@@ -101,9 +110,16 @@ class WorkerNode:
             # until the store is open, the vhosts seen are those in worker 0's store (some
             # perhaps created while it ran as one process): they stay on worker 0
             self.placement.fresh = True
-            broker.hosts = lambda name: self.placement.place(name) == 0
+            broker.hosts = lambda name: self.is_spread(name) or self.placement.place(name) == 0
         else:
-            broker.hosts = lambda name: self.placement.owner(name) == role.index
+            broker.hosts = lambda name: (
+                self.is_spread(name) or self.placement.owner(name) == role.index
+            )
+
+    def is_spread(self, vhost: str) -> bool:
+        """Whether ``vhost`` lives on every worker (its queues on the declaring connection's)."""
+        spread = self.spread_vhosts
+        return bool(spread) and ("*" in spread or vhost in spread)
 
     async def load_placement(self, store: object) -> None:
         """Before the store is loaded: a PostgreSQL store's recorded placement (worker 0's
@@ -139,6 +155,13 @@ class WorkerNode:
         stage 2; amqpd/shell/workers/forward_links.py)."""
         self.forward_inbox = ForwardInbox(self.broker, after_core)
         await group.start(self.forward_inbox.serve, self.role.forward_socket(self.role.index))
+        if self.spread_vhosts:
+            spread = self.spread = SpreadLinks(self.role, self.broker, self.is_spread, after_core)
+            self.broker.replica_of = lambda name: spread if self.is_spread(name) else None
+            for name, vhost in self.broker.vhosts.items():
+                if self.is_spread(name):
+                    vhost.replica = spread
+            group.start_soon(spread.forwarder.run)
 
     async def on_front(self, request: dict[str, Any], local: Local) -> AdminReply | None:
         """An admin request that worker 0 owns (runtime parameters): sent to worker 0's admin
@@ -159,6 +182,7 @@ class WorkerNode:
         )
         self.front.topology = self.topology
         self.front.refusal = self.connection_refusal
+        self.front.spread = self.is_spread
         group.start_soon(self.front.run_control)
         return self.front
 
@@ -228,9 +252,13 @@ class WorkerNode:
         close-connection goes to whichever worker has the connection."""
         command = request.get("command")
         if command in VHOST_LISTINGS:
-            owner = self.placement.owner(str(request.get("vhost") or "/"))
-            return await local(request) if owner == 0 else await self._ask(owner, request)
-        if command in NODE_LISTINGS:
+            vhost = str(request.get("vhost") or "/")
+            if not self.is_spread(vhost):
+                owner = self.placement.owner(vhost)
+                return await local(request) if owner == 0 else await self._ask(owner, request)
+            if command not in SPREAD_LISTINGS:
+                return await local(request)  # every worker has its exchanges and bindings
+        if command in NODE_LISTINGS or command in SPREAD_LISTINGS:
             replies = [await local(request)]
             replies += [await self._ask(index, request) for index in range(1, self.role.count)]
             return _merge_tables(replies)

@@ -1,0 +1,180 @@
+"""A spread vhost's topology on every worker (issue 26 stage 2, docs/multicore.md "Stage 2").
+
+Theory of operation
+-------------------
+A *spread* vhost (``--spread-vhosts``) has connections on every worker. Every worker holds
+every exchange and every binding of it; each queue lives on one worker, the worker of the
+connection that declared it (RabbitMQ's default queue leader locator, ``client-local``).
+A queue owned by another worker is a `RemoteQueue` here: a stub in `VirtualHost.remote`,
+never in `VirtualHost.queues` (so listings, statistics, limits and timers never see it),
+bound in the exchanges' routers like a queue, so routing returns it and the publishing
+worker forwards the message to its owner (`ReplicaPort.forward`).
+
+Every change to the topology (an exchange declared or deleted, a queue created or deleted,
+a binding added or removed) is made on the local vhost first, with every check and reply
+code of a single process; `VirtualHost` then describes it as a `Change` (a plain tuple) and
+gives it to its `ReplicaPort`, which sends it to every other worker over the links between
+workers; there `apply_change` makes the same change (a queue becomes a stub). A client's
+topology method asks the port to `hold` its ``-ok`` until every other worker applied what
+was sent before it, so routing from any connection sees a new binding once the client has
+its bind-ok, as with a single process. Applying is idempotent: an exchange or binding that
+exists is left alone, a stub of a queue this worker owns is never made.
+
+`snapshot` describes what this worker contributes to a spread vhost: its exchanges and the
+bindings between them, its own queues and their bindings. It is sent to a peer each time a
+link to it comes up (a worker started or restarted), and the peer replaces every stub of
+that worker with it, so a restarted worker's queues are found again and a deleted one's
+stub goes (both in amqpd/model/replica_apply.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from amqpd.model.exchange import Exchange
+from amqpd.model.queue import Queue
+
+if TYPE_CHECKING:
+    from amqpd.model.message import Message
+
+# ("exchange", name, type, durable, auto_delete, internal, arguments)
+# ("exchange-delete", name)
+# ("queue", name, owner worker, durable, exclusive, auto_delete, arguments)
+# ("queue-delete", name)
+# ("bind" | "unbind", source, "queue" | "exchange", destination, routing key, arguments)
+# ("snapshot", worker, [changes])
+Change = tuple[Any, ...]
+
+
+class Decision(Protocol):
+    """What waits for other workers: a held topology reply, a publisher's confirm."""
+
+    def decided(self, ok: bool) -> None:
+        """Every other worker answered (``ok``), or one refused or was lost (not ``ok``)."""
+
+
+class ReplicaPort(Protocol):
+    """The links to the other workers, as a spread vhost uses them (the shell's
+    amqpd/shell/workers/spread.py)."""
+
+    worker: int  # this worker's index
+
+    def changed(self, vhost: str, change: Change) -> None:
+        """Send ``change`` of ``vhost`` to every other worker (with the next flush)."""
+
+    def hold(self, decision: Decision) -> None:
+        """Decide ``decision`` once every other worker applied every change sent so far
+        (at once when nothing was sent since the last hold)."""
+
+    def forward(
+        self,
+        vhost: str,
+        message: Message,
+        expiration_ms: int | None,
+        promised: bool,
+        targets: list[Queue],
+        decision: Decision | None,
+        local: bool,
+    ) -> None:
+        """Send one copy of ``message`` to the owner of each `RemoteQueue` in ``targets``;
+        ``decision`` (None: nobody waits) is decided when every copy was settled, and also
+        waits for `local_done` when ``local`` (a copy here waits for its storage batch)."""
+
+    def local_done(self, decision: Decision, ok: bool) -> None:
+        """The local copy of a forwarded publish is settled (``ok``) or refused."""
+
+
+class _Elsewhere:
+    """The owner of an exclusive queue that lives on another worker: no connection here
+    is it, so every one of them gets 405 RESOURCE_LOCKED."""
+
+    def __init__(self) -> None:
+        self.exclusive_queues: list[Queue] = []
+
+
+ELSEWHERE = _Elsewhere()
+
+
+class RemoteQueue(Queue):
+    """A queue of a spread vhost that worker ``worker`` owns: what this worker knows of it
+    (its name and declaration), to route to it and to check redeclarations."""
+
+    __slots__ = ("worker",)
+
+    def __init__(
+        self,
+        name: str,
+        vhost_name: str,
+        worker: int,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+    ) -> None:
+        super().__init__(
+            name, vhost_name, durable, ELSEWHERE if exclusive else None, auto_delete, arguments
+        )
+        self.worker = worker
+
+    def __repr__(self) -> str:
+        return f"<RemoteQueue {self.name!r} in vhost {self.vhost_name!r} on worker {self.worker}>"
+
+
+def has_remote(queues: list[Queue]) -> bool:
+    """Whether any of ``queues`` lives on another worker."""
+    for queue in queues:  # noqa: SIM110 (a loop compiles to less than any())
+        if type(queue) is RemoteQueue:
+            return True
+    return False
+
+
+def local_only(queues: list[Queue]) -> list[Queue]:
+    """The queues of ``queues`` that live here."""
+    return [queue for queue in queues if type(queue) is not RemoteQueue]
+
+
+def remote_by_worker(queues: list[Queue]) -> dict[int, list[str]]:
+    """Owner worker -> the names of ``queues`` it owns (remote queues only)."""
+    owners: dict[int, list[str]] = {}
+    for queue in queues:
+        if isinstance(queue, RemoteQueue):
+            names = owners.get(queue.worker)
+            if names is None:
+                owners[queue.worker] = names = []
+            names.append(queue.name)
+    return owners
+
+
+# -- describing changes ------------------------------------------------------------------
+def exchange_change(exchange: Exchange) -> Change:
+    """An exchange was declared."""
+    return (
+        "exchange",
+        exchange.name,
+        exchange.type_name,
+        exchange.durable,
+        exchange.auto_delete,
+        exchange.internal,
+        dict(exchange.arguments),
+    )
+
+
+def queue_change(queue: Queue, worker: int) -> Change:
+    """``queue``, owned by ``worker``, was created."""
+    return (
+        "queue",
+        queue.name,
+        worker,
+        queue.durable,
+        queue.exclusive_owner is not None,
+        queue.auto_delete,
+        dict(queue.arguments),
+    )
+
+
+def binding_change(
+    op: str, source: Exchange, destination: Queue | Exchange, key: str, arguments: dict[str, Any]
+) -> Change:
+    """A binding was added (``op`` "bind") or removed ("unbind")."""
+    kind = "queue" if isinstance(destination, Queue) else "exchange"
+    return (op, source.name, kind, destination.name, key, dict(arguments))

@@ -1,0 +1,164 @@
+"""A worker's side of its spread vhosts (issue 26 stage 2; amqpd/model/replica.py): topology
+changes and publishes for other workers' queues go out on the forwarding links, and the
+replies and confirms that wait for them come back.
+
+Theory of operation. `SpreadLinks` is the `ReplicaPort` of every spread vhost of this
+worker. It owns the worker's `Forwarder` (amqpd/shell/workers/forward_outbox.py: one link
+to each other worker, written once per flush). A change (`changed`) is kept until the next
+`flush`, `hold` or `forward`, then pickled once and appended to every link as a TOPOLOGY
+record, so it is ordered with the publishes around it. `hold` puts a decision (a held
+topology reply) at the end of a FIFO with, per link, the publish id of the last record
+written so far; every SETTLED answer raises that link's "applied through" mark, and the
+FIFO's head is released while every link it waits for is through (a link lost counts as
+through: the worker at its other end gets everything again as a snapshot when it comes
+back). Releasing in FIFO order keeps a channel's held replies in the order sent.
+
+`forward` sends one copy of a publish to each worker owning some of its target queues; a
+confirm waiting for them is joined by the forwarder's `ShardConfirms` (a nack as soon as
+one copy is refused). Decisions reach their `Decision` (a channel's `RemoteConfirm`), then
+the server's ``after_core`` flushes what they produced.
+
+When a link comes up, this worker's `snapshot` of each spread vhost is written first, so a
+peer that (re)started learns this worker's exchanges, queues and bindings before anything
+else from it.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from collections import deque
+from collections.abc import Callable, Hashable
+from typing import cast
+
+from amqpd.model.broker import Broker
+from amqpd.model.message import Message
+from amqpd.model.queue import Queue
+from amqpd.model.replica import Change, Decision, remote_by_worker
+from amqpd.model.replica_apply import snapshot
+from amqpd.shell.workers.forward_outbox import Forwarder, _Outbox
+from amqpd.shell.workers.role import WorkerRole
+from amqpd.wire.forwarding import queue_names
+
+log = logging.getLogger(__name__)
+
+
+class SpreadLinks:
+    """The `ReplicaPort` of this worker's spread vhosts."""
+
+    def __init__(
+        self,
+        role: WorkerRole,
+        broker: Broker,
+        spread: Callable[[str], bool],
+        after_core: Callable[[], None],
+    ) -> None:
+        self.worker = role.index
+        self._broker = broker
+        self._spread = spread
+        self._after_core = after_core
+        peers = {k: role.forward_socket(k) for k in range(role.count) if k != role.index}
+        self.forwarder = Forwarder(peers, self._decided, self._settled, self._connected)
+        self._changes: list[tuple[str, Change]] = []
+        self._through = dict.fromkeys(peers, 0)  # per link: every id up to it applied
+        self._holds: deque[tuple[dict[int, int], Decision]] = deque()
+
+    # -- ReplicaPort -----------------------------------------------------------------------
+    def changed(self, vhost: str, change: Change) -> None:
+        self._changes.append((vhost, change))
+
+    def hold(self, decision: Decision) -> None:
+        self._write_changes()
+        waits = {
+            peer: outbox.last_id
+            for peer, outbox in self.forwarder.outboxes.items()
+            if outbox.last_id > self._through[peer]
+        }
+        self._holds.append((waits, decision))
+        self._release(wake=False)  # called by the engine: its caller flushes
+
+    def forward(
+        self,
+        vhost: str,
+        message: Message,
+        expiration_ms: int | None,
+        promised: bool,
+        targets: list[Queue],
+        decision: Decision | None,
+        local: bool,
+    ) -> None:
+        self._write_changes()
+        owners = remote_by_worker(targets)
+        key = cast(Hashable, decision)  # compared by identity
+        sole = decision is None or (len(owners) == 1 and not local)
+        if not sole:
+            self.forwarder.joins.expect(key, len(owners) + (1 if local else 0))
+        for peer, names in owners.items():
+            self.forwarder.forward(
+                peer,
+                vhost,
+                key,
+                sole,
+                message,
+                expiration_ms,
+                promised,
+                (len(names), queue_names(names)),
+            )
+
+    def local_done(self, decision: Decision, ok: bool) -> None:
+        # called by the engine (a storage batch reported): its caller flushes
+        decided = self.forwarder.joins.local_done(cast(Hashable, decision), ok)
+        self._decided(decided, wake=False)
+
+    # -- the shell's side --------------------------------------------------------------------
+    def flush(self) -> None:
+        """Write what was changed and forwarded since the last flush (once per chunk)."""
+        self._write_changes()
+        self.forwarder.flush()
+
+    def _write_changes(self) -> None:
+        if not self._changes:
+            return
+        changes, self._changes = self._changes, []
+        for vhost, change in changes:
+            payload = pickle.dumps(change)
+            for outbox in self.forwarder.outboxes.values():
+                outbox.append_change(vhost, payload)
+
+    def _connected(self, outbox: _Outbox) -> None:
+        """A link came up: this worker's part of every spread vhost goes first."""
+        for name, vhost in self._broker.vhosts.items():
+            if self._spread(name):
+                outbox.append_change(name, pickle.dumps(snapshot(vhost, self.worker)))
+        outbox.wake()
+
+    def _settled(self, peer: int, through: int | None) -> None:
+        if through is None:  # the link was lost: nothing held waits for it (module doc)
+            self._through[peer] = 0  # the next connection starts again at id 1
+            for waits, _decision in self._holds:
+                waits.pop(peer, None)
+        else:
+            self._through[peer] = through
+        self._release(wake=True)
+
+    def _release(self, wake: bool) -> None:
+        released = False
+        holds = self._holds
+        while holds:
+            waits, decision = holds[0]
+            if any(self._through[peer] < last for peer, last in waits.items()):
+                break
+            holds.popleft()
+            decision.decided(True)
+            released = True
+        if released and wake:
+            self._after_core()
+
+    def _decided(self, decided: list[tuple[Hashable, bool]], wake: bool = True) -> None:
+        woke = False
+        for key, ok in decided:
+            if key is not None:
+                cast(Decision, key).decided(ok)
+                woke = True
+        if woke and wake:
+            self._after_core()

@@ -1,0 +1,190 @@
+"""Stage 2 of ``--workers N`` (docs/multicore.md): a vhost spread over every worker
+(``--spread-vhosts``). Connections to it go to the workers in turn; a queue lives on the
+worker of the connection that declared it; exchanges and bindings are on every worker, and
+a publish routed to another worker's queue crosses to it, its confirm waiting for every
+copy. Driven with pika against a ``--workers 2`` node; which worker holds a queue is read
+from each worker's own admin socket."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import pika
+import pika.exceptions
+import pytest
+from pika.adapters.blocking_connection import BlockingChannel
+
+from tests.integration.broker_process import BrokerProcess
+from tests.integration.test_workers import _ctl, _wait_for, _workers
+
+PERSISTENT = pika.BasicProperties(delivery_mode=2)
+
+
+@contextmanager
+def _node(tmp_path: Path) -> Iterator[tuple[BrokerProcess, Path]]:
+    data = tmp_path / "data"
+    broker = BrokerProcess(
+        data,
+        extra=("--workers", "2", "--spread-vhosts", "/", "--no-management", "--no-prometheus"),
+    )
+    try:
+        yield broker, data
+    finally:
+        broker.stop()
+
+
+def _connect(port: int) -> pika.BlockingConnection:
+    return pika.BlockingConnection(
+        pika.ConnectionParameters("127.0.0.1", port, "/", connection_attempts=1)
+    )
+
+
+def _queue_names(where: Path) -> set[str]:
+    rows = json.loads(_ctl(where, "list-queues", "name", "--format", "json", "-q"))
+    return {row["name"] for row in rows}
+
+
+def _queues_on(data: Path, worker: int) -> set[str]:
+    """The queues of "/" that worker ``worker`` owns: worker 1's admin socket lists its
+    own; worker 0's lists the node's (every worker's), so worker 0 owns the rest."""
+    on_one = _queue_names(data / "shard-1")
+    return on_one if worker == 1 else _queue_names(data) - on_one
+
+
+def _queues_answered(data: Path, worker: int) -> set[str]:
+    """`_queues_on`, or none while a worker does not answer (being restarted)."""
+    try:
+        return _queues_on(data, worker)
+    except subprocess.CalledProcessError:
+        return set()
+
+
+def _two_workers(port: int) -> tuple[pika.BlockingConnection, pika.BlockingConnection]:
+    """Two connections that worker 0's gate gave to different workers (each in turn)."""
+    first = _connect(port)
+    second = _connect(port)
+    return first, second
+
+
+def _drain(channel: BlockingChannel, queue: str, count: int) -> list[bytes]:
+    bodies: list[bytes] = []
+    for _ in range(count):
+        method, _props, body = channel.basic_get(queue, auto_ack=True)
+        if method is None:
+            break
+        bodies.append(body)
+    return bodies
+
+
+def test_a_spread_vhost_routes_across_workers_with_confirms(tmp_path: Path) -> None:
+    with _node(tmp_path) as (broker, data):
+        a, b = _two_workers(broker.port)
+        ca, cb = a.channel(), b.channel()
+        ca.queue_declare("qa", durable=True)
+        cb.queue_declare("qb", durable=True)
+        owners = (_queues_on(data, 0), _queues_on(data, 1))
+        # each queue lives on its declaring connection's worker, and the two differ
+        assert {"qa", "qb"} <= owners[0] | owners[1]
+        assert ("qa" in owners[0]) != ("qb" in owners[0])
+
+        # an exchange declared on one worker, bound on both: a bind-ok means every worker
+        # routes with the binding
+        ca.exchange_declare("fan", "fanout", durable=True)
+        cb.queue_bind("qb", "fan")
+        ca.queue_bind("qa", "fan")
+        ca.confirm_delivery()
+        for i in range(200):  # every confirm waits for both copies (one crosses)
+            ca.basic_publish("fan", "", b"%d" % i, PERSISTENT, mandatory=True)
+        expected = [b"%d" % i for i in range(200)]
+        assert _drain(ca, "qa", 300) == expected
+        assert _drain(cb, "qb", 300) == expected  # in order, per (channel, queue)
+
+        # the default exchange reaches another worker's queue by its name, and the
+        # other way round
+        ca.basic_publish("", "qb", b"to b", PERSISTENT, mandatory=True)
+        cb.confirm_delivery()
+        cb.basic_publish("", "qa", b"to a", PERSISTENT, mandatory=True)
+        assert _drain(cb, "qb", 2) == [b"to b"]
+        assert _drain(ca, "qa", 2) == [b"to a"]
+
+        # routed to nothing: returned, on either worker
+        with pytest.raises(pika.exceptions.UnroutableError):
+            ca.basic_publish("", "nowhere", b"x", mandatory=True)
+
+        # a redeclaration on another worker is checked against the owner's declaration
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            ca.queue_declare("qb", durable=False)
+        assert refused.value.reply_code == 406
+        ca = a.channel()
+        assert ca.queue_declare("qb", passive=True).method.queue == "qb"
+        a.close()
+        b.close()
+
+
+def test_consuming_another_workers_queue_is_refused_clearly(tmp_path: Path) -> None:
+    with _node(tmp_path) as (broker, _data):
+        a, b = _two_workers(broker.port)
+        cb = b.channel()
+        cb.queue_declare("only-on-b")
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as refused:
+            a.channel().basic_get("only-on-b")
+        assert refused.value.reply_code == 540
+        assert "lives on worker" in refused.value.reply_text
+        with suppress(Exception):
+            b.close()
+
+
+def test_deletes_and_exclusive_queues_hold_across_workers(tmp_path: Path) -> None:
+    with _node(tmp_path) as (broker, data):
+        a, b = _two_workers(broker.port)
+        ca, cb = a.channel(), b.channel()
+        cb.queue_declare("mine", exclusive=True)
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as locked:
+            ca.queue_declare("mine")
+        assert locked.value.reply_code == 405
+
+        cb.queue_declare("doomed", durable=True)
+        ca = a.channel()
+        ca.queue_delete("doomed")  # deleted on its owner, from the other worker
+        _wait_for(lambda: "doomed" not in _queues_on(data, 0) | _queues_on(data, 1), "the delete")
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as gone:
+            b.channel().queue_declare("doomed", passive=True)
+        assert gone.value.reply_code == 404
+        a.close()
+        b.close()
+
+
+def test_confirmed_crossing_messages_survive_kill_9_of_their_owner(tmp_path: Path) -> None:
+    with _node(tmp_path) as (broker, data):
+        a, b = _two_workers(broker.port)
+        ca, cb = a.channel(), b.channel()
+        cb.queue_declare("kept", durable=True)
+        owner = 0 if "kept" in _queues_on(data, 0) else 1
+        ca.confirm_delivery()
+        for i in range(100):
+            ca.basic_publish("", "kept", b"%d" % i, PERSISTENT, mandatory=True)
+        with suppress(Exception):
+            a.close()
+        with suppress(Exception):
+            b.close()
+        pid = _workers(broker.proc.pid)[owner]
+        os.kill(pid, signal.SIGKILL)
+        _wait_for(lambda: _workers(broker.proc.pid).get(owner) not in (None, pid), "restart")
+        _wait_for(lambda: "kept" in _queues_answered(data, owner), "the queue recovered")
+        # whichever worker the next connection lands on, the queue's messages are there
+        # (consumed on its owner: the connection on the other worker only publishes)
+        for _ in range(2):
+            connection = _connect(broker.port)
+            channel = connection.channel()
+            with suppress(pika.exceptions.ConnectionClosedByBroker):
+                bodies = _drain(channel, "kept", 200)
+                assert bodies == [b"%d" % i for i in range(100)]
+                connection.close()
+                return
+        raise AssertionError("no connection reached the queue's owner")

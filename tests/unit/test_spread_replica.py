@@ -1,0 +1,174 @@
+"""A spread vhost without processes (amqpd/model/replica.py, replica_apply.py): the changes
+one worker's topology methods describe, applied to another worker's vhost; routing there to
+the stubs; the engine holding replies and confirms until the port decides them."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+from pamqp import commands
+
+from amqpd.model.broker import Broker
+from amqpd.model.message import Message
+from amqpd.model.queue import Queue
+from amqpd.model.replica import Change, Decision, RemoteQueue, remote_by_worker
+from amqpd.model.replica_apply import apply_change, snapshot
+from amqpd.model.vhost import VirtualHost
+from tests.unit.engine_driver import Client
+
+
+class Port:
+    """A `ReplicaPort` that records what the engine asks of it; the test decides."""
+
+    def __init__(self, worker: int) -> None:
+        self.worker = worker
+        self.changes: list[tuple[str, Change]] = []
+        self.holds: list[Decision] = []
+        self.forwarded: list[tuple[Message, dict[int, list[str]], Decision | None, bool]] = []
+        self.local: list[tuple[Decision, bool]] = []
+
+    def changed(self, vhost: str, change: Change) -> None:
+        self.changes.append((vhost, pickle.loads(pickle.dumps(change))))  # as the link does
+
+    def hold(self, decision: Decision) -> None:
+        self.holds.append(decision)
+
+    def forward(
+        self,
+        vhost: str,
+        message: Message,
+        expiration_ms: int | None,
+        promised: bool,
+        targets: list[Queue],
+        decision: Decision | None,
+        local: bool,
+    ) -> None:
+        self.forwarded.append((message, remote_by_worker(targets), decision, local))
+
+    def local_done(self, decision: Decision, ok: bool) -> None:
+        self.local.append((decision, ok))
+
+    def take_changes(self) -> list[Change]:
+        changes = [change for _vhost, change in self.changes]
+        self.changes.clear()
+        return changes
+
+
+def _spread_broker(worker: int) -> tuple[Broker, Port]:
+    broker = Broker()
+    port = Port(worker)
+    broker.vhosts["/"].replica = port
+    return broker, port
+
+
+def _mirror(source: Port, target: VirtualHost) -> None:
+    for change in source.take_changes():
+        apply_change(target, change)
+
+
+def test_another_workers_queue_becomes_a_stub_bound_like_the_queue() -> None:
+    zero, port0 = _spread_broker(0)
+    one, _port1 = _spread_broker(1)
+    here = zero.vhosts["/"]
+    here.declare_exchange("logs", "topic", False, True, False, False, {})
+    queue = here.declare_queue("errors", False, True, False, False, {}, None)
+    here.bind(here.get_exchange("logs"), queue, "*.error", {})
+    _mirror(port0, one.vhosts["/"])
+
+    there = one.vhosts["/"]
+    stub = there.remote["errors"]
+    assert isinstance(stub, RemoteQueue) and stub.worker == 0
+    assert "errors" not in there.queues  # listings, limits and timers never see a stub
+    message = Message("logs", "disk.error", b"\x04logs", b"\x0adisk.error", b"", b"x", False)
+    assert there.route(there.get_exchange("logs"), message) == [stub]
+    assert there.route(there.exchanges[""], _to_default("errors")) == [stub]
+
+    # deleted on its owner: the stub and its binding go
+    here.delete_queue(queue)
+    _mirror(port0, there)
+    assert "errors" not in there.remote
+    assert there.route(there.get_exchange("logs"), message) == []
+
+
+def test_a_snapshot_replaces_what_a_worker_owned() -> None:
+    zero, port0 = _spread_broker(0)
+    one, _port1 = _spread_broker(1)
+    here, there = zero.vhosts["/"], one.vhosts["/"]
+    here.declare_queue("kept", False, True, False, False, {}, None)
+    here.declare_queue("gone", False, True, False, False, {}, None)
+    _mirror(port0, there)
+    assert set(there.remote) == {"kept", "gone"}
+    # worker 0 restarted without "gone" (say, it was not durable): its snapshot says so
+    here.delete_queue(here.queues["gone"])
+    port0.take_changes()  # lost with the link
+    apply_change(there, snapshot(here, 0))
+    assert set(there.remote) == {"kept"}
+
+
+def test_a_change_applied_here_is_not_sent_on() -> None:
+    zero, port0 = _spread_broker(0)
+    one, port1 = _spread_broker(1)
+    zero.vhosts["/"].declare_exchange("x", "fanout", False, True, False, False, {})
+    _mirror(port0, one.vhosts["/"])
+    assert "x" in one.vhosts["/"].exchanges
+    assert port1.changes == []
+
+
+def _to_default(queue: str) -> Message:
+    raw = queue.encode()
+    return Message("", queue, b"\x00", bytes([len(raw)]) + raw, b"", b"x", False)
+
+
+def _client(broker: Broker) -> Client:
+    client = Client(broker)
+    client.handshake()
+    client.open_channel()
+    return client
+
+
+def test_a_topology_reply_waits_until_the_other_workers_applied_it() -> None:
+    zero, port0 = _spread_broker(0)
+    client = _client(zero)
+    client.send(1, commands.Queue.Declare(queue="orders", durable=True))
+    assert client.methods() == []  # held
+    assert [change[0] for change in port0.take_changes()] == ["queue"]
+    port0.holds.pop().decided(True)
+    (reply,) = client.methods()
+    assert isinstance(reply, commands.Queue.DeclareOk) and reply.queue == "orders"
+
+
+def test_a_confirm_waits_for_every_copy_and_returns_only_what_routed_nowhere() -> None:
+    zero, port0 = _spread_broker(0)
+    one, _port1 = _spread_broker(1)
+    one.vhosts["/"].declare_queue("theirs", False, True, False, False, {}, None)
+    apply_change(zero.vhosts["/"], snapshot(one.vhosts["/"], 1))
+    client = _client(zero)
+    client.send(1, commands.Confirm.Select())
+    assert isinstance(client.methods()[-1], commands.Confirm.SelectOk)
+
+    client.feed(Client.encode_publish(1, "theirs", b"hello", mandatory=True, delivery_mode=2))
+    assert client.methods() == []  # neither returned nor confirmed yet
+    message, owners, decision, local = port0.forwarded.pop()
+    assert (message.payload, owners, local) == (b"hello", {1: ["theirs"]}, False)
+    assert decision is not None
+    decision.decided(True)
+    (ack,) = client.methods()
+    assert isinstance(ack, commands.Basic.Ack) and ack.delivery_tag == 1
+
+    client.feed(Client.encode_publish(1, "theirs", b"refused"))
+    port0.forwarded.pop()[2].decided(False)  # type: ignore[union-attr]
+    (nack,) = client.methods()
+    assert isinstance(nack, commands.Basic.Nack) and nack.delivery_tag == 2
+
+
+def test_consuming_another_workers_queue_is_refused_with_540() -> None:
+    zero, _port0 = _spread_broker(0)
+    one, _port1 = _spread_broker(1)
+    one.vhosts["/"].declare_queue("theirs", False, True, False, False, {}, None)
+    apply_change(zero.vhosts["/"], snapshot(one.vhosts["/"], 1))
+    client = _client(zero)
+    client.send(1, commands.Basic.Get(queue="theirs"))
+    close: Any = client.methods()[-1]
+    assert isinstance(close, commands.Connection.Close)
+    assert close.reply_code == 540 and "lives on worker 1" in close.reply_text
