@@ -101,6 +101,7 @@ MYPYC_MODULES: tuple[str, ...] = (
     "amqpd/engine/outbox.py",
     "amqpd/engine/permissions.py",
     "amqpd/engine/rates.py",
+    "amqpd/engine/moving.py",  # stage 2: which methods a moved connection replays
     "amqpd/engine/reply_to.py",
     "amqpd/engine/spread_publish.py",  # stage 2: confirms joined over workers
     "amqpd/engine/topology.py",

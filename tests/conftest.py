@@ -73,7 +73,10 @@ def node_under_test(
     """A fresh broker: in this process (`running_server`); or, under
     ``AMQPD_TEST_WORKERS=N`` (scripts/test-all runs the tests that use only its port so once
     more), a ``--workers N`` node whose default vhost "/" lives on its last worker, so that
-    every connection the test opens is handed over by worker 0 (docs/multicore.md).
+    every connection the test opens is handed over by worker 0 (docs/multicore.md); with
+    ``AMQPD_TEST_SPREAD=1`` too, a node whose "/" is spread over every worker
+    (``--spread-vhosts /``): connections go to the workers in turn, queues live where
+    they were declared, consumers move to their queue's worker.
     ``tick_interval`` is the in-process broker's; the node's timers run on their deadlines
     (amqpd/shell/server.py `_ticker`) with the default periodic tick."""
     workers = int(os.environ.get("AMQPD_TEST_WORKERS") or 1)
@@ -83,13 +86,16 @@ def node_under_test(
         return
     data = tmp_path_factory.mktemp("node") / "data"
     data.mkdir()
-    placement = {"workers": workers, "vhosts": {"/": workers - 1}}
-    (data / PLACEMENT_FILE).write_text(json.dumps(placement))
-    node = BrokerProcess(data)
+    spread = bool(os.environ.get("AMQPD_TEST_SPREAD"))
+    if not spread:
+        placement = {"workers": workers, "vhosts": {"/": workers - 1}}
+        (data / PLACEMENT_FILE).write_text(json.dumps(placement))
+    node = BrokerProcess(data, extra=("--spread-vhosts", "/") if spread else ())
     try:
         status = send_request(data, {"group": "ctl", "command": "status"})  # amqpd ctl status
         assert status is not None and status.ok, status
-        assert json.loads(status.text)["workers"][-1]["vhosts"] == ["/"]
+        if not spread:
+            assert json.loads(status.text)["workers"][-1]["vhosts"] == ["/"]
         yield NodeUnderTest(node.port)
         node.stop()
     finally:

@@ -143,9 +143,9 @@ _BROKER: Final[tuple[Setting, ...]] = (
         "",
         "with --workers N > 1: vhosts whose queues spread over every worker instead of "
         "living on one (comma-separated names, * for all): connections go to the workers in "
-        "turn, a queue lives on the worker of the connection that declared it, and publishes "
-        "cross to it (stage 2, docs/multicore.md: consuming from another worker's queue is "
-        "not built yet)",
+        "turn, a queue lives on the worker of the connection that declared it (or the least "
+        "loaded, x-queue-leader-locator=least-leaders), publishes cross to it, and a "
+        "consumer's connection moves to its queue's worker (docs/multicore.md, stage 2)",
         ("amqpd.spread_vhosts",),
         metavar="NAMES",
     ),

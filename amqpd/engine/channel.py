@@ -39,16 +39,16 @@ from amqpd.engine.consuming import ConsumerMethods
 from amqpd.engine.content import PendingPublish, route_and_enqueue
 from amqpd.engine.permissions import check_method
 from amqpd.engine.reply_to import DirectReplyTo
-from amqpd.engine.spread_publish import forward_confirmed, settle_joined
+from amqpd.engine.spread_publish import forward_confirmed, publish_destination, settle_joined
 from amqpd.engine.stream_consuming import refuse_stream_settlement
-from amqpd.engine.topology import HeldReply, Topology
+from amqpd.engine.topology import HeldReply, MoveConnection, Topology, TopologyOwner
 from amqpd.engine.transaction import BufferedPublish, Transaction
 from amqpd.engine.unacked import UNLIMITED, Settlement, Unacked, UnackedStore
 from amqpd.model.auth import Authz
 from amqpd.model.broker import Broker
 from amqpd.model.enqueue import storage_batch
 from amqpd.model.message import Message, QueueEntry
-from amqpd.model.queue import Consumer, ExclusiveOwner, Queue
+from amqpd.model.queue import Consumer, Queue
 from amqpd.model.replica import Decision, has_remote
 from amqpd.model.sender_selected import has_sender_selected_headers, sender_selected_error
 from amqpd.model.statistics import MessageStats
@@ -82,7 +82,7 @@ class ChannelState(enum.Enum):
 _OPEN = ChannelState.OPEN
 
 
-class ChannelHost(ExclusiveOwner, Protocol):
+class ChannelHost(TopologyOwner, Protocol):
     """What a channel needs of its connection (the engine's `Connection`): the broker, the
     login's access, the frame size, the output buffer, and the per-chunk confirm flush."""
 
@@ -309,6 +309,10 @@ class Channel:
                 f"cannot publish to internal exchange '{exchange.name}' in vhost "
                 f"'{self.vhost.name}'",
             )
+        if self.vhost.remote and self.conn.movable:  # a spread vhost (engine/spread_publish)
+            worker = publish_destination(self.vhost, exchange, args)
+            if worker is not None:
+                raise MoveConnection(worker)
         self._pending = PendingPublish(args, exchange)
 
     def _publish_complete(self, pending: PendingPublish) -> None:
@@ -547,10 +551,11 @@ class Channel:
             self._held_cancels = None
         replica = self.vhost.replica
         for cancel in held:
-            if replica is None:
+            if replica is None or self.conn.replaying:
                 self.send_method(cancel)
             else:  # after the held Delete-Ok (engine/topology.py `_answer`)
-                replica.hold(HeldReply(self._send_if_open, cancel))
+                self.conn.held_replies += 1
+                replica.hold(HeldReply(self._send_if_open, cancel, self.conn))
 
     def resume_deliveries(self) -> None:
         """Let the queues this channel consumes from deliver again (credit came back)."""

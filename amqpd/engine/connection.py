@@ -38,7 +38,9 @@ from amqpd.engine import connection_open, handshake
 from amqpd.engine.channel import Channel, ChannelState
 from amqpd.engine.connection_open import HANDSHAKE, State
 from amqpd.engine.connection_timers import ConnectionTimers
+from amqpd.engine.moving import FRAME_OVERHEAD, MAX_MOVES, MAX_RECORDING, replayable
 from amqpd.engine.outbox import Outbox
+from amqpd.engine.topology import MoveConnection
 from amqpd.model import user_limits
 from amqpd.model.auth import Authz, Permission, is_loopback_peer
 from amqpd.model.enqueue import FLOW_BACKLOG
@@ -127,6 +129,16 @@ class Connection:
         self._write_ahead_limit = config.write_ahead_limit
         self._out_size = 0  # bytes queued in _out
         self._unflushed = 0  # bytes the shell took and is still writing
+        # Moving to another worker (a spread vhost, amqpd/model/replica.py): every byte
+        # received, while all it did can be done again there (`REPLAYABLE`; None once not);
+        # the shell moves the socket and these bytes when `move_to` is set (moves.py).
+        self.recording: bytearray | None = bytearray()
+        self.can_move = True  # False where the shell cannot move the socket (TLS here)
+        self.replaying = False  # being replayed after a move: replies are thrown away
+        self.held_replies = 0  # topology replies held until the other workers applied
+        self.moves = 0  # how often it moved already (at most MAX_MOVES: no ping-pong)
+        self.move_to: int | None = None
+        self.move_at = 0  # where in `recording` the frame that moves it starts
 
     # ------------------------------------------------------------------------------------
     # Output
@@ -207,6 +219,12 @@ class Connection:
         shell always passes it; None keeps the core's time of the last input or tick)."""
         if self.state is State.CLOSED or self.should_close:
             return
+        recording = self.recording
+        if recording is not None:
+            if len(recording) + len(data) > MAX_RECORDING:
+                self.recording = None  # too much to hand over: it stays here
+            else:
+                recording += data
         if now is not None:
             self._clock.now = now
         self.timers.received = True
@@ -221,12 +239,16 @@ class Connection:
                 return
         reader = self.frame_reader
         reader.feed(data)
+        payload: bytes | None = None
         try:
             while not self.should_close:
                 payload = reader.next_payload()  # no (type, channel, payload) tuple per frame
                 if payload is None:
                     break
                 self._handle_frame(reader.frame_type, reader.channel, payload)
+        except MoveConnection as move:
+            assert payload is not None
+            self._move(move.worker, len(payload))
         except AMQPError as exc:
             if exc.reply_code == FRAME_ERROR:
                 self._desynchronised = True
@@ -259,6 +281,8 @@ class Connection:
                 self._open_channel(number, index)
             else:
                 channel.handle_method(index, payload)
+            if self.recording is not None:
+                self._pin_unless_replayable(index, payload)
         elif frame_type == codec.FRAME_HEADER or frame_type == codec.FRAME_BODY:
             if self.state is State.CLOSING:
                 return
@@ -523,6 +547,38 @@ class Connection:
         """The socket is gone: clean up without sending anything."""
         self.release()
         self.state = State.CLOSED
+        self.set_should_close()
+
+    # ------------------------------------------------------------------------------------
+    # Moving to another worker (a spread vhost)
+    # ------------------------------------------------------------------------------------
+    @property
+    def movable(self) -> bool:
+        """Whether this connection may continue on another worker: everything it did can
+        be done again there from its bytes, and no reply of it waits for other workers."""
+        return (
+            self.recording is not None
+            and self.can_move
+            and not self.held_replies
+            and not self.replaying
+            and self.moves < MAX_MOVES
+        )
+
+    def _pin_unless_replayable(self, index: int, payload: bytes) -> None:
+        """After a method on a channel: stop recording when it could not be done twice
+        (engine/moving.py), or when the vhost is not spread."""
+        if self.vhost.replica is None or not replayable(index, payload):
+            self.recording = None
+
+    def _move(self, worker: int, payload_size: int) -> None:
+        """Stop here: the shell hands the socket and `recording` to ``worker``, which replays
+        everything before the current frame (its replies thrown away) and goes on from it."""
+        recording = self.recording
+        assert recording is not None
+        reader = self.frame_reader
+        self.move_to = worker
+        self.move_at = len(recording) - reader.buffered - payload_size - FRAME_OVERHEAD
+        reader.discard()
         self.set_should_close()
 
     # ------------------------------------------------------------------------------------

@@ -7,18 +7,27 @@ of every worker holding a copy (an ack once all are settled, a nack at the first
 and decides it. When the local copy waits for a storage batch too, the join also waits for
 that part: the channel keeps the decision (``joined``) and, once the batch is reported,
 `settle_joined` hands its verdict to the port instead of confirming at once.
+
+A connection that may still move (engine/moving.py) and publishes, for the first time, to
+queues that all live on one other worker moves there instead (`publish_destination`):
+then none of its messages has to cross. The guess routes the routing key alone (a CC
+header or a headers exchange may route elsewhere: the worker it moved to forwards those).
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
+from amqpd.engine.reply_to import REPLY_TO_PREFIX
 from amqpd.engine.transaction import BufferedPublish
 from amqpd.model.batches import BatchWaiter
 from amqpd.model.broker import Broker
+from amqpd.model.exchange import Exchange
+from amqpd.model.message import Message
 from amqpd.model.queue import Queue
-from amqpd.model.replica import Decision
+from amqpd.model.replica import Decision, RemoteQueue
 from amqpd.model.vhost import VirtualHost
+from amqpd.wire.codec import PublishArgs
 from confirms.tracker import ConfirmTracker
 
 
@@ -74,6 +83,24 @@ def forward_confirmed(
     )
     channel.confirms_pending()
     return decision if batch is not None else None
+
+
+def publish_destination(vhost: VirtualHost, exchange: Exchange, args: PublishArgs) -> int | None:
+    """The other worker that owns every queue a publish to ``exchange`` with ``args``'s
+    routing key goes to, if one does (None: some or all are here, or none routes)."""
+    if exchange.delayed is not None or exchange.router.uses_headers:
+        return None
+    if exchange.is_default and args.routing_key.startswith(REPLY_TO_PREFIX):
+        return None
+    probe = Message(
+        args.exchange, args.routing_key, args.exchange_raw, args.routing_key_raw, b"", b"", False
+    )
+    worker: int | None = None
+    for queue in vhost.route(exchange, probe):
+        if not isinstance(queue, RemoteQueue) or (worker is not None and queue.worker != worker):
+            return None
+        worker = queue.worker
+    return worker
 
 
 def settle_joined(

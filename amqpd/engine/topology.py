@@ -3,12 +3,18 @@
 The handlers check nothing about access (`amqpd.engine.permissions` ran before) and leave the
 rules and reply codes to the vhost; what is per channel is the last declared queue, which
 an empty queue name means in later queue methods (``queue_name``).
+
+In a spread vhost (amqpd/model/replica.py) a reply that follows a change of the topology is
+held until the other workers applied it (`_answer`), and using a queue another worker owns
+(consume, get, purge: `usable_queue`) moves the whole connection to that worker when
+nothing pins it here (`MoveConnection`, acted on by the connection and the shell), and is
+540 NOT_IMPLEMENTED otherwise.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from pamqp import commands as spec
 from pamqp.base import Frame as Method
@@ -20,6 +26,27 @@ from amqpd.wire import codec
 from amqpd.wire.errors import ACCESS_REFUSED, NOT_FOUND, AMQPError, not_found, precondition_failed
 
 
+class MoveConnection(Exception):
+    """The connection must continue on worker ``worker``, from the frame being handled on
+    (the queue it uses lives there; engine/connection.py, amqpd/shell/workers/moves.py)."""
+
+    def __init__(self, worker: int) -> None:
+        super().__init__(f"move to worker {worker}")
+        self.worker = worker
+
+
+class TopologyOwner(ExclusiveOwner, Protocol):
+    """What the handlers need of their connection: whether it may still move to another
+    worker, whether it is being replayed there (replies thrown away: none is held), and
+    how many replies it has held for the other workers (it cannot move while one is)."""
+
+    replaying: bool
+    held_replies: int
+
+    @property
+    def movable(self) -> bool: ...
+
+
 class Topology:
     """The exchange and queue method handlers of one channel."""
 
@@ -28,7 +55,7 @@ class Topology:
     def __init__(
         self,
         vhost: VirtualHost,
-        owner: ExclusiveOwner,
+        owner: TopologyOwner,
         reply_queues: dict[str, Queue],
         reply: Callable[[Method], None],
         reply_later: Callable[[Method], None] | None = None,
@@ -48,10 +75,12 @@ class Topology:
         """Reply to a method that may have changed the topology: in a spread vhost, once
         every other worker applied the change (model/replica.py)."""
         replica = self.vhost.replica
-        if replica is None:
+        owner = self._owner
+        if replica is None or owner.replaying:
             self._reply(method)
         else:
-            replica.hold(HeldReply(self._reply_later, method))
+            owner.held_replies += 1
+            replica.hold(HeldReply(self._reply_later, method, owner))
 
     def handlers(self) -> dict[int, Callable[[Any], None]]:
         """Method index -> handler, for the channel's dispatch table (queue.delete is the
@@ -77,10 +106,24 @@ class Topology:
 
     def usable_queue(self, name: str) -> Queue:
         """The queue ``name`` means (404 if it does not exist, 405 if another connection
-        holds it exclusively)."""
-        queue = self.vhost.get_queue(self.queue_name(name))
-        self.vhost.check_exclusive_access(queue, self._owner)
+        holds it exclusively; another worker's: see the module's docstring)."""
+        name = self.queue_name(name)
+        vhost = self.vhost
+        if vhost.remote:
+            self._move_if_elsewhere(name)
+        queue = vhost.get_queue(name)
+        vhost.check_exclusive_access(queue, self._owner)
         return queue
+
+    def _move_if_elsewhere(self, name: str) -> None:
+        """Move the connection to the worker that owns the queue ``name`` when it may: its
+        state (counts, consumers, messages) is there (a spread vhost)."""
+        vhost = self.vhost
+        if name in vhost.queues:
+            return
+        stub = vhost.remote.get(name)
+        if stub is not None and stub.exclusive_owner is None and self._owner.movable:
+            raise MoveConnection(stub.worker)
 
     # -- exchanges -----------------------------------------------------------------------
     def _exchange_declare(self, method: spec.Exchange.Declare) -> None:
@@ -126,6 +169,8 @@ class Topology:
         if method.queue.startswith(REPLY_TO_QUEUE):
             self._declare_reply_to(method)
             return
+        if self.vhost.remote and method.queue:
+            self._move_if_elsewhere(method.queue)  # its counts are there
         queue = self.vhost.declare_queue(
             method.queue,
             method.passive,
@@ -183,6 +228,17 @@ class Topology:
         self._answer(spec.Queue.UnbindOk())
 
     def _queue_purge(self, method: spec.Queue.Purge) -> None:
+        vhost = self.vhost
+        if vhost.remote:
+            name = self.queue_name(method.queue)
+            self._move_if_elsewhere(name)
+            stub = None if name in vhost.queues else vhost.remote.get(name)
+            if stub is not None:  # a connection that cannot move: purged on its worker
+                vhost.check_exclusive_access(stub, self._owner)
+                vhost.purge_remote_queue(stub)
+                if not method.nowait:  # how many it held is known there only
+                    self._answer(spec.Queue.PurgeOk(message_count=0))
+                return
         queue = self.usable_queue(method.queue)
         count = queue.purge()
         if not method.nowait:
@@ -191,6 +247,8 @@ class Topology:
     def queue_delete(self, method: spec.Queue.Delete) -> None:
         """queue.delete (the channel's handler calls it: it orders the replies)."""
         name = self.queue_name(method.queue)
+        if self.vhost.remote:
+            self._move_if_elsewhere(name)  # its count, consumers and messages are there
         queue = self.vhost.queues.get(name)
         count = 0
         stub = self.vhost.remote.get(name) if queue is None and self.vhost.remote else None
@@ -213,12 +271,16 @@ class Topology:
 class HeldReply:
     """A topology method's reply, sent once the other workers applied its change."""
 
-    __slots__ = ("_method", "_send")
+    __slots__ = ("_method", "_owner", "_send")
 
-    def __init__(self, send: Callable[[Method], None], method: Method) -> None:
+    def __init__(
+        self, send: Callable[[Method], None], method: Method, owner: TopologyOwner
+    ) -> None:
         self._send = send
         self._method = method
+        self._owner = owner
 
     def decided(self, ok: bool) -> None:
         # not ok: a worker went away; it gets the topology again when it comes back
+        self._owner.held_replies -= 1
         self._send(self._method)

@@ -3,8 +3,14 @@
 Theory of operation
 -------------------
 A *spread* vhost (``--spread-vhosts``) has connections on every worker. Every worker holds
-every exchange and every binding of it; each queue lives on one worker, the worker of the
-connection that declared it (RabbitMQ's default queue leader locator, ``client-local``).
+every exchange and every binding of it; each queue lives on one worker: the worker of the
+connection that declared it (RabbitMQ's default queue leader locator, ``client-local``),
+or, when the queue's ``x-queue-leader-locator`` / ``x-queue-master-locator`` argument or
+its policy's ``queue-leader-locator`` / ``queue-master-locator`` asks to balance
+(``least-leaders``, ``balanced``, ``min-masters``, ``random``), the worker owning the
+fewest queues of the vhost (`place`): the declaring worker then makes a stub and the owner
+the queue itself when the change reaches it. Exclusive and server-named queues are always
+the connection's own worker's.
 A queue owned by another worker is a `RemoteQueue` here: a stub in `VirtualHost.remote`,
 never in `VirtualHost.queues` (so listings, statistics, limits and timers never see it),
 bound in the exchanges' routers like a queue, so routing returns it and the publishing
@@ -29,7 +35,7 @@ stub goes (both in amqpd/model/replica_apply.py).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from amqpd.model.exchange import Exchange
 from amqpd.model.queue import Queue
@@ -41,6 +47,7 @@ if TYPE_CHECKING:
 # ("exchange-delete", name)
 # ("queue", name, owner worker, durable, exclusive, auto_delete, arguments)
 # ("queue-delete", name)
+# ("purge", name): queue.purge of another worker's queue by a connection that cannot move
 # ("bind" | "unbind", source, "queue" | "exchange", destination, routing key, arguments)
 # ("snapshot", worker, [changes])
 Change = tuple[Any, ...]
@@ -58,6 +65,7 @@ class ReplicaPort(Protocol):
     amqpd/shell/workers/spread.py)."""
 
     worker: int  # this worker's index
+    workers: int  # how many workers the node has
 
     def changed(self, vhost: str, change: Change) -> None:
         """Send ``change`` of ``vhost`` to every other worker (with the next flush)."""
@@ -118,6 +126,37 @@ class RemoteQueue(Queue):
 
     def __repr__(self) -> str:
         return f"<RemoteQueue {self.name!r} in vhost {self.vhost_name!r} on worker {self.worker}>"
+
+
+BALANCED: Final = frozenset({"least-leaders", "balanced", "min-masters", "random"})
+LOCATOR_ARGUMENTS: Final = ("x-queue-leader-locator", "x-queue-master-locator")
+LOCATOR_KEYS: Final = ("queue-leader-locator", "queue-master-locator")
+
+
+def balanced(arguments: dict[str, Any], policy: dict[str, Any] | None) -> bool:
+    """Whether a new queue's locator (its argument, else its policy's) balances queues over
+    the workers rather than keeping them on the declaring connection's."""
+    for key in LOCATOR_ARGUMENTS:
+        value = arguments.get(key)
+        if value is not None:
+            return (value.decode() if isinstance(value, bytes) else value) in BALANCED
+    if policy is not None:
+        for key in LOCATOR_KEYS:
+            value = policy.get(key)
+            if value is not None:
+                return value in BALANCED
+    return False
+
+
+def least_loaded(here: int, workers: int, local: int, remote: dict[str, RemoteQueue]) -> int:
+    """The worker owning the fewest of a vhost's queues (``local`` of them here; the lowest
+    index on a tie)."""
+    counts = [0] * workers
+    counts[here] = local
+    for stub in remote.values():
+        if stub.worker < workers:
+            counts[stub.worker] += 1
+    return counts.index(min(counts))
 
 
 def has_remote(queues: list[Queue]) -> bool:

@@ -13,6 +13,8 @@ from amqpd.model.replica import Change, RemoteQueue, binding_change, exchange_ch
 from amqpd.model.vhost import VirtualHost
 from amqpd.wire.errors import AMQPError
 
+SNAPSHOT_END = "snapshot-end"  # (SNAPSHOT_END, worker): that worker's snapshots are all sent
+
 
 def snapshot(vhost: VirtualHost, worker: int) -> Change:
     """What ``worker`` (this one) holds of ``vhost``: its exchanges and the bindings between
@@ -40,11 +42,22 @@ def apply_change(vhost: VirtualHost, change: Change) -> None:
     if handler is None:
         raise ValueError(f"unknown topology change {op!r}")
     replica = vhost.replica
+    if op == "queue" and replica is not None and change[2] == replica.worker:
+        handler = _apply_own_queue  # declared elsewhere, to be owned here (balanced)
     vhost.replica = None  # what another worker changed is not sent back to the others
     try:
         handler(vhost, change)
     finally:
         vhost.replica = replica
+
+
+def _apply_own_queue(vhost: VirtualHost, change: Change) -> None:
+    _, name, _worker, durable, _exclusive, auto_delete, arguments = change
+    stub = vhost.remote.get(name)
+    if stub is not None:
+        vhost.drop_remote(stub)
+    with suppress(AMQPError):  # refused here (a limit): the declarer's stub finds nothing
+        vhost.declare_queue(name, False, durable, False, auto_delete, arguments, None)
 
 
 def _apply_exchange(vhost: VirtualHost, change: Change) -> None:
@@ -88,6 +101,12 @@ def _apply_queue_delete(vhost: VirtualHost, change: Change) -> None:
         vhost.delete_queue(queue)  # queue.delete on another worker's stub of it
 
 
+def _apply_purge(vhost: VirtualHost, change: Change) -> None:
+    queue = vhost.queues.get(change[1])
+    if queue is not None:
+        queue.purge()
+
+
 def _destination(vhost: VirtualHost, kind: str, name: str) -> Queue | Exchange | None:
     if kind == "exchange":
         return vhost.exchanges.get(name)
@@ -126,4 +145,5 @@ _APPLY: dict[str, Callable[[VirtualHost, Change], None]] = {
     "bind": _apply_binding,
     "unbind": _apply_binding,
     "snapshot": _apply_snapshot,
+    "purge": _apply_purge,
 }

@@ -23,9 +23,11 @@ from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.queue_args import InvalidQueueArgument
 from amqpd.model.replica import (
     RemoteQueue,
+    balanced,
     binding_change,
     exchange_change,
     has_remote,
+    least_loaded,
     queue_change,
 )
 from amqpd.model.routing import Routing
@@ -198,9 +200,10 @@ class VirtualHost(Routing):
             if stub is not None:
                 raise AMQPError(
                     NOT_IMPLEMENTED,
-                    f"queue '{name}' in vhost '{self.name}' lives on worker {stub.worker}: "
-                    "consuming, getting and purging from another worker's queue is not built "
-                    "yet (docs/multicore.md, stage 2)",
+                    f"queue '{name}' in vhost '{self.name}' lives on worker {stub.worker} and "
+                    "this connection cannot move there (it published, consumes or moved "
+                    "already): consume from it on a connection of its own "
+                    "(docs/multicore.md, stage 2)",
                 )
             raise not_found("queue", name, self.name)
         return queue
@@ -238,6 +241,10 @@ class VirtualHost(Routing):
             name = generated_name("amq.gen-")
         elif name.startswith("amq."):
             raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+        if self.replica is not None and not exclusive:
+            elsewhere = self._place_elsewhere(name, durable, auto_delete, arguments)
+            if elsewhere is not None:
+                return elsewhere
         limit = self.max_queues
         if limit is not None and limit >= 0 and len(self.queues) >= limit:
             raise precondition_failed(  # RabbitMQ 3.10.8's text
@@ -268,6 +275,36 @@ class VirtualHost(Routing):
             self.attach_store(queue)
             self.journal.put_queue(QueueDef(self.name, name, auto_delete, arguments))
         return queue
+
+    def _place_elsewhere(
+        self, name: str, durable: bool, auto_delete: bool, arguments: dict[str, Any]
+    ) -> RemoteQueue | None:
+        """A new shared queue of a spread vhost whose locator balances and that another
+        worker should own: its stub here (that worker makes it when the change arrives);
+        None to make it here (model/replica.py).
+
+        Raises:
+            AMQPError: 406 for a bad x- argument (checked here, as the owner would).
+        """
+        replica = self.replica
+        assert replica is not None
+        policy = select(self.policies, "queue", name)
+        if not balanced(arguments, None if policy is None else policy.definition):
+            return None
+        owner = least_loaded(replica.worker, replica.workers, len(self.queues), self.remote)
+        if owner == replica.worker:
+            return None
+        try:
+            stub = RemoteQueue(name, self.name, owner, durable, False, auto_delete, arguments)
+        except InvalidQueueArgument as exc:
+            raise precondition_failed(
+                f"invalid arg '{exc.name}' for queue '{name}' in vhost '{self.name}': {exc.problem}"
+            ) from exc
+        self.remote[name] = stub
+        self.churn.queues_declared += 1
+        self.topology.value += 1
+        replica.changed(self.name, queue_change(stub, owner))
+        return stub
 
     def new_queue(
         self,
@@ -396,6 +433,12 @@ class VirtualHost(Routing):
         self.drop_remote(stub)
         if self.replica is not None:
             self.replica.changed(self.name, ("queue-delete", stub.name))
+
+    def purge_remote_queue(self, stub: RemoteQueue) -> None:
+        """queue.purge of a queue another worker owns: purged there when the change
+        arrives."""
+        if self.replica is not None:
+            self.replica.changed(self.name, ("purge", stub.name))
 
     def drop_remote(self, stub: RemoteQueue) -> None:
         """Forget the stub of a queue another worker owns, and its bindings."""

@@ -39,6 +39,7 @@ from amqpd.shell.socket_protocol import READ_SIZE, FeedProtocol, attach
 from amqpd.shell.tls import TLSOptions, certificate_identity, tls_failure_reason
 from amqpd.shell.workers.front import Front, Gate
 from amqpd.shell.workers.handover import Arrival
+from amqpd.shell.workers.moves import HandoverLinks, move_connection
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,7 @@ class Peers:
         self._after_core = after_core
         self.tls_context: ssl.SSLContext | None = None  # set when serving AMQPS
         self.front: Front | None = None  # worker 0 of several: the hand-over gate
+        self.mover: HandoverLinks | None = None  # a spread vhost's connections move (moves.py)
         self.tls_options: TLSOptions | None = None
 
     async def handle(
@@ -136,6 +138,7 @@ class Peers:
             if isinstance(local, tuple):
                 conn.stats.host, conn.stats.port = str(local[0]), int(local[1])
         conn.stats.ssl = tls
+        conn.can_move = not tls and self.mover is not None  # a TLS session cannot move
         if arrival is not None:
             _replay(conn, arrival)
         peer = Peer(conn, byte_stream)
@@ -162,6 +165,8 @@ class Peers:
                     if reader.failure is not None:
                         raise reader.failure
                 peer.kick()
+            if conn.move_to is not None and await self._move(peer, stream):
+                return  # another worker has the socket
         except Exception:  # a bug in one connection must not take the broker down
             log.exception("connection from %s failed; dropping it", peer_name)
         finally:
@@ -184,6 +189,15 @@ class Peers:
                     opened + ")",
                     conn.close_reason or "client unexpectedly closed TCP connection",
                 )
+
+    async def _move(self, peer: Peer, raw: anyio.abc.SocketStream) -> bool:
+        """Hand a connection that asked to move (its output written) to its new worker."""
+        assert self.mover is not None
+        unread = b"" if peer.reader is None else peer.reader.unread()
+        if not await move_connection(self.mover, peer.conn, raw, unread):
+            return False
+        peer.stream = _Forgotten()
+        return True
 
     async def _tls_handshake(
         self, stream: anyio.abc.SocketStream, peer_name: str
@@ -245,21 +259,27 @@ class Peers:
                     break
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             conn.connection_lost()
-        # closing the write side ends the read loop too
+        # closing the write side ends the read loop too (not for a connection that moves:
+        # another worker goes on with the socket)
         peer.unpause()
-        with suppress(Exception):
-            await stream.aclose()
+        if conn.move_to is None:
+            with suppress(Exception):
+                await stream.aclose()
 
 
 def _replay(conn: Connection, arrival: Arrival) -> None:
-    """Run a handed-over connection's handshake again up to Connection.Open, its replies
-    thrown away (the client has them from worker 0), then feed Open and what followed."""
+    """Run a handed-over connection's bytes again up to ``open_at`` (Connection.Open, or
+    the frame that moved it here from another worker), its replies thrown away (the client
+    has them), then feed that frame and what followed."""
     conn.peer_cert_user = arrival.cert_user
     conn.stats.ssl = arrival.tls
     if arrival.local_port:
         conn.stats.host, conn.stats.port = arrival.local_host, arrival.local_port
     now = time.time()
+    conn.moves = arrival.moves
+    conn.replaying = True  # nothing is held for other workers: every reply is dropped
     conn.receive_data(arrival.replay[: arrival.open_at], now)
+    conn.replaying = False
     conn.data_to_send()
     conn.receive_data(arrival.replay[arrival.open_at :], now)
 

@@ -290,10 +290,18 @@ class Server:
         state; worker K takes hand-overs and the state (amqpd/shell/workers/node.py)."""
         node = self.node
         assert node is not None
+
+        async def handle(stream: anyio.abc.SocketStream, arrival: Arrival) -> None:
+            await self.sockets.handle(stream, arrival=arrival)
+
         await node.start_forward_inbox(group, self.after_core)
+        if node.spread is not None:  # a spread vhost's connections move between workers
+            self.sockets.mover = node.moves(self.broker.config.handshake_timeout)
         if node.role.front:
             front = await node.start_front(group, self.broker.config.handshake_timeout)
             self.sockets.front = front
+            if node.spread is not None:
+                group.start_soon(node.take_moved, handle)
             return
 
         async def adopt(message: dict[str, Any]) -> None:
@@ -310,9 +318,6 @@ class Server:
                 finished = self._shovel_finished
                 self.links.start(front["host"], front["port"], finished, front["secret"])
             self.links.reconcile()
-
-        async def handle(stream: anyio.abc.SocketStream, arrival: Arrival) -> None:
-            await self.sockets.handle(stream, arrival=arrival)
 
         await node.start_back(group, handle, adopt)
 

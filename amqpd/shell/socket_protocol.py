@@ -98,6 +98,8 @@ class FeedProtocol(StreamProtocol):
     # -- asyncio callbacks ---------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
         if self._done:
+            if self.conn.move_to is not None:
+                self._held.append(bytes(data))  # goes along to the worker it moves to
             return
         if self._blocked or self._timer is not None or self._feeding:
             self._held.append(bytes(data))
@@ -143,6 +145,11 @@ class FeedProtocol(StreamProtocol):
     def close(self) -> None:
         """The connection's task ended: no callback touches the connection any more."""
         self._stop()
+
+    def unread(self) -> bytes:
+        """What was received and never fed: a connection moving to another worker
+        (``conn.move_to``) takes it along (amqpd/shell/workers/moves.py)."""
+        return b"".join(self._held)
 
     # -- internals -----------------------------------------------------------------------
     def _feed(self, data: bytes) -> None:
@@ -222,7 +229,8 @@ class FeedProtocol(StreamProtocol):
 
     def _stop(self) -> None:
         self._done = True
-        self._held.clear()
+        if self.conn.move_to is None:
+            self._held.clear()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -14,6 +14,7 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 import pika
 import pika.exceptions
@@ -127,17 +128,57 @@ def test_a_spread_vhost_routes_across_workers_with_confirms(tmp_path: Path) -> N
         b.close()
 
 
-def test_consuming_another_workers_queue_is_refused_clearly(tmp_path: Path) -> None:
+def test_a_consumer_moves_to_its_queues_worker_and_gets_what_crossed(tmp_path: Path) -> None:
+    with _node(tmp_path) as (broker, data):
+        a, b = _two_workers(broker.port)
+        ca, cb = a.channel(), b.channel()
+        ca.queue_declare("work", durable=True)
+        owner = 0 if "work" in _queues_on(data, 0) else 1
+        # b's connection is on the other worker: declaring the queue and setting qos there
+        # do not pin it, so its consume moves it to the queue's worker, transparently
+        cb.queue_declare("work", durable=True)
+        cb.basic_qos(prefetch_count=10)
+        got: list[bytes] = []
+        where = data if owner == 0 else data / "shard-1"
+        listed: list[str] = []
+
+        def on_message(channel: BlockingChannel, method: Any, _props: Any, body: bytes) -> None:
+            got.append(body)
+            channel.basic_ack(method.delivery_tag)
+            if len(got) == 1:  # the consumer is on the queue's worker: its admin socket says
+                consumers = json.loads(_ctl(where, "list-consumers", "--format", "json", "-q"))
+                listed.extend(row["queue_name"] for row in consumers)
+            if len(got) == 50:
+                channel.stop_consuming()
+
+        cb.basic_consume("work", on_message)
+        publisher = _connect(broker.port)  # on either worker: the copies cross if needed
+        cp = publisher.channel()
+        cp.confirm_delivery()
+        for i in range(50):
+            cp.basic_publish("", "work", b"%d" % i, PERSISTENT, mandatory=True)
+        cb.start_consuming()
+        assert got == [b"%d" % i for i in range(50)]
+        assert listed == ["work"]
+        publisher.close()
+        a.close()
+        b.close()
+
+
+def test_a_connection_that_consumes_cannot_move_and_gets_540(tmp_path: Path) -> None:
     with _node(tmp_path) as (broker, _data):
         a, b = _two_workers(broker.port)
         cb = b.channel()
         cb.queue_declare("only-on-b")
+        ca = a.channel()
+        ca.queue_declare("on-a")
+        ca.basic_consume("on-a", lambda *_args: None)  # a consumer keeps it where it is
         with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as refused:
-            a.channel().basic_get("only-on-b")
+            ca.basic_get("only-on-b")
         assert refused.value.reply_code == 540
-        assert "lives on worker" in refused.value.reply_text
-        with suppress(Exception):
-            b.close()
+        assert "cannot move there" in refused.value.reply_text
+        assert cb.queue_declare("only-on-b", passive=True).method.message_count == 0
+        b.close()
 
 
 def test_deletes_and_exclusive_queues_hold_across_workers(tmp_path: Path) -> None:
@@ -177,14 +218,42 @@ def test_confirmed_crossing_messages_survive_kill_9_of_their_owner(tmp_path: Pat
         os.kill(pid, signal.SIGKILL)
         _wait_for(lambda: _workers(broker.proc.pid).get(owner) not in (None, pid), "restart")
         _wait_for(lambda: "kept" in _queues_answered(data, owner), "the queue recovered")
-        # whichever worker the next connection lands on, the queue's messages are there
-        # (consumed on its owner: the connection on the other worker only publishes)
-        for _ in range(2):
-            connection = _connect(broker.port)
-            channel = connection.channel()
-            with suppress(pika.exceptions.ConnectionClosedByBroker):
-                bodies = _drain(channel, "kept", 200)
-                assert bodies == [b"%d" % i for i in range(100)]
-                connection.close()
-                return
-        raise AssertionError("no connection reached the queue's owner")
+        # whichever worker the next connection lands on, the queue's messages are there (a
+        # connection on the other worker moves to the queue's with its first basic.get)
+        connection = _connect(broker.port)
+        bodies = _drain(connection.channel(), "kept", 200)
+        assert bodies == [b"%d" % i for i in range(100)]
+        connection.close()
+
+
+def test_a_balancing_locator_spreads_one_connections_queues(tmp_path: Path) -> None:
+    with _node(tmp_path) as (broker, data):
+        connection = _connect(broker.port)
+        channel = connection.channel()
+        locator = {"x-queue-leader-locator": "least-leaders"}  # RabbitMQ 3.10's name
+        names = [f"part-{i}" for i in range(4)]
+        for name in names:
+            channel.queue_declare(name, durable=True, arguments=locator)
+        assert len(_queues_on(data, 0) & set(names)) == 2
+        assert len(_queues_on(data, 1) & set(names)) == 2
+        channel.confirm_delivery()
+        for name in names:  # two of them cross to the other worker
+            for i in range(20):
+                channel.basic_publish("", name, b"%s %d" % (name.encode(), i), PERSISTENT)
+        channel.queue_purge(names[3])  # this connection published: purged on its worker
+        for name in names[:3]:  # a connection of its own moves to each queue's worker
+            consumer = _connect(broker.port)
+            bodies = _drain(consumer.channel(), name, 100)
+            assert bodies == [b"%s %d" % (name.encode(), i) for i in range(20)]
+            consumer.close()
+        _wait_for(lambda: _count(broker.port, names[3]) == 0, "the purge on its worker")
+        connection.close()
+
+
+def _count(port: int, queue: str) -> int:
+    """The queue's message count, as a connection of its own (moved there) sees it."""
+    connection = _connect(port)
+    try:
+        return int(connection.channel().queue_declare(queue, passive=True).method.message_count)
+    finally:
+        connection.close()

@@ -15,6 +15,7 @@ from amqpd.model.queue import Queue
 from amqpd.model.replica import Change, Decision, RemoteQueue, remote_by_worker
 from amqpd.model.replica_apply import apply_change, snapshot
 from amqpd.model.vhost import VirtualHost
+from persistence.access import PolicyRecord
 from tests.unit.engine_driver import Client
 
 
@@ -23,6 +24,7 @@ class Port:
 
     def __init__(self, worker: int) -> None:
         self.worker = worker
+        self.workers = 2
         self.changes: list[tuple[str, Change]] = []
         self.holds: list[Decision] = []
         self.forwarded: list[tuple[Message, dict[int, list[str]], Decision | None, bool]] = []
@@ -144,6 +146,7 @@ def test_a_confirm_waits_for_every_copy_and_returns_only_what_routed_nowhere() -
     one.vhosts["/"].declare_queue("theirs", False, True, False, False, {}, None)
     apply_change(zero.vhosts["/"], snapshot(one.vhosts["/"], 1))
     client = _client(zero)
+    client.conn.recording = None  # pinned here (else its first publish moves it there)
     client.send(1, commands.Confirm.Select())
     assert isinstance(client.methods()[-1], commands.Confirm.SelectOk)
 
@@ -162,13 +165,88 @@ def test_a_confirm_waits_for_every_copy_and_returns_only_what_routed_nowhere() -
     assert isinstance(nack, commands.Basic.Nack) and nack.delivery_tag == 2
 
 
-def test_consuming_another_workers_queue_is_refused_with_540() -> None:
+def test_a_pinned_connection_using_another_workers_queue_gets_540() -> None:
     zero, _port0 = _spread_broker(0)
     one, _port1 = _spread_broker(1)
     one.vhosts["/"].declare_queue("theirs", False, True, False, False, {}, None)
     apply_change(zero.vhosts["/"], snapshot(one.vhosts["/"], 1))
     client = _client(zero)
+    client.conn.recording = None  # pinned here (it published, say): it cannot move
     client.send(1, commands.Basic.Get(queue="theirs"))
     close: Any = client.methods()[-1]
     assert isinstance(close, commands.Connection.Close)
     assert close.reply_code == 540 and "lives on worker 1" in close.reply_text
+
+
+def test_a_movable_connection_stops_at_the_frame_that_moves_it() -> None:
+    zero, _port0 = _spread_broker(0)
+    one, _port1 = _spread_broker(1)
+    one.vhosts["/"].declare_queue("theirs", False, True, False, False, {}, None)
+    apply_change(zero.vhosts["/"], snapshot(one.vhosts["/"], 1))
+    client = _client(zero)
+    client.send(1, commands.Basic.Qos(prefetch_count=5))
+    client.methods()
+    recording = client.conn.recording
+    assert recording is not None
+    before = len(recording)
+    get = commands.Basic.Get(queue="theirs")
+    client.send(1, get, commands.Basic.Qos(prefetch_count=7))  # the rest goes along
+    conn = client.conn
+    assert (conn.move_to, conn.move_at, conn.should_close) == (1, before, True)
+    assert client.methods() == []  # nothing answered here: worker 1 answers the get
+    replayed = Client(one)
+    replayed.conn.replaying = True
+    replayed.feed(bytes(recording[: conn.move_at]))
+    replayed.conn.replaying = False
+    replayed.received()  # the client has these replies from worker 0
+    replayed.feed(bytes(recording[conn.move_at :]))
+    get_empty, qos_ok = replayed.methods()
+    assert isinstance(get_empty, commands.Basic.GetEmpty)
+    assert isinstance(qos_ok, commands.Basic.QosOk)
+
+
+def test_a_publish_pins_the_connection() -> None:
+    zero, _port0 = _spread_broker(0)
+    client = _client(zero)
+    assert client.conn.movable
+    client.publish(1, "anywhere", b"x")
+    assert not client.conn.movable
+
+
+def test_a_balancing_locator_puts_a_new_queue_on_the_worker_with_fewest() -> None:
+    zero, port0 = _spread_broker(0)
+    one, _port1 = _spread_broker(1)
+    here, there = zero.vhosts["/"], one.vhosts["/"]
+    balanced = {"x-queue-leader-locator": "least-leaders"}
+    first = here.declare_queue("b1", False, True, False, False, dict(balanced), None)
+    second = here.declare_queue("b2", False, True, False, False, dict(balanced), None)
+    third = here.declare_queue("b3", False, True, False, False, {}, None)  # client-local
+    assert type(first) is Queue and type(third) is Queue
+    assert isinstance(second, RemoteQueue) and second.worker == 1
+    _mirror(port0, there)
+    # the owner made the queue itself (durable: in its store), the others a stub
+    assert set(there.queues) == {"b2"} and there.queues["b2"].durable
+    assert set(there.remote) == {"b1", "b3"}
+    # a policy can ask for it too (RabbitMQ's queue-master-locator for classic queues)
+    zero.vhosts["/"].policies = [_policy("spread", "^p", {"queue-master-locator": "min-masters"})]
+    assert isinstance(here.declare_queue("p1", False, True, False, False, {}, None), RemoteQueue)
+
+
+def _policy(name: str, pattern: str, definition: dict[str, Any]) -> PolicyRecord:
+    return PolicyRecord("/", name, pattern, "queues", 0, definition)
+
+
+def test_a_first_publish_to_another_workers_queues_moves_the_connection_there() -> None:
+    zero, _port0 = _spread_broker(0)
+    one, _port1 = _spread_broker(1)
+    one.vhosts["/"].declare_queue("theirs", False, True, False, False, {}, None)
+    apply_change(zero.vhosts["/"], snapshot(one.vhosts["/"], 1))
+    client = _client(zero)
+    client.send(1, commands.Confirm.Select())
+    client.methods()
+    recording = client.conn.recording
+    assert recording is not None
+    before = len(recording)
+    client.publish(1, "theirs", b"goes along")
+    assert (client.conn.move_to, client.conn.move_at) == (1, before)
+    assert client.methods() == []  # not routed here: worker 1 does it

@@ -10,9 +10,10 @@ import anyio
 import anyio.abc
 import pytest
 
-from amqpd.shell.workers.front import connect_handover, encode_state
+from amqpd.shell.workers.front import encode_state
 from amqpd.shell.workers.handover import Arrival, send_connection
 from amqpd.shell.workers.inbox import serve_links
+from amqpd.shell.workers.moves import connect_handover
 from amqpd.shell.workers.placement import Placement
 from amqpd.shell.workers.role import WorkerRole
 

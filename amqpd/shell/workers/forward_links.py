@@ -35,7 +35,7 @@ import anyio.abc
 from amqpd.model.broker import Broker
 from amqpd.model.forwarded import InboundLink
 from amqpd.model.queue import Queue
-from amqpd.model.replica_apply import apply_change
+from amqpd.model.replica_apply import SNAPSHOT_END, apply_change
 from amqpd.model.vhost import VirtualHost
 from amqpd.wire.forwarding import Forwarded, ForwardingError, RecordReader, TopologyChange
 
@@ -57,8 +57,14 @@ class _Link:
 class ForwardInbox:
     """Worker K's end of every other worker's forwarding link."""
 
-    def __init__(self, broker: Broker, after_core: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        after_core: Callable[[], None],
+        on_snapshot: Callable[[int], None] | None = None,
+    ) -> None:
         self._broker = broker
+        self.on_snapshot = on_snapshot  # a spread vhost's snapshot from that worker applied
         self._after_core = after_core
         self._links: set[_Link] = set()
         self._flow: set[Queue] = set()  # flow control pauses clients, not another worker
@@ -123,11 +129,15 @@ class ForwardInbox:
 
     def _apply(self, name: str, payload: bytes) -> None:
         """Make another worker's change to the spread vhost ``name`` here."""
-        vhost = self._broker.vhosts.get(name)
-        if vhost is None:
-            return  # deleted meanwhile
         try:
-            apply_change(vhost, pickle.loads(payload))
+            change = pickle.loads(payload)
+            if change[0] == SNAPSHOT_END:  # that worker's snapshots are all here (spread.py)
+                if self.on_snapshot is not None:
+                    self.on_snapshot(change[1])
+                return
+            vhost = self._broker.vhosts.get(name)
+            if vhost is not None:  # else deleted meanwhile
+                apply_change(vhost, change)
         except Exception:  # a bug, not the peer's fault: the link and the others go on
             log.exception("cannot apply a topology change of vhost %r", name)
 

@@ -39,7 +39,8 @@ from anyio.abc import SocketAttribute
 from pamqp import commands, frame
 
 from amqpd.engine.connection import Connection
-from amqpd.shell.workers.handover import Arrival, find_open, send_connection
+from amqpd.shell.workers.handover import Arrival, find_open
+from amqpd.shell.workers.moves import HandoverLinks, arrival_of, forget
 from amqpd.shell.workers.placement import Placement
 from amqpd.shell.workers.role import WorkerRole
 
@@ -113,7 +114,7 @@ class Front:
         # whether a vhost is spread over every worker (its connections go to each in turn)
         self.spread: Callable[[str], bool] = lambda _name: False
         self._turn = 0
-        self._handover: dict[int, socket.socket] = {}
+        self.links = HandoverLinks(role, handshake_timeout)
         self._connected: set[int] = set()  # workers with a control link
         self._changed = {index: anyio.Event() for index in range(1, role.count)}
         self._progress = anyio.Event()  # set (and replaced) when a worker applied a state
@@ -207,30 +208,16 @@ class Front:
     ) -> None:
         owner, vhost = move.owner, move.vhost
         tls = stream is not raw
-        local = raw.extra(SocketAttribute.local_address)
-        local_host, local_port = (
-            (str(local[0]), int(local[1])) if isinstance(local, tuple) else ("", 0)
-        )
-        arrival = Arrival(
-            conn.peer,
-            local_host,
-            local_port,
-            tls,
-            conn.peer_cert_user,
-            move.open_at,
-            move.replay,
-        )
+        arrival = arrival_of(conn, raw, move.open_at, move.replay)  # TLS: conn.stats.ssl
         conn.connection_lost()  # forgotten here: not a byte more from this worker
         if tls:
             await self._relay(stream, owner, vhost, arrival)
             return
         sock = raw.extra(SocketAttribute.raw_socket)
-        if not await self._send(owner, sock.fileno(), arrival):
+        if not await self.links.send(owner, sock.fileno(), arrival):
             await _refuse(stream, vhost, conn.user)
             return
-        transport = getattr(raw, "_transport", None)
-        if transport is not None:
-            transport.abort()  # closes this copy of the descriptor; no FIN (worker K has it)
+        forget(raw)  # closes this copy of the descriptor; no FIN (worker K has it)
 
     async def _relay(
         self, stream: anyio.abc.ByteStream, owner: int, vhost: str, arrival: Arrival
@@ -238,7 +225,7 @@ class Front:
         """Pump the TLS connection's plain bytes to and from worker ``owner``."""
         here, there = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sent = await self._send(owner, there.fileno(), arrival)
+            sent = await self.links.send(owner, there.fileno(), arrival)
         finally:
             there.close()
         if not sent:
@@ -258,34 +245,6 @@ class Front:
         async with inner, anyio.create_task_group() as group:
             group.start_soon(pump, stream, inner)
             group.start_soon(pump, inner, stream)
-
-    async def _send(self, owner: int, fd: int, arrival: Arrival) -> bool:
-        """Hand ``fd`` to worker ``owner``, waiting for a restarting worker up to the
-        handshake timeout; False if it could not be reached."""
-        deadline = time.monotonic() + self.handshake_timeout
-        while True:
-            link = self._handover.get(owner)
-            try:
-                if link is None:
-                    path = self.role.handover_socket(owner)
-                    link = self._handover[owner] = connect_handover(path)
-                send_connection(link, fd, arrival)
-                return True
-            except BlockingIOError:
-                await anyio.wait_writable(link)  # type: ignore[arg-type]
-                continue
-            except OSError:
-                dropped = self._handover.pop(owner, None)
-                if dropped is not None:
-                    dropped.close()
-            if time.monotonic() >= deadline:
-                log.error(
-                    "worker %d did not take a connection within %.0f s",
-                    owner,
-                    self.handshake_timeout,
-                )
-                return False
-            await anyio.sleep(RECONNECT_INTERVAL)
 
     # -- replicating the access state ----------------------------------------------------------
 
@@ -391,21 +350,7 @@ class Front:
             log.warning("a worker did not apply the access change within %.0f s", REPLICATE_TIMEOUT)
 
     def close(self) -> None:
-        for link in self._handover.values():
-            link.close()
-        self._handover.clear()
-
-
-def connect_handover(path: Any) -> socket.socket:
-    """A non-blocking link to a worker's hand-over socket (OSError: none listens)."""
-    link = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
-        link.connect(str(path))
-    except OSError:
-        link.close()
-        raise
-    link.setblocking(False)
-    return link
+        self.links.close()
 
 
 async def _refuse(stream: anyio.abc.ByteStream, vhost: str, user: str | None) -> None:

@@ -44,6 +44,7 @@ class Arrival:
     cert_user: str | None
     open_at: int
     replay: bytes
+    moves: int = 0  # how often the connection moved between workers already (a spread vhost)
 
     def encode(self) -> bytes:
         fields = asdict(self)

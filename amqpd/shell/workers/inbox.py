@@ -61,7 +61,7 @@ async def serve_links(
         nonlocal listener
         await adopt(message, placement)
         if listener is None:
-            listener = _listen(role.handover_socket(role.index), socket.SOCK_SEQPACKET)
+            listener = listen_unix(role.handover_socket(role.index), socket.SOCK_SEQPACKET)
             adopted.set()
 
     try:
@@ -70,7 +70,7 @@ async def serve_links(
             task_status.started()
             await adopted.wait()
             assert listener is not None
-            await _take_handovers(listener, handle)
+            await take_handovers(listener, handle)
     finally:
         if listener is not None:
             listener.close()
@@ -78,7 +78,7 @@ async def serve_links(
                 role.handover_socket(role.index).unlink()
 
 
-async def _take_handovers(listener: socket.socket, handle: Handle) -> None:
+async def take_handovers(listener: socket.socket, handle: Handle) -> None:
     """Take handed-over connections until cancelled."""
     async with anyio.create_task_group() as group:
         while True:
@@ -151,7 +151,7 @@ async def _control(stream: anyio.abc.SocketStream, adopt: Adopt, workers: int) -
             return
 
 
-def _listen(path: Path, kind: int) -> socket.socket:
+def listen_unix(path: Path, kind: int) -> socket.socket:
     with suppress(FileNotFoundError):
         path.unlink()
     listener = socket.socket(socket.AF_UNIX, kind)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import socket
 from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -33,7 +35,8 @@ from amqpd.shell.workers.gateway import (
     unix_caller,
 )
 from amqpd.shell.workers.handover import Arrival
-from amqpd.shell.workers.inbox import serve_links
+from amqpd.shell.workers.inbox import listen_unix, serve_links, take_handovers
+from amqpd.shell.workers.moves import HandoverLinks
 from amqpd.shell.workers.placement import Placement
 from amqpd.shell.workers.role import WorkerRole
 from amqpd.shell.workers.spread import SpreadLinks
@@ -161,7 +164,25 @@ class WorkerNode:
             for name, vhost in self.broker.vhosts.items():
                 if self.is_spread(name):
                     vhost.replica = spread
+            self.forward_inbox.on_snapshot = spread.snapshot_applied
             group.start_soon(spread.forwarder.run)
+            await spread.ready()  # no connection before it has the others' queues
+
+    def moves(self, timeout: float) -> HandoverLinks:
+        """The links a connection of a spread vhost moves to another worker on (moves.py)."""
+        return HandoverLinks(self.role, timeout)
+
+    async def take_moved(self, handle: Handle) -> None:
+        """Worker 0 of a node with spread vhosts: take the connections other workers move
+        here (worker K takes them on the socket worker 0 hands over on, inbox.py)."""
+        path = self.role.handover_socket(0)
+        listener = listen_unix(path, socket.SOCK_SEQPACKET)
+        try:
+            await take_handovers(listener, handle)
+        finally:
+            listener.close()
+            with suppress(OSError):
+                path.unlink()
 
     async def on_front(self, request: dict[str, Any], local: Local) -> AdminReply | None:
         """An admin request that worker 0 owns (runtime parameters): sent to worker 0's admin

@@ -20,7 +20,10 @@ the server's ``after_core`` flushes what they produced.
 
 When a link comes up, this worker's `snapshot` of each spread vhost is written first, so a
 peer that (re)started learns this worker's exchanges, queues and bindings before anything
-else from it.
+else from it. A worker starting takes no connection before `ready`: every link of its own
+is up and every other worker's snapshot has arrived (or READY_TIMEOUT passed: a worker
+that is down sends it when it is back), so none of its connections routes without the
+queues of the others.
 """
 
 from __future__ import annotations
@@ -31,16 +34,20 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from typing import cast
 
+import anyio
+
 from amqpd.model.broker import Broker
 from amqpd.model.message import Message
 from amqpd.model.queue import Queue
 from amqpd.model.replica import Change, Decision, remote_by_worker
-from amqpd.model.replica_apply import snapshot
+from amqpd.model.replica_apply import SNAPSHOT_END, snapshot
 from amqpd.shell.workers.forward_outbox import Forwarder, _Outbox
 from amqpd.shell.workers.role import WorkerRole
 from amqpd.wire.forwarding import queue_names
 
 log = logging.getLogger(__name__)
+
+READY_TIMEOUT = 10.0  # seconds a starting worker waits for the others' links and snapshots
 
 
 class SpreadLinks:
@@ -54,6 +61,7 @@ class SpreadLinks:
         after_core: Callable[[], None],
     ) -> None:
         self.worker = role.index
+        self.workers = role.count
         self._broker = broker
         self._spread = spread
         self._after_core = after_core
@@ -62,6 +70,28 @@ class SpreadLinks:
         self._changes: list[tuple[str, Change]] = []
         self._through = dict.fromkeys(peers, 0)  # per link: every id up to it applied
         self._holds: deque[tuple[dict[int, int], Decision]] = deque()
+        self._snapshots: set[int] = set()  # the workers whose snapshot arrived here
+        self._progress = anyio.Event()  # set (and replaced) when a link or snapshot came
+
+    async def ready(self) -> None:
+        """Wait until every link is up and every other worker's snapshot arrived here (at
+        most READY_TIMEOUT: see the module's docstring)."""
+        peers = set(self.forwarder.outboxes)
+        with anyio.move_on_after(READY_TIMEOUT) as scope:
+            while not (
+                self._snapshots >= peers
+                and all(outbox.connected for outbox in self.forwarder.outboxes.values())
+            ):
+                await self._progress.wait()
+                self._progress = anyio.Event()
+        if scope.cancelled_caught:
+            log.warning("worker %d starts without every other worker's topology", self.worker)
+
+    def snapshot_applied(self, worker: int) -> None:
+        """Worker ``worker``'s snapshot was applied here (amqpd/shell/workers/
+        forward_links.py)."""
+        self._snapshots.add(worker)
+        self._progress.set()
 
     # -- ReplicaPort -----------------------------------------------------------------------
     def changed(self, vhost: str, change: Change) -> None:
@@ -130,7 +160,10 @@ class SpreadLinks:
         for name, vhost in self._broker.vhosts.items():
             if self._spread(name):
                 outbox.append_change(name, pickle.dumps(snapshot(vhost, self.worker)))
+        # the end of this worker's snapshots: the peer may take connections
+        outbox.append_change("", pickle.dumps((SNAPSHOT_END, self.worker)))
         outbox.wake()
+        self._progress.set()
 
     def _settled(self, peer: int, through: int | None) -> None:
         if through is None:  # the link was lost: nothing held waits for it (module doc)
