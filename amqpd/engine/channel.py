@@ -346,7 +346,7 @@ class Channel:
             self.stats.confirm += 1
             journal = self.conn.broker.journal
             batch = None if queues is None else storage_batch(journal, message, queues)
-            if queues and self.vhost.remote and has_remote(queues):
+            if queues and self.vhost.replica is not None and has_remote(queues):
                 joined = forward_confirmed(self, publish, queues, seq, batch)
                 if joined is not None:
                     self._joined[seq] = joined
@@ -384,9 +384,9 @@ class Channel:
         if queues:
             exchange_stats.publish_out += len(queues)
             vhost = self.vhost
-            if vhost.remote and self.mode is not Mode.CONFIRM and has_remote(queues):
-                assert vhost.replica is not None
-                vhost.replica.forward(
+            replica = vhost.replica
+            if replica is not None and self.mode is not Mode.CONFIRM and has_remote(queues):
+                replica.forward(
                     vhost.name,
                     publish.message,
                     publish.expiration_ms,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from amqpd.engine.reply_to import REPLY_TO_PREFIX
+from amqpd.engine.reply_to import REPLY_TO_PREFIX, remote_reply_queue
 from amqpd.engine.transaction import BufferedPublish
 from amqpd.model.auth import Authz
 from amqpd.model.enqueue import enqueue_routed
@@ -160,11 +160,13 @@ def route_and_enqueue(
             return delayed.hold(message, delay)
     if exchange.is_default and message.routing_key.startswith(REPLY_TO_PREFIX):
         queues = reply_queue(message.routing_key)  # a direct reply-to address
+        if not queues and vhost.replica is not None:  # another worker's (a spread vhost)
+            queues = remote_reply_queue(vhost, message.routing_key)
     else:
         queues = vhost.route(exchange, message)
     if not queues:
         return queues
-    if vhost.remote and has_remote(queues):
+    if vhost.replica is not None and has_remote(queues):
         # a spread vhost (model/replica.py): the caller forwards the other workers' copies
         here = local_only(queues)
         if here and not enqueue_routed(

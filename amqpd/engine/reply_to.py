@@ -6,6 +6,10 @@ that is in no vhost's queue table, only in the broker's ``reply_queues``. A requ
 publishes with ``reply_to=amq.rabbitmq.reply-to`` carries that address instead, and a reply
 published to it on the default exchange goes straight to the pseudo-queue. Cancelling the
 consumer (or closing the channel) retires the address.
+
+In a spread vhost (amqpd/model/replica.py) the address names the worker that holds it
+(``amq.rabbitmq.reply-to.<worker>.<random>``, opaque to clients, as RabbitMQ's names its
+node), so a reply published on another worker crosses to it (`remote_reply_queue`).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Final
 
 from amqpd.model.message import Message
 from amqpd.model.queue import Queue
+from amqpd.model.replica import RemoteQueue
 from amqpd.model.vhost import VirtualHost, generated_name
 from amqpd.wire.errors import precondition_failed
 from amqpd.wire.properties import REPLY_TO, RawProperties
@@ -39,7 +44,9 @@ class DirectReplyTo:
             raise precondition_failed("reply consumer cannot acknowledge")
         if self.queue is not None:
             raise precondition_failed("reply consumer already set")
-        name = generated_name(REPLY_TO_PREFIX)
+        replica = self._vhost.replica
+        prefix = REPLY_TO_PREFIX if replica is None else f"{REPLY_TO_PREFIX}{replica.worker}."
+        name = generated_name(prefix)
         queue = self._vhost.new_queue(name, False, None, False, {})
         self.queue = queue
         self._reply_queues[name] = queue
@@ -64,3 +71,18 @@ class DirectReplyTo:
         queue.deleted = True
         self._reply_queues.pop(queue.name, None)
         return True
+
+
+def remote_reply_queue(vhost: VirtualHost, address: str) -> list[Queue]:
+    """The direct reply-to address ``address`` of another worker of a spread vhost, as a
+    stub to forward the reply to (empty: not another worker's)."""
+    replica = vhost.replica
+    if replica is None:
+        return []
+    worker, dot, _token = address[len(REPLY_TO_PREFIX) :].partition(".")
+    if not dot or not worker.isdigit() or int(worker) >= replica.workers:
+        return []
+    owner = int(worker)
+    if owner == replica.worker:
+        return []  # this worker's, and gone
+    return [RemoteQueue(address, vhost.name, owner, False, False, False, {})]

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from pamqp import commands as spec
 from pamqp.base import Frame as Method
 
-from amqpd.engine.reply_to import REPLY_TO_QUEUE
+from amqpd.engine.reply_to import REPLY_TO_QUEUE, remote_reply_queue
 from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.vhost import VirtualHost
 from amqpd.wire import codec
@@ -196,7 +196,11 @@ class Topology:
         of a live reply address with 0 messages and 1 consumer, so an RPC server can check
         that its client is still there; a gone address is 404."""
         name = method.queue
-        if name != REPLY_TO_QUEUE and name not in self._reply_queues:
+        if (
+            name != REPLY_TO_QUEUE
+            and name not in self._reply_queues
+            and not remote_reply_queue(self.vhost, name)  # another worker's: taken as live
+        ):
             raise not_found("queue", name, self.vhost.name)
         if not method.nowait:
             self._reply(

@@ -77,9 +77,11 @@ class InboundLink:
         journal: JournalPort | None,
         batch_waits: BatchWaits,
         flow_queues: set[Queue],
+        reply_queues: dict[str, Queue] | None = None,
     ) -> list[Queue] | None:
-        """Enqueue ``record``'s message into its queues of ``vhost``; the queues that hold
-        it, or None when one refused it (then it is in none)."""
+        """Enqueue ``record``'s message into its queues of ``vhost`` (or, for a direct
+        reply-to address, ``reply_queues``: the broker's); the queues that hold it, or None
+        when one refused it (then it is in none)."""
         publish_id = record.publish_id
         if publish_id <= self._received:
             raise ValueError(f"publish id {publish_id} after {self._received}")
@@ -88,6 +90,8 @@ class InboundLink:
         queues: list[Queue] = []
         for name in record.queues:
             queue = vhost.queues.get(name)
+            if queue is None and reply_queues is not None:
+                queue = reply_queues.get(name)  # amq.* names: never a queue's
             if queue is not None:
                 queues.append(queue)
         expiration_ms = record.expiration_ms if record.expiration_ms >= 0 else None

@@ -149,14 +149,16 @@ def balanced(arguments: dict[str, Any], policy: dict[str, Any] | None) -> bool:
 
 
 def least_loaded(here: int, workers: int, local: int, remote: dict[str, RemoteQueue]) -> int:
-    """The worker owning the fewest of a vhost's queues (``local`` of them here; the lowest
-    index on a tie)."""
+    """The worker owning the fewest of a vhost's queues (``local`` of them here). A tie
+    keeps the queue here (connections are spread already: two workers declaring at once
+    then each keep theirs), else goes to the lowest index."""
     counts = [0] * workers
     counts[here] = local
     for stub in remote.values():
         if stub.worker < workers:
             counts[stub.worker] += 1
-    return counts.index(min(counts))
+    fewest = min(counts)
+    return here if counts[here] == fewest else counts.index(fewest)
 
 
 def has_remote(queues: list[Queue]) -> bool:

@@ -139,6 +139,8 @@ class Peers:
                 conn.stats.host, conn.stats.port = str(local[0]), int(local[1])
         conn.stats.ssl = tls
         conn.can_move = not tls and self.mover is not None  # a TLS session cannot move
+        if not conn.can_move:
+            conn.recording = None  # nothing to record it for (engine/moving.py)
         if arrival is not None:
             _replay(conn, arrival)
         peer = Peer(conn, byte_stream)

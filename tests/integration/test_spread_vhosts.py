@@ -257,3 +257,36 @@ def _count(port: int, queue: str) -> int:
         return int(connection.channel().queue_declare(queue, passive=True).method.message_count)
     finally:
         connection.close()
+
+
+def test_direct_reply_to_crosses_workers(tmp_path: Path) -> None:
+    with _node(tmp_path) as (broker, _data):
+        server, client = _two_workers(broker.port)
+        sch = server.channel()
+        sch.queue_declare("rpc")
+        cch = client.channel()
+        replies: list[bytes] = []
+        cch.basic_consume(
+            "amq.rabbitmq.reply-to", lambda _c, _m, _p, body: replies.append(body), auto_ack=True
+        )
+        asking = pika.BasicProperties(reply_to="amq.rabbitmq.reply-to")
+        cch.basic_publish("", "rpc", b"ping", asking)  # crosses to the server's worker
+
+        got: list[tuple[Any, bytes]] = []
+
+        def request() -> bool:
+            method, properties, body = sch.basic_get("rpc", auto_ack=True)
+            if method is not None:
+                got.append((properties, body))
+            return bool(got)
+
+        _wait_for(request, "the request")
+        properties, body = got[0]
+        assert body == b"ping" and properties.reply_to.startswith("amq.rabbitmq.reply-to.")
+        # the address is alive for the server, although it is another worker's
+        assert sch.queue_declare(properties.reply_to, passive=True).method.consumer_count == 1
+        sch.basic_publish("", properties.reply_to, b"pong", mandatory=True)  # crosses back
+        _wait_for(lambda: client.process_data_events(0.05) or bool(replies), "the reply")
+        assert replies == [b"pong"]
+        client.close()
+        server.close()

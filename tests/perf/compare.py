@@ -185,6 +185,43 @@ def w1_groups(broker: Broker, opts: argparse.Namespace) -> Metrics:
     }
 
 
+# a new queue goes to the worker owning the fewest (amqpd --spread-vhosts; RabbitMQ 3.10
+# accepts the argument for classic queues, where a cluster balances masters with it)
+BALANCED = ["--queue-arg", "x-queue-master-locator=min-masters"]
+
+
+def w1_groups_one_vhost(broker: Broker, opts: argparse.Namespace) -> Metrics:
+    """W1x4s: GROUPS W1 load groups at once, each its own producer, consumer and queue, all
+    in the vhost "/" (``--workers N --spread-vhosts '*'``, compare.py --spread: the queues
+    are balanced over the workers and each group's connections move to its queue's
+    worker, docs/multicore.md "Stage 2"); summed as W1x4."""
+    duration = opts.duration + opts.warmup
+    commands = [
+        [
+            sys.executable,
+            *("-m", "interop.perf.cli", "-u", broker.url, "--json", "--interval", "0"),
+            *("--broker-pid", str(broker.pid), "-x", "1", "-y", "1", "-q", "100", "-A", "50"),
+            *("--queue-prefix", f"w1x4s-{group}", *BALANCED),
+            *("-z", str(duration), "--warmup", str(opts.warmup)),
+        ]
+        for group in range(GROUPS)
+    ]
+    running = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+        for command in commands
+    ]
+    results = perf_results(running, timeout=duration + 180)
+    rate = sum(r["consumed_rate"] for r in results)
+    broker_cpu = statistics.median(r["broker"]["cpu_s"] for r in results)
+    return {
+        "rate": rate,
+        "sent": sum(r["published_rate"] for r in results),
+        "cpu100k": broker_cpu / (rate * opts.duration) * 100_000 if rate else 0.0,
+        "broker_cores": broker_cpu / opts.duration,
+        "rss": results[0]["broker"]["rss_kb"] / 1024,
+    }
+
+
 def fill_drain(broker: Broker, opts: argparse.Namespace) -> Metrics:
     """W5: queue N transient messages (confirmed), measure RSS; then drain them."""
     n = str(opts.w5_messages)
@@ -312,6 +349,18 @@ def _workloads() -> list[Workload]:
             w1_groups,
         ),
         Workload(
+            "W1x4s",
+            f"{GROUPS} W1 load groups at once, each on its own queue, all in one vhost "
+            "(queues balanced: x-queue-master-locator=min-masters)",
+            [
+                Figure("e2e msgs/s (all groups)", "rate", "≥ 1.0x"),
+                Figure("broker CPU s / 100k msgs", "cpu100k", "≤ 1.0x", CPU),
+                Figure("broker cores", "broker_cores", fmt="{:.2f}"),
+                RSS,
+            ],
+            w1_groups_one_vhost,
+        ),
+        Workload(
             "W1r",
             "W1 at a fixed 2,000 msgs/s (round trips at a low rate)",
             [
@@ -401,6 +450,18 @@ def _workloads() -> list[Workload]:
             ],
             perf_workload(fanout, "consumed_rate", "deliver"),
             profile_args=fanout,
+        ),
+        Workload(
+            "W3s",
+            "W3 with its queues balanced (x-queue-master-locator=min-masters: spread over "
+            "the workers of a spread vhost)",
+            [
+                Figure("delivered msgs/s", "rate", "≥ 1.0x"),
+                Figure("sent msgs/s", "sent"),
+                Figure("broker CPU s / 100k deliveries", "cpu100k", fmt=CPU),
+                RSS,
+            ],
+            perf_workload([*fanout, *BALANCED], "consumed_rate", "deliver"),
         ),
         Workload(
             "W3m",
@@ -805,6 +866,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="amqpd --workers, comma-separated: one amqpd column each (the first is named "
         "amqpd, the ratio's numerator), e.g. 1,2 [1]",
     )
+    p.add_argument(
+        "--spread",
+        action="store_true",
+        help="amqpd columns with more than one worker spread every vhost over them "
+        "(--spread-vhosts '*', docs/multicore.md \"Stage 2\")",
+    )
     p.add_argument("--w5-messages", type=int, default=1_000_000, help="W5 queue depth [1e6]")
     p.add_argument("--w6-connections", type=int, default=1000, help="W6 connections [1000]")
     p.add_argument(
@@ -896,7 +963,11 @@ def main(argv: list[str] | None = None) -> int:
     for count in opts.workers:
         name = "amqpd" if count == opts.workers[0] else f"amqpd --workers {count}"
         data = opts.work_dir / f"amqpd-w{count}" / "data"
-        brokers.append(Amqpd(free_port(), data, opts.sync, source, name, count))
+        amqpd = Amqpd(free_port(), data, opts.sync, source, name, count)
+        if opts.spread and count > 1:
+            amqpd.name = f"{name} (spread)"
+            amqpd.env["AMQPD_SPREAD_VHOSTS"] = "*"
+        brokers.append(amqpd)
     notes: list[str] = []
     if opts.baseline:
         base_source, base_label = snapshot(opts.baseline, opts.work_dir, "baseline-src")

@@ -218,7 +218,7 @@ def test_a_balancing_locator_puts_a_new_queue_on_the_worker_with_fewest() -> Non
     one, _port1 = _spread_broker(1)
     here, there = zero.vhosts["/"], one.vhosts["/"]
     balanced = {"x-queue-leader-locator": "least-leaders"}
-    first = here.declare_queue("b1", False, True, False, False, dict(balanced), None)
+    first = here.declare_queue("b1", False, True, False, False, dict(balanced), None)  # tie
     second = here.declare_queue("b2", False, True, False, False, dict(balanced), None)
     third = here.declare_queue("b3", False, True, False, False, {}, None)  # client-local
     assert type(first) is Queue and type(third) is Queue

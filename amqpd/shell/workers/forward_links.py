@@ -122,7 +122,14 @@ class ForwardInbox:
                 if not isinstance(record, Forwarded):
                     raise ForwardingError("a SETTLED record sent to the owner")
                 vhost = broker.vhosts.get(reader.vhost) or self._gone
-                link.inbound.accept(record, vhost, broker.journal, broker.batch_waits, self._flow)
+                link.inbound.accept(
+                    record,
+                    vhost,
+                    broker.journal,
+                    broker.batch_waits,
+                    self._flow,
+                    broker.reply_queues,
+                )
             self._flow.clear()
             self._after_core()
             link.wake.set()
