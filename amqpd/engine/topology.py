@@ -122,7 +122,10 @@ class Topology:
         if name in vhost.queues:
             return
         stub = vhost.remote.get(name)
-        if stub is not None and stub.exclusive_owner is None and self._owner.movable:
+        if stub is None:
+            return
+        vhost.check_exclusive_access(stub, self._owner)  # 405: another connection's
+        if self._owner.movable:
             raise MoveConnection(stub.worker)
 
     # -- exchanges -----------------------------------------------------------------------

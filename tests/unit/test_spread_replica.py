@@ -9,6 +9,7 @@ from typing import Any
 
 from pamqp import commands
 
+from amqpd.engine.reply_to import remote_reply_queue
 from amqpd.model.broker import Broker
 from amqpd.model.message import Message
 from amqpd.model.queue import Queue
@@ -250,3 +251,17 @@ def test_a_first_publish_to_another_workers_queues_moves_the_connection_there() 
     client.publish(1, "theirs", b"goes along")
     assert (client.conn.move_to, client.conn.move_at) == (1, before)
     assert client.methods() == []  # not routed here: worker 1 does it
+
+
+def test_a_direct_reply_to_address_names_its_worker() -> None:
+    zero, _port0 = _spread_broker(0)
+    client = _client(zero)
+    client.send(1, commands.Basic.Consume(queue="amq.rabbitmq.reply-to", no_ack=True))
+    (address,) = list(zero.reply_queues)
+    assert address.startswith("amq.rabbitmq.reply-to.0.")
+    here = zero.vhosts["/"]
+    assert remote_reply_queue(here, address) == []  # this worker's own
+    (stub,) = remote_reply_queue(here, "amq.rabbitmq.reply-to.1.abc")
+    assert isinstance(stub, RemoteQueue) and stub.worker == 1
+    for unknown in ("amq.rabbitmq.reply-to.7.abc", "amq.rabbitmq.reply-to.abc", "amq.x"):
+        assert remote_reply_queue(here, unknown) == []
