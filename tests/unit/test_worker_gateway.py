@@ -462,3 +462,43 @@ def test_links_are_listed_from_every_worker_that_runs_them(node: Node) -> None:
     assert _names(node.get("/api/shovels/v1").json()) == ["s0", "s1"]
     assert _names(node.get("/api/shovels/%2F").json()) == ["s2"]
     assert node.get("/api/shovels/nope").status_code == 404
+
+
+def test_a_spread_vhost_is_answered_from_every_worker() -> None:
+    # a vhost spread over both workers (docs/multicore.md "Stage 2"): each worker has every
+    # exchange, and the queues it owns; the gateway merges the queues and lists the
+    # exchanges once
+    brokers = [Broker(), Broker()]
+    for broker in brokers:
+        _grant(broker, "s")
+        broker.vhosts["s"].declare_exchange("x", "fanout", False, True, False, False, {})
+    brokers[0].vhosts["s"].declare_queue("a", False, True, False, False, {}, None)
+    brokers[1].vhosts["s"].declare_queue("b", False, True, False, False, {}, None)
+    apps: list[ASGIApp] = [create_app(Host(broker)) for broker in brokers]
+
+    async def call(
+        index: int, method: str, path: str, query: bytes, headers: Headers, body: bytes
+    ) -> Answer:
+        return await asgi_call(apps[index], method, path, query, headers, body)
+
+    gateway = management_gateway(apps[0], 2, lambda _vhost: 1, call, lambda v: v == "s")
+
+    def request(method: str, path: str) -> httpx.Response:
+        async def run() -> httpx.Response:
+            transport = httpx.ASGITransport(app=gateway, client=("127.0.0.1", 40000))
+            async with httpx.AsyncClient(transport=transport, base_url="http://node") as client:
+                return await client.request(method, path, auth=GUEST)
+
+        return anyio.run(run)
+
+    def names(path: str, vhost: str = "s") -> list[str]:
+        return sorted(row["name"] for row in request("GET", path).json() if row["vhost"] == vhost)
+
+    assert names("/api/queues/s") == names("/api/queues") == ["a", "b"]
+    assert names("/api/exchanges/s").count("x") == names("/api/exchanges").count("x") == 1
+    assert request("GET", "/api/queues/s/b").json()["name"] == "b"  # from worker 1
+    assert request("DELETE", "/api/queues/s/b").status_code == 204
+    assert "b" not in brokers[1].vhosts["s"].queues
+    exported = request("GET", "/api/definitions").json()
+    assert sorted(q["name"] for q in exported["queues"] if q["vhost"] == "s") == ["a"]
+    assert [e["name"] for e in exported["exchanges"] if e["vhost"] == "s"] == ["x"]

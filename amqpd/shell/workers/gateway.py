@@ -52,6 +52,13 @@ parameters, user and vhost limits, ``PUT|DELETE           replicates its changes
 other health checks, the dashboard
 ========================================================  ===================================
 
+A spread vhost (``--spread-vhosts``, docs/multicore.md "Stage 2") is on every worker: its
+queues, consumers, connections and channels are merged from every worker (listings, ``GET
+/api/{queues,consumers}/{vhost}``, ``GET /api/vhosts/{vhost}/{connections,channels}``, the
+definitions' queues), ``/api/queues/{vhost}/{name}...`` goes to the first worker that does
+not answer 404 (the queue's), and everything else of it to worker 0, which has every one of
+its exchanges and bindings (a change there is sent to the other workers).
+
 Left at worker 0: ``/api/nodes/{name}/memory`` (that process's memory breakdown),
 ``HEAD`` of a merged listing. The rates' ``*_details.samples`` of a merged overview are
 summed by timestamp (a point that only some workers have counts the others as 0; ``avg``
@@ -85,6 +92,7 @@ from amqpd.shell.management import listing
 from amqpd.shell.management.errors import ApiError
 from amqpd.shell.metrics import CONTENT_TYPE
 from amqpd.shell.workers.gateway_merge import (
+    EVERY_WORKER,
     LISTINGS,
     TOPOLOGY,
     documents_of,
@@ -236,13 +244,50 @@ def _plan(method: str, segments: list[str]) -> tuple[str, str]:
     return "local", ""
 
 
+# a spread vhost's rows of these are on every worker (the others: each worker has them all)
+_SPREAD_ROWS: Final = frozenset({"queues", "consumers", "connections", "channels"})
+
+
+def _plan_spread(method: str, segments: list[str]) -> str:
+    """What to do with a request for a spread vhost (docs/multicore.md "Stage 2") that would
+    go to the vhost's one worker: its queue and consumer listings merge every worker's, a
+    queue goes to the worker that has it, the rest to worker 0 ("owner": it has every
+    exchange and binding, and a queue declared there is replicated)."""
+    first, count = segments[0], len(segments)
+    if method == "GET" and count == 2 and first in ("queues", "consumers"):
+        return "listing"
+    if first == "queues" and count >= 3:
+        return "find"
+    if method == "GET" and first == "vhosts" and count == 3:
+        return "rows"  # its connections or channels
+    return "owner"
+
+
 # -- the management gateway --------------------------------------------------------------------
 def management_gateway(
-    app: ASGIApp, workers: int, owner: Callable[[str], int], call: WorkerCall
+    app: ASGIApp,
+    workers: int,
+    placed: Callable[[str], int],
+    call: WorkerCall,
+    spread: Callable[[str], bool] = lambda _vhost: False,
 ) -> ASGIApp:
     """Worker 0's management ``app`` answering for all ``workers`` (the table above);
-    ``owner(vhost)``, asked per request, is the placement; ``call`` reaches the workers
-    (``call(0, ...)`` must be ``app`` in-process: `unix_caller`)."""
+    ``placed(vhost)``, asked per request, is the placement; ``spread(vhost)``: whether the
+    vhost lives on every worker (its queues, consumers, connections and channels are on
+    all of them, each worker has all its exchanges and bindings: worker 0 answers for
+    those); ``call`` reaches the workers (``call(0, ...)`` must be ``app`` in-process:
+    `unix_caller`)."""
+
+    def owner(vhost: str) -> int:
+        """Where a vhost's exchanges and bindings are (and everything of a vhost that is
+        not spread)."""
+        return 0 if spread(vhost) else placed(vhost)
+
+    def owner_of(collection: str) -> Callable[[str], int]:
+        """Where a vhost's rows of ``collection`` are."""
+        if collection not in _SPREAD_ROWS:
+            return owner
+        return lambda vhost: EVERY_WORKER if spread(vhost) else placed(vhost)
 
     async def ask(index: int, request: _Request, body: bytes | None = None) -> Answer:
         if body is None:
@@ -266,7 +311,7 @@ def management_gateway(
         documents = documents_of(answers)
         if not all(isinstance(document, list) for document in documents):
             return answers[0]  # not a listing after all: as worker 0 answered
-        rows = merge_rows(documents, owner, kind.vhost)
+        rows = merge_rows(documents, owner_of(request.segments[0]), kind.vhost)
         try:
             return json_answer(200, listing.present(rows, request.params(), kind.order))
         except ApiError as exc:  # the pagination parameters, as the app refuses them
@@ -309,6 +354,19 @@ def management_gateway(
             first = first or answer
         assert first is not None
         return first
+
+    async def every_row(request: _Request) -> Answer:
+        """A spread vhost's connections or channels: every worker's rows."""
+        answers = await ask_every_worker(
+            call, workers, "GET", request.path, request.query, request.headers
+        )
+        failed = first_failure(answers)
+        if failed is not None:
+            return failed
+        documents = documents_of(answers)
+        if not all(isinstance(document, list) for document in documents):
+            return answers[0]
+        return json_answer(200, [row for rows in documents for row in rows])
 
     async def links(request: _Request, vhost: str) -> Answer:
         checked = await ask(owner(vhost), request)  # the vhost exists, the user may see it
@@ -382,6 +440,8 @@ def management_gateway(
             return
         request = _parse(scope, receive)
         action, vhost = _plan(request.method, request.segments)
+        if vhost and action == "owner" and spread(vhost):
+            action = _plan_spread(request.method, request.segments)
         index = owner(vhost) if vhost else 0
         if action == "owner" or (action == "import-vhost" and index == 0):
             if index == 0:
@@ -395,7 +455,10 @@ def management_gateway(
         elif action == "nodes":
             answer = await merged(request, merge_nodes, only_objects=False)
         elif action == "definitions":
-            answer = await merged(request, lambda documents: merge_definitions(documents, owner))
+            answer = await merged(
+                request,
+                lambda documents: merge_definitions(documents, owner, owner_of("queues")),
+            )
         elif action == "import":
             answer = await import_all(request)
         elif action == "import-vhost":
@@ -404,6 +467,8 @@ def management_gateway(
             answer = await links(request, vhost)
         elif action == "find":
             answer = await find(request)
+        elif action == "rows":
+            answer = await every_row(request)
         elif action == "alarms":
             answer = await alarms(request)
         else:

@@ -131,8 +131,14 @@ def _merge_node(nodes: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+EVERY_WORKER: Final = -1  # an owner that means: every worker's rows (a spread vhost's queues)
+
+
 def _owned(owner: Callable[[str], int], vhost: Any, index: int) -> bool:
-    return vhost is None or not isinstance(vhost, str) or owner(vhost) == index
+    if vhost is None or not isinstance(vhost, str):
+        return True
+    found = owner(vhost)
+    return found in (index, EVERY_WORKER)
 
 
 def merge_rows(
@@ -147,12 +153,16 @@ def merge_rows(
     ]
 
 
-def merge_definitions(documents: Sequence[Any], owner: Callable[[str], int]) -> dict[str, Any]:
-    """Worker 0's export with every worker's queues, exchanges and bindings."""
+def merge_definitions(
+    documents: Sequence[Any], owner: Callable[[str], int], queues_owner: Callable[[str], int]
+) -> dict[str, Any]:
+    """Worker 0's export with every worker's queues (``queues_owner``: where a vhost's queues
+    are), exchanges and bindings (``owner``)."""
     out = dict(documents[0])
     for section in TOPOLOGY:
         rows = [document.get(section) or [] for document in documents]
-        out[section] = merge_rows(rows, owner, lambda row: row.get("vhost", "/"))
+        where = queues_owner if section == "queues" else owner
+        out[section] = merge_rows(rows, where, lambda row: row.get("vhost", "/"))
     return out
 
 

@@ -396,7 +396,9 @@ class WorkerNode:
         (amqpd/shell/workers/gateway.py)."""
         caller = unix_caller(app, self.role.management_socket)
         self.callers.append(caller)
-        return management_gateway(app, self.role.count, self.placement_owner, caller)
+        return management_gateway(
+            app, self.role.count, self.placement_owner, caller, self.is_spread
+        )
 
     def metrics_gateway(self, app: Any) -> Any:
         """Worker 0's Prometheus ``app`` behind the gateway that merges every worker's."""
