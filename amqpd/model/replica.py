@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 # ("exchange", name, type, durable, auto_delete, internal, arguments)
 # ("exchange-delete", name)
 # ("queue", name, owner worker, durable, exclusive, auto_delete, arguments)
-# ("queue-delete", name)
+# ("queue-delete", name, owner worker)
 # ("purge", name): queue.purge of another worker's queue by a connection that cannot move
 # ("bind" | "unbind", source, "queue" | "exchange", destination, routing key, arguments)
 # ("snapshot", worker, [changes])

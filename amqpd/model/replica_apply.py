@@ -42,16 +42,16 @@ def apply_change(vhost: VirtualHost, change: Change) -> None:
     if handler is None:
         raise ValueError(f"unknown topology change {op!r}")
     replica = vhost.replica
-    if op == "queue" and replica is not None and change[2] == replica.worker:
-        handler = _apply_own_queue  # declared elsewhere, to be owned here (balanced)
+    here = -1 if replica is None else replica.worker
     vhost.replica = None  # what another worker changed is not sent back to the others
     try:
-        handler(vhost, change)
+        handler(vhost, change, here)
     finally:
         vhost.replica = replica
 
 
 def _apply_own_queue(vhost: VirtualHost, change: Change) -> None:
+    """A queue declared on another worker for this one to own (a balancing locator)."""
     _, name, _worker, durable, _exclusive, auto_delete, arguments = change
     stub = vhost.remote.get(name)
     if stub is not None:
@@ -60,7 +60,7 @@ def _apply_own_queue(vhost: VirtualHost, change: Change) -> None:
         vhost.declare_queue(name, False, durable, False, auto_delete, arguments, None)
 
 
-def _apply_exchange(vhost: VirtualHost, change: Change) -> None:
+def _apply_exchange(vhost: VirtualHost, change: Change, here: int) -> None:
     _, name, type_name, durable, auto_delete, internal, arguments = change
     if name not in vhost.exchanges:
         # refused here as it would not have been there: nothing to mirror
@@ -70,13 +70,16 @@ def _apply_exchange(vhost: VirtualHost, change: Change) -> None:
             )
 
 
-def _apply_exchange_delete(vhost: VirtualHost, change: Change) -> None:
+def _apply_exchange_delete(vhost: VirtualHost, change: Change, here: int) -> None:
     if change[1] in vhost.exchanges:
         vhost.delete_exchange(change[1], False)
 
 
-def _apply_queue(vhost: VirtualHost, change: Change) -> None:
+def _apply_queue(vhost: VirtualHost, change: Change, here: int) -> None:
     _, name, worker, durable, exclusive, auto_delete, arguments = change
+    if worker == here:
+        _apply_own_queue(vhost, change)
+        return
     if name in vhost.queues:
         return  # declared here meanwhile: this worker's queue wins here
     existing = vhost.remote.get(name)
@@ -90,18 +93,18 @@ def _apply_queue(vhost: VirtualHost, change: Change) -> None:
     vhost.topology.value += 1
 
 
-def _apply_queue_delete(vhost: VirtualHost, change: Change) -> None:
-    name = change[1]
+def _apply_queue_delete(vhost: VirtualHost, change: Change, here: int) -> None:
+    _, name, owner = change
     stub = vhost.remote.get(name)
-    if stub is not None:
+    if stub is not None and stub.worker == owner:
         vhost.drop_remote(stub)
         return
     queue = vhost.queues.get(name)
-    if queue is not None:
+    if queue is not None and owner == here:
         vhost.delete_queue(queue)  # queue.delete on another worker's stub of it
 
 
-def _apply_purge(vhost: VirtualHost, change: Change) -> None:
+def _apply_purge(vhost: VirtualHost, change: Change, here: int) -> None:
     queue = vhost.queues.get(change[1])
     if queue is not None:
         queue.purge()
@@ -114,7 +117,7 @@ def _destination(vhost: VirtualHost, kind: str, name: str) -> Queue | Exchange |
     return queue if queue is not None else vhost.remote.get(name)
 
 
-def _apply_binding(vhost: VirtualHost, change: Change) -> None:
+def _apply_binding(vhost: VirtualHost, change: Change, here: int) -> None:
     op, source_name, kind, destination_name, key, arguments = change
     source = vhost.exchanges.get(source_name)
     destination = _destination(vhost, kind, destination_name)
@@ -129,15 +132,15 @@ def _apply_binding(vhost: VirtualHost, change: Change) -> None:
         pass  # refused here as it would not have been there: nothing to mirror
 
 
-def _apply_snapshot(vhost: VirtualHost, change: Change) -> None:
+def _apply_snapshot(vhost: VirtualHost, change: Change, here: int) -> None:
     _, worker, changes = change
     for stub in [stub for stub in vhost.remote.values() if stub.worker == worker]:
         vhost.drop_remote(stub)
     for item in changes:
-        _APPLY[item[0]](vhost, item)
+        _APPLY[item[0]](vhost, item, here)
 
 
-_APPLY: dict[str, Callable[[VirtualHost, Change], None]] = {
+_APPLY: dict[str, Callable[[VirtualHost, Change, int], None]] = {
     "exchange": _apply_exchange,
     "exchange-delete": _apply_exchange_delete,
     "queue": _apply_queue,

@@ -424,7 +424,8 @@ class VirtualHost(Routing):
             consumer.channel.cancel_by_broker(consumer)
         queue.consumers.clear()
         if self.replica is not None:
-            self.replica.changed(self.name, ("queue-delete", queue.name))
+            change = ("queue-delete", queue.name, self.replica.worker)
+            self.replica.changed(self.name, change)
         return count
 
     def delete_remote_queue(self, stub: RemoteQueue) -> None:
@@ -432,7 +433,7 @@ class VirtualHost(Routing):
         its owner (and the other stubs) once the change reaches them."""
         self.drop_remote(stub)
         if self.replica is not None:
-            self.replica.changed(self.name, ("queue-delete", stub.name))
+            self.replica.changed(self.name, ("queue-delete", stub.name, stub.worker))
 
     def purge_remote_queue(self, stub: RemoteQueue) -> None:
         """queue.purge of a queue another worker owns: purged there when the change
