@@ -155,6 +155,8 @@ class FeedProtocol(StreamProtocol):
     def _feed(self, data: bytes) -> None:
         conn = self.conn
         if conn.should_close:
+            if conn.move_to is not None:
+                self._held.append(bytes(data))  # goes along to the worker it moves to
             self._finish()
             return
         self._deliver(data)

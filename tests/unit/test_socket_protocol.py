@@ -49,6 +49,7 @@ class StandIn:
         self.fed: list[bytes] = []
         self.should_close = False
         self.lost = 0
+        self.move_to: int | None = None  # set: it moves to that worker (engine/moving.py)
 
     def receive_data(self, data: bytes, now: float) -> None:
         if self.fail:
@@ -234,6 +235,21 @@ def test_a_closing_connection_reads_no_more_and_a_closed_reader_ignores_callback
         reader2.data_received(b"late")
         reader2.connection_lost(None)
         assert conn2.fed == [] and conn2.lost == 0
+
+    run(test)
+
+
+def test_a_moving_connection_keeps_what_it_was_not_fed_for_the_worker_it_moves_to() -> None:
+    async def test() -> None:
+        conn, transport = StandIn(), FakeTransport()
+        reader = protocol(conn, transport, [])
+        reader.start([], eof=False)
+        conn.move_to = 1  # the engine stopped at a frame that moves it (engine/moving.py)
+        conn.should_close = True
+        reader.data_received(b"sent meanwhile")
+        reader.data_received(b" and more")
+        assert conn.fed == [] and reader.finished.is_set() and not transport.reading
+        assert reader.unread() == b"sent meanwhile and more"  # goes along, in order
 
     run(test)
 
