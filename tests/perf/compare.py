@@ -201,7 +201,9 @@ def w1_groups_one_vhost(broker: Broker, opts: argparse.Namespace) -> Metrics:
             sys.executable,
             *("-m", "interop.perf.cli", "-u", broker.url, "--json", "--interval", "0"),
             *("--broker-pid", str(broker.pid), "-x", "1", "-y", "1", "-q", "100", "-A", "50"),
-            *("--queue-prefix", f"w1x4s-{group}", *BALANCED),
+            # its own exchange too: a group's teardown deletes its exchange while the others
+            # may still publish (a shared one failed a run with 404: session 16)
+            *("--queue-prefix", f"w1x4s-{group}", "--exchange", f"w1x4s-{group}", *BALANCED),
             *("-z", str(duration), "--warmup", str(opts.warmup)),
         ]
         for group in range(GROUPS)
