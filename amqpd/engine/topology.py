@@ -6,9 +6,10 @@ an empty queue name means in later queue methods (``queue_name``).
 
 In a spread vhost (amqpd/model/replica.py) a reply that follows a change of the topology is
 held until the other workers applied it (`_answer`), and using a queue another worker owns
-(consume, get, purge: `usable_queue`) moves the whole connection to that worker when
-nothing pins it here (`MoveConnection`, acted on by the connection and the shell), and is
-540 NOT_IMPLEMENTED otherwise.
+(declare, consume, get, purge, delete: `_move_if_elsewhere`) moves the whole connection to
+that worker when nothing pins it here (`MoveConnection`, acted on by the connection and the
+shell, engine/moving.py); otherwise a purge or delete is sent to that worker, and a consume
+or get is 540 NOT_IMPLEMENTED.
 """
 
 from __future__ import annotations
