@@ -290,3 +290,37 @@ def test_direct_reply_to_crosses_workers(tmp_path: Path) -> None:
         assert replies == [b"pong"]
         client.close()
         server.close()
+
+
+def test_a_transaction_over_two_workers_commits_both_copies(tmp_path: Path) -> None:
+    # RabbitMQ's guarantee, not a stronger one (docs/multicore.md "Stage 2"): the commit
+    # applies here and sends the other worker's copies on; its commit-ok does not wait
+    # for them, so the other queue has them a moment later
+    with _node(tmp_path) as (broker, _data):
+        a, b = _two_workers(broker.port)
+        ca, cb = a.channel(), b.channel()
+        ca.queue_declare("here", durable=True)
+        cb.queue_declare("there", durable=True)
+        ca.exchange_declare("both", "fanout")
+        ca.queue_bind("here", "both")
+        ca.queue_bind("there", "both")
+        ca.tx_select()
+        for i in range(10):
+            ca.basic_publish("both", "", b"%d" % i, PERSISTENT)
+        assert cb.queue_declare("there", passive=True).method.message_count == 0  # uncommitted
+        ca.tx_rollback()
+        for i in range(10):
+            ca.basic_publish("both", "", b"%d" % i, PERSISTENT)
+        ca.tx_commit()
+        expected = [b"%d" % i for i in range(10)]
+        assert _drain(ca, "here", 20) == expected
+        got: list[bytes] = []
+
+        def all_there() -> bool:
+            got.extend(_drain(cb, "there", 20))
+            return len(got) >= 10
+
+        _wait_for(all_there, "the other worker's copies")
+        assert got == expected
+        a.close()
+        b.close()
