@@ -5,9 +5,10 @@ Theory of operation. `HandoverLinks` keeps one SOCK_SEQPACKET link per worker to
 ``wK.handover`` socket (amqpd/shell/workers/role.py) and sends one message per connection:
 the socket's descriptor and an `Arrival` (handover.py). Worker 0's gate uses it to hand a
 new connection to its vhost's worker (front.py); every worker uses it to move a connection
-of a spread vhost (amqpd/model/replica.py) whose consume, get or purge names a queue another
-worker owns (engine/topology.py `MoveConnection`, engine/moving.py: only while everything
-the connection did can be done again there). A worker that is restarting is waited for up
+of a spread vhost (amqpd/model/replica.py) whose declare, consume, get, purge or delete
+names a queue another worker owns, or whose first publish goes to such queues only
+(engine/topology.py `MoveConnection`, engine/moving.py: only while everything the
+connection did can be done again there). A worker that is restarting is waited for up
 to the handshake timeout.
 
 A move (`move_connection`), once the engine stopped at the frame that asks for it and the
