@@ -149,25 +149,19 @@ def perf_results(running: list[subprocess.Popen[Any]], timeout: float) -> list[d
     return results
 
 
-def w1_groups(broker: Broker, opts: argparse.Namespace) -> Metrics:
-    """W1x4: GROUPS W1 load groups at once, each its own producer, consumer and queue, in
-    its own vhost (``--workers N`` places vhosts on workers: docs/multicore.md); the rate is
-    their sum, the broker's CPU (every process of it) per 100k of all their messages."""
-    vhosts = [f"w1x4-{index}" for index in range(GROUPS)]
-    add_vhosts = getattr(broker, "add_vhosts", None)
-    if add_vhosts is None:
-        raise RuntimeError(f"{broker.name} cannot create vhosts here")
-    add_vhosts(vhosts)
+def _w1_groups(broker: Broker, opts: argparse.Namespace, groups: list[list[str]]) -> Metrics:
+    """W1 load groups at once, one ``amqpd perf`` each with its own extra arguments
+    (``groups``); the rate is their sum, the broker's CPU (every process of it) per 100k of
+    all their messages."""
     duration = opts.duration + opts.warmup
-    base = broker.url.rstrip("/")
     commands = [
         [
             sys.executable,
-            *("-m", "interop.perf.cli", "-u", f"{base}/{vhost}", "--json", "--interval", "0"),
+            *("-m", "interop.perf.cli", "--json", "--interval", "0", *extra),
             *("--broker-pid", str(broker.pid), "-x", "1", "-y", "1", "-q", "100", "-A", "50"),
             *("-z", str(duration), "--warmup", str(opts.warmup)),
         ]
-        for vhost in vhosts
+        for extra in groups
     ]
     running = [
         subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
@@ -185,6 +179,18 @@ def w1_groups(broker: Broker, opts: argparse.Namespace) -> Metrics:
     }
 
 
+def w1_groups(broker: Broker, opts: argparse.Namespace) -> Metrics:
+    """W1x4: GROUPS W1 load groups at once, each its own producer, consumer and queue, in
+    its own vhost (``--workers N`` places vhosts on workers: docs/multicore.md)."""
+    vhosts = [f"w1x4-{index}" for index in range(GROUPS)]
+    add_vhosts = getattr(broker, "add_vhosts", None)
+    if add_vhosts is None:
+        raise RuntimeError(f"{broker.name} cannot create vhosts here")
+    add_vhosts(vhosts)
+    base = broker.url.rstrip("/")
+    return _w1_groups(broker, opts, [["-u", f"{base}/{vhost}"] for vhost in vhosts])
+
+
 # a new queue goes to the worker owning the fewest (amqpd --spread-vhosts; RabbitMQ 3.10
 # accepts the argument for classic queues, where a cluster balances masters with it)
 BALANCED = ["--queue-arg", "x-queue-master-locator=min-masters"]
@@ -194,34 +200,14 @@ def w1_groups_one_vhost(broker: Broker, opts: argparse.Namespace) -> Metrics:
     """W1x4s: GROUPS W1 load groups at once, each its own producer, consumer and queue, all
     in the vhost "/" (``--workers N --spread-vhosts '*'``, compare.py --spread: the queues
     are balanced over the workers and each group's connections move to its queue's
-    worker, docs/multicore.md "Stage 2"); summed as W1x4."""
-    duration = opts.duration + opts.warmup
-    commands = [
-        [
-            sys.executable,
-            *("-m", "interop.perf.cli", "-u", broker.url, "--json", "--interval", "0"),
-            *("--broker-pid", str(broker.pid), "-x", "1", "-y", "1", "-q", "100", "-A", "50"),
-            # its own exchange too: a group's teardown deletes its exchange while the others
-            # may still publish (a shared one failed a run with 404: session 16)
-            *("--queue-prefix", f"w1x4s-{group}", "--exchange", f"w1x4s-{group}", *BALANCED),
-            *("-z", str(duration), "--warmup", str(opts.warmup)),
-        ]
-        for group in range(GROUPS)
+    worker, docs/multicore.md "Stage 2"); summed as W1x4. Each group has its own exchange
+    too: a group's teardown deletes its exchange while the others may still publish (a
+    shared one failed a run with 404: session 16)."""
+    groups = [
+        ["-u", broker.url, "--queue-prefix", f"w1x4s-{g}", "--exchange", f"w1x4s-{g}", *BALANCED]
+        for g in range(GROUPS)
     ]
-    running = [
-        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
-        for command in commands
-    ]
-    results = perf_results(running, timeout=duration + 180)
-    rate = sum(r["consumed_rate"] for r in results)
-    broker_cpu = statistics.median(r["broker"]["cpu_s"] for r in results)
-    return {
-        "rate": rate,
-        "sent": sum(r["published_rate"] for r in results),
-        "cpu100k": broker_cpu / (rate * opts.duration) * 100_000 if rate else 0.0,
-        "broker_cores": broker_cpu / opts.duration,
-        "rss": results[0]["broker"]["rss_kb"] / 1024,
-    }
+    return _w1_groups(broker, opts, groups)
 
 
 def fill_drain(broker: Broker, opts: argparse.Namespace) -> Metrics:

@@ -319,8 +319,9 @@ def management_gateway(
             return response.status_code, list(response.raw_headers), bytes(response.body)
 
     async def merged(
-        request: _Request, merge: Callable[[list[Any]], Any], only_objects: bool = True
+        request: _Request, merge: Callable[[list[Any]], Any], shape: type | None = dict
     ) -> Answer:
+        """Every worker's answer, merged; as worker 0 answered if one is not of ``shape``."""
         answers = await ask_every_worker(
             call, workers, "GET", request.path, request.query, request.headers
         )
@@ -328,7 +329,7 @@ def management_gateway(
         if failed is not None:
             return failed
         documents = documents_of(answers)
-        if only_objects and not all(isinstance(document, dict) for document in documents):
+        if shape is not None and not all(isinstance(document, shape) for document in documents):
             return answers[0]
         return json_answer(200, merge(documents))
 
@@ -354,19 +355,6 @@ def management_gateway(
             first = first or answer
         assert first is not None
         return first
-
-    async def every_row(request: _Request) -> Answer:
-        """A spread vhost's connections or channels: every worker's rows."""
-        answers = await ask_every_worker(
-            call, workers, "GET", request.path, request.query, request.headers
-        )
-        failed = first_failure(answers)
-        if failed is not None:
-            return failed
-        documents = documents_of(answers)
-        if not all(isinstance(document, list) for document in documents):
-            return answers[0]
-        return json_answer(200, [row for rows in documents for row in rows])
 
     async def links(request: _Request, vhost: str) -> Answer:
         checked = await ask(owner(vhost), request)  # the vhost exists, the user may see it
@@ -453,7 +441,7 @@ def management_gateway(
         elif action == "overview":
             answer = await merged(request, merge_overview)
         elif action == "nodes":
-            answer = await merged(request, merge_nodes, only_objects=False)
+            answer = await merged(request, merge_nodes, shape=None)
         elif action == "definitions":
             answer = await merged(
                 request,
@@ -467,8 +455,8 @@ def management_gateway(
             answer = await links(request, vhost)
         elif action == "find":
             answer = await find(request)
-        elif action == "rows":
-            answer = await every_row(request)
+        elif action == "rows":  # a spread vhost's connections or channels: every worker's
+            answer = await merged(request, lambda rows: [r for part in rows for r in part], list)
         elif action == "alarms":
             answer = await alarms(request)
         else:
