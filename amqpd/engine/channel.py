@@ -358,20 +358,16 @@ class Channel:
                 self.conn.broker.batch_waits.confirm(batch, self, seq)
             self.conn.confirms_pending(self)
 
-    def confirms_pending(self) -> None:
-        """This channel has settled confirms to send (at the end of the chunk)."""
-        self.conn.confirms_pending(self)
-
     def remote_decided(self, seq: int, ok: bool) -> None:
         """Every copy of publish ``seq`` is settled (``ok``), or one was refused."""
-        if self.state is not ChannelState.OPEN or self.confirm is None:
-            return
-        if ok:
-            self.confirm.ack((seq,))
-        else:
-            self.confirm.reject(seq)
-        self.conn.confirms_pending(self)
-        self.conn.flush_confirms()
+        confirm = self.confirm
+        if self.state is ChannelState.OPEN and confirm is not None:
+            if ok:
+                confirm.ack((seq,))
+            else:
+                confirm.reject(seq)
+            self.conn.confirms_pending(self)
+            self.conn.flush_confirms()
 
     def route_publish(self, publish: BufferedPublish) -> list[Queue] | None:
         """Route and enqueue (see `route_and_enqueue`); return an unroutable mandatory one.

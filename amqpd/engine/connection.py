@@ -38,7 +38,7 @@ from amqpd.engine import connection_open, handshake
 from amqpd.engine.channel import Channel, ChannelState
 from amqpd.engine.connection_open import HANDSHAKE, State
 from amqpd.engine.connection_timers import ConnectionTimers
-from amqpd.engine.moving import FRAME_OVERHEAD, MAX_MOVES, MAX_RECORDING, replayable
+from amqpd.engine.moving import MAX_MOVES, record, replayable, stop_for_move
 from amqpd.engine.outbox import Outbox
 from amqpd.engine.topology import MoveConnection
 from amqpd.model import user_limits
@@ -219,12 +219,8 @@ class Connection:
         shell always passes it; None keeps the core's time of the last input or tick)."""
         if self.state is State.CLOSED or self.should_close:
             return
-        recording = self.recording
-        if recording is not None:
-            if len(recording) + len(data) > MAX_RECORDING:
-                self.recording = None  # too much to hand over: it stays here
-            else:
-                recording += data
+        if self.recording is not None:
+            record(self, data)
         if now is not None:
             self._clock.now = now
         self.timers.received = True
@@ -248,7 +244,7 @@ class Connection:
                 self._handle_frame(reader.frame_type, reader.channel, payload)
         except MoveConnection as move:
             assert payload is not None
-            self._move(move.worker, len(payload))
+            stop_for_move(self, move.worker, len(payload))
         except AMQPError as exc:
             if exc.reply_code == FRAME_ERROR:
                 self._desynchronised = True
@@ -281,8 +277,10 @@ class Connection:
                 self._open_channel(number, index)
             else:
                 channel.handle_method(index, payload)
-            if self.recording is not None:
-                self._pin_unless_replayable(index, payload)
+            if self.recording is not None and (
+                self.vhost.replica is None or not replayable(index, payload)
+            ):
+                self.recording = None  # it could not be done twice: it stays here
         elif frame_type == codec.FRAME_HEADER or frame_type == codec.FRAME_BODY:
             if self.state is State.CLOSING:
                 return
@@ -563,23 +561,6 @@ class Connection:
             and not self.replaying
             and self.moves < MAX_MOVES
         )
-
-    def _pin_unless_replayable(self, index: int, payload: bytes) -> None:
-        """After a method on a channel: stop recording when it could not be done twice
-        (engine/moving.py), or when the vhost is not spread."""
-        if self.vhost.replica is None or not replayable(index, payload):
-            self.recording = None
-
-    def _move(self, worker: int, payload_size: int) -> None:
-        """Stop here: the shell hands the socket and `recording` to ``worker``, which replays
-        everything before the current frame (its replies thrown away) and goes on from it."""
-        recording = self.recording
-        assert recording is not None
-        reader = self.frame_reader
-        self.move_to = worker
-        self.move_at = len(recording) - reader.buffered - payload_size - FRAME_OVERHEAD
-        reader.discard()
-        self.set_should_close()
 
     # ------------------------------------------------------------------------------------
     # Time

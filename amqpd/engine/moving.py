@@ -15,7 +15,7 @@ exclusive queue, which would get another name or owner) pins the connection wher
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Protocol
 
 from pamqp import commands as spec
 
@@ -41,6 +41,41 @@ REPLAYABLE: Final = frozenset(
 MAX_RECORDING: Final = 512 * 1024
 MAX_MOVES: Final = 2  # a connection using queues of several workers stops moving after that
 FRAME_OVERHEAD: Final = 8  # a frame's header (type, channel, size) and end octet
+
+
+class Recorded(Protocol):
+    """What these functions use of a `Connection` (engine/connection.py)."""
+
+    recording: bytearray | None
+    move_to: int | None
+    move_at: int
+    frame_reader: codec.FrameReader
+
+    def set_should_close(self) -> None: ...
+
+
+def record(conn: Recorded, data: bytes) -> None:
+    """Keep ``data``, received by a connection that may still move (at most MAX_RECORDING
+    bytes: past it, it stays where it is)."""
+    recording = conn.recording
+    assert recording is not None
+    if len(recording) + len(data) > MAX_RECORDING:
+        conn.recording = None
+    else:
+        recording += data
+
+
+def stop_for_move(conn: Recorded, worker: int, payload_size: int) -> None:
+    """Stop at the frame being handled (``payload_size`` bytes of payload): the shell hands
+    the socket and ``recording`` to ``worker``, which replays everything before that frame
+    (its replies thrown away) and goes on from it."""
+    recording = conn.recording
+    assert recording is not None
+    reader = conn.frame_reader
+    conn.move_to = worker
+    conn.move_at = len(recording) - reader.buffered - payload_size - FRAME_OVERHEAD
+    reader.discard()
+    conn.set_should_close()
 
 
 def replayable(index: int, payload: bytes) -> bool:

@@ -16,7 +16,7 @@ header or a headers exchange may route elsewhere: the worker it moved to forward
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from amqpd.engine.reply_to import REPLY_TO_PREFIX
 from amqpd.engine.transaction import BufferedPublish
@@ -34,6 +34,7 @@ from confirms.tracker import ConfirmTracker
 class _Host(Protocol):
     @property
     def broker(self) -> Broker: ...
+    def confirms_pending(self, channel: Any) -> None: ...
 
 
 class JoiningChannel(BatchWaiter, Protocol):
@@ -45,7 +46,6 @@ class JoiningChannel(BatchWaiter, Protocol):
     @property
     def conn(self) -> _Host: ...
     def remote_decided(self, seq: int, ok: bool) -> None: ...
-    def confirms_pending(self) -> None: ...
 
 
 class RemoteConfirm:
@@ -81,7 +81,7 @@ def forward_confirmed(
     vhost.replica.forward(
         vhost.name, message, expiration_ms, True, queues, decision, batch is not None
     )
-    channel.confirms_pending()
+    channel.conn.confirms_pending(channel)
     return decision if batch is not None else None
 
 

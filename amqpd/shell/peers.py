@@ -192,6 +192,10 @@ class Peers:
                     conn.close_reason or "client unexpectedly closed TCP connection",
                 )
 
+    async def handle_arrival(self, stream: anyio.abc.SocketStream, arrival: Arrival) -> None:
+        """Serve a connection another worker handed over (`handle`)."""
+        await self.handle(stream, arrival=arrival)
+
     async def _move(self, peer: Peer, raw: anyio.abc.SocketStream) -> bool:
         """Hand a connection that asked to move (its output written) to its new worker."""
         assert self.mover is not None

@@ -56,7 +56,6 @@ from amqpd.shell.store_lifecycle import StoreLifecycle
 from amqpd.shell.store_role import LockLost, StoreRole
 from amqpd.shell.streams import StreamFiles
 from amqpd.shell.tls import TLSOptions, server_context
-from amqpd.shell.workers.handover import Arrival
 from amqpd.shell.workers.node import WorkerNode, stored_placement
 from amqpd.shell.workers.role import WorkerRole
 from amqpd.shell.workers.supervisor import report_ready
@@ -290,18 +289,11 @@ class Server:
         state; worker K takes hand-overs and the state (amqpd/shell/workers/node.py)."""
         node = self.node
         assert node is not None
-
-        async def handle(stream: anyio.abc.SocketStream, arrival: Arrival) -> None:
-            await self.sockets.handle(stream, arrival=arrival)
-
-        await node.start_forward_inbox(group, self.after_core)
-        if node.spread is not None:  # a spread vhost's connections move between workers
-            self.sockets.mover = node.moves(self.broker.config.handshake_timeout)
+        handle, timeout = self.sockets.handle_arrival, self.broker.config.handshake_timeout
+        # a spread vhost's connections move between workers (moves.py): their links
+        self.sockets.mover = await node.start_forward_inbox(group, self.after_core, timeout)
         if node.role.front:
-            front = await node.start_front(group, self.broker.config.handshake_timeout)
-            self.sockets.front = front
-            if node.spread is not None:
-                group.start_soon(node.take_moved, handle)
+            self.sockets.front = await node.start_front(group, timeout, handle)
             return
 
         async def adopt(message: dict[str, Any]) -> None:
@@ -423,11 +415,8 @@ class Server:
         committer = self.store.committer
         if committer is not None and self._journal is not None and self._journal.pending:
             committer.wake()
-        node = self.node
-        if node is not None and node.forward_inbox is not None:
-            node.forward_inbox.wake()  # a batch committed: answers for other workers
-            if node.spread is not None:
-                node.spread.flush()  # a spread vhost's changes and forwarded publishes
+        if self.node is not None:
+            self.node.after_core()  # the links between workers
         links = self.links
         federation = links.exchange_federation
         if federation is not None and federation.topology_changed():

@@ -152,10 +152,12 @@ class WorkerNode:
         self.placement.fresh = False
 
     async def start_forward_inbox(
-        self, group: anyio.abc.TaskGroup, after_core: Callable[[], None]
-    ) -> None:
+        self, group: anyio.abc.TaskGroup, after_core: Callable[[], None], timeout: float
+    ) -> HandoverLinks | None:
         """Every worker: take the publishes other workers forward to its queues (issue 26
-        stage 2; amqpd/shell/workers/forward_links.py)."""
+        stage 2; amqpd/shell/workers/forward_links.py); with spread vhosts, their links
+        (spread.py) and the hand-over links their connections move on (moves.py: a
+        restarting worker is waited for up to ``timeout``)."""
         self.forward_inbox = ForwardInbox(self.broker, after_core)
         await group.start(self.forward_inbox.serve, self.role.forward_socket(self.role.index))
         if self.spread_vhosts:
@@ -167,10 +169,16 @@ class WorkerNode:
             self.forward_inbox.on_snapshot = spread.snapshot_applied
             group.start_soon(spread.forwarder.run)
             await spread.ready()  # no connection before it has the others' queues
+            return HandoverLinks(self.role, timeout)
+        return None
 
-    def moves(self, timeout: float) -> HandoverLinks:
-        """The links a connection of a spread vhost moves to another worker on (moves.py)."""
-        return HandoverLinks(self.role, timeout)
+    def after_core(self) -> None:
+        """After input to the core: answers for other workers (a batch may have committed),
+        a spread vhost's changes and forwarded publishes out."""
+        if self.forward_inbox is not None:
+            self.forward_inbox.wake()
+        if self.spread is not None:
+            self.spread.flush()
 
     async def take_moved(self, handle: Handle) -> None:
         """Worker 0 of a node with spread vhosts: take the connections other workers move
@@ -192,8 +200,13 @@ class WorkerNode:
             return await anyio.to_thread.run_sync(send_request, self.data_dir.parent, request)
         return await local(request)
 
-    async def start_front(self, group: anyio.abc.TaskGroup, handshake_timeout: float) -> Front:
-        """Worker 0, once its store is open: record the placement, link to the workers."""
+    async def start_front(
+        self, group: anyio.abc.TaskGroup, handshake_timeout: float, handle: Handle
+    ) -> Front:
+        """Worker 0, once its store is open: record the placement, link to the workers, and
+        (spread vhosts) take the connections other workers move here with ``handle``."""
+        if self.spread is not None:
+            group.start_soon(self.take_moved, handle)
         self._forget_deleted()
         for name in self.broker.access.state.vhosts:
             self.placement.place(name)
