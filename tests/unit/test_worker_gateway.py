@@ -29,7 +29,7 @@ from amqpd.shell.workers.gateway import management_gateway, metrics_gateway
 from amqpd.shell.workers.gateway_merge import NODE_SUMS, merge_nodes
 from amqpd.shell.workers.worker_calls import Answer, Headers, asgi_call, unix_caller
 from amqpd.wire.errors import CONNECTION_FORCED
-from tests.unit.management_support import FakeHost
+from tests.unit.management_support import Api, FakeHost
 from tests.unit.protocol_support import connect, connection_error
 
 GUEST = ("guest", "guest")
@@ -502,3 +502,88 @@ def test_a_spread_vhost_is_answered_from_every_worker() -> None:
     exported = request("GET", "/api/definitions").json()
     assert sorted(q["name"] for q in exported["queues"] if q["vhost"] == "s") == ["a"]
     assert [e["name"] for e in exported["exchanges"] if e["vhost"] == "s"] == ["x"]
+
+
+class _Port:
+    """The `ReplicaPort` a spread vhost has on worker ``worker`` (only its index is read)."""
+
+    def __init__(self, worker: int) -> None:
+        self.worker = worker
+
+
+def test_a_spread_vhosts_exchanges_are_counted_once() -> None:
+    # docs/multicore.md "Stage 2": each worker holds every exchange of the spread vhost "s";
+    # worker 1 also holds "v1", which is its own
+    brokers = [Broker(), Broker()]
+    for index, broker in enumerate(brokers):
+        for vhost in ("s", "v1"):
+            _grant(broker, vhost)
+        Api(broker).add_user("watcher", "management", vhosts=("s",))  # narrowed totals
+        host = broker.vhosts["s"]
+        exchange = host.declare_exchange("x", "fanout", False, True, False, False, {})
+        queue = host.declare_queue("ab"[index], False, True, False, False, {}, None)
+        host.bind(exchange, queue, "", {})  # each worker its own queue's binding (a sketch)
+    brokers[1].delete_vhost("/")
+    brokers[0].delete_vhost("v1")
+    brokers[1].vhosts["v1"].declare_exchange("y", "direct", False, True, False, False, {})
+    hosts = [Host(broker) for broker in brokers]
+    apps: list[ASGIApp] = [create_app(host) for host in hosts]
+    metric_apps: list[ASGIApp] = [metrics.create_app(host) for host in hosts]
+
+    def caller(targets: list[ASGIApp]) -> Any:
+        async def call(
+            index: int, method: str, path: str, query: bytes, headers: Headers, body: bytes
+        ) -> Answer:
+            return await asgi_call(targets[index], method, path, query, headers, body)
+
+        return call
+
+    placed = {"/": 0, "v1": 1}.__getitem__
+    gateway = management_gateway(apps[0], 2, placed, caller(apps), lambda v: v == "s")
+    metrics_app = metrics_gateway(metric_apps[0], 2, caller(metric_apps))
+
+    def get(app: ASGIApp, path: str, auth: tuple[str, str] | None = GUEST) -> httpx.Response:
+        async def run() -> httpx.Response:
+            transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 40000))
+            async with httpx.AsyncClient(transport=transport, base_url="http://node") as client:
+                return await client.get(path, auth=auth)
+
+        return anyio.run(run)
+
+    publish = {"routing_key": "", "payload": "x", "payload_encoding": "string", "properties": {}}
+    for index, count in ((0, 2), (1, 3)):
+        for _ in range(count):
+            answer = Api(brokers[index]).post("/api/exchanges/s/x/publish", json=publish)
+            assert answer.json() == {"routed": True}
+    for index, broker in enumerate(brokers):
+        broker.vhosts["s"].replica = _Port(index)  # type: ignore[assignment]
+
+    exchanges = {
+        (row["vhost"], row["name"]) for row in get(gateway, "/api/exchanges").json()
+    }  # as listed: each of "s" once (worker 0's), "v1"'s from worker 1
+    assert ("s", "x") in exchanges and ("v1", "y") in exchanges
+    totals = get(gateway, "/api/overview").json()["object_totals"]
+    assert totals["exchanges"] == len(exchanges)
+    assert totals["queues"] == 2  # "a" on worker 0, "b" on worker 1
+    watcher = ("watcher", "pw")
+    narrowed = get(gateway, "/api/overview", auth=watcher).json()["object_totals"]
+    assert narrowed["exchanges"] == len(brokers[0].vhosts["s"].exchanges)
+    assert narrowed["queues"] == 2
+
+    tables = (
+        "exchange_names",
+        "exchange_bindings",
+        "vhost_status",
+        "channel_queue_exchange_metrics",
+    )
+    families = "&".join("family=" + name for name in tables)
+    text = get(metrics_app, "/metrics/detailed?" + families, auth=None).text
+    scraped = _families(text)
+    x = {"vhost": "s", "exchange": "x"}
+    assert _value(scraped, "rabbitmq_cluster_exchange_name", **x) == 1
+    assert _value(scraped, "rabbitmq_cluster_exchange_bindings", **x) == 1  # worker 0's
+    assert _value(scraped, "rabbitmq_cluster_exchange_name", vhost="v1", exchange="y") == 1
+    assert _value(scraped, "rabbitmq_cluster_vhost_status", vhost="s") == 1
+    # a counter: the copies each worker routed, summed
+    routed = {"exchange_vhost": "s", "exchange": "x"}
+    assert _value(scraped, "rabbitmq_detailed_queue_messages_published_total", **routed) == 5

@@ -163,3 +163,31 @@ def test_the_apps_per_object_scrapes_merge_as_the_parser_reads_them() -> None:
     assert merged == expected
     assert merged[("rabbitmq_queue_messages_ready", (("queue", odd), ("vhost", "/")))] == 0
     assert merged[("rabbitmq_queue_messages_ready", (("queue", "plain"), ("vhost", "v1")))] == 0
+
+
+def test_cluster_wide_samples_are_worker_0s_and_per_exchange_counters_summed() -> None:
+    # a spread vhost's exchange is on every worker (docs/multicore.md "Stage 2")
+    exchange = 'vhost="s",exchange="x",type="fanout"'
+    texts = [
+        "# HELP rabbitmq_cluster_exchange_name Enumerates exchanges\n"
+        "# TYPE rabbitmq_cluster_exchange_name gauge\n"
+        f"rabbitmq_cluster_exchange_name{{{exchange}}} 1.0\n"
+        "# HELP rabbitmq_cluster_exchange_bindings Number of bindings for an exchange\n"
+        "# TYPE rabbitmq_cluster_exchange_bindings gauge\n"
+        f"rabbitmq_cluster_exchange_bindings{{{exchange}}} {bindings}\n"
+        "# HELP rabbitmq_cluster_vhost_status Whether a given vhost is running\n"
+        "# TYPE rabbitmq_cluster_vhost_status gauge\n"
+        'rabbitmq_cluster_vhost_status{vhost="s"} 1.0\n'
+        "# HELP rabbitmq_detailed_queue_messages_published_total Messages published to queues\n"
+        "# TYPE rabbitmq_detailed_queue_messages_published_total counter\n"
+        'rabbitmq_detailed_queue_messages_published_total{exchange_vhost="s",exchange="x"} '
+        f"{routed}\n"
+        for bindings, routed in (("3.0", "2.0"), ("4.0", "5.0"))
+    ]
+    samples = _samples(merge_expositions(texts).decode())
+    labels = (("exchange", "x"), ("type", "fanout"), ("vhost", "s"))
+    assert samples[("rabbitmq_cluster_exchange_name", labels)] == 1
+    assert samples[("rabbitmq_cluster_exchange_bindings", labels)] == 3
+    assert samples[("rabbitmq_cluster_vhost_status", (("vhost", "s"),))] == 1
+    routed = (("exchange", "x"), ("exchange_vhost", "s"))
+    assert samples[("rabbitmq_detailed_queue_messages_published_total", routed)] == 7

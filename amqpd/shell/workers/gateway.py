@@ -57,7 +57,10 @@ queues, consumers, connections and channels are merged from every worker (listin
 /api/{queues,consumers}/{vhost}``, ``GET /api/vhosts/{vhost}/{connections,channels}``, the
 definitions' queues), ``/api/queues/{vhost}/{name}...`` goes to the first worker that does
 not answer 404 (the queue's), and everything else of it to worker 0, which has every one of
-its exchanges and bindings (a change there is sent to the other workers).
+its exchanges and bindings (a change there is sent to the other workers). The overview's
+``object_totals.exchanges`` counts them once: worker K leaves its copies out of its own
+overview (amqpd/shell/management/node.py); the Prometheus merge takes the cluster-wide
+exchange series from worker 0 (metrics_merge.py).
 
 Left at worker 0: ``/api/nodes/{name}/memory`` (that process's memory breakdown),
 ``HEAD`` of a merged listing. The rates' ``*_details.samples`` of a merged overview are

@@ -10,6 +10,14 @@ the families are merged by name and samples with the same name and labels combin
   fd limits, so that used / limit stays a node's ratio): summed. A per-object sample
   (``queue``, ``channel``, ``vhost`` labels) exists on one worker only, so it is kept as it is;
 - ``*_info`` families (build, identity, python): the first worker's (worker 0's) only;
+- the cluster-wide families of ``/metrics/detailed`` (``rabbitmq_cluster_*``: a vhost's
+  status, an exchange's name and bindings, RabbitMQ's "This value is cluster-wide"): the
+  first worker's value of each sample. Every worker holds a spread vhost and each of its
+  exchanges and bindings (docs/multicore.md "Stage 2"), so a sum would count them once per
+  worker; a vhost or exchange of one worker only has its one sample. The per-exchange
+  counters (``queue_messages_published_total`` by ``exchange``: the copies routed on each
+  worker) and the messages an x-delayed-message exchange holds (each worker holds its
+  own) are summed;
 - ``*_start_time_seconds`` and ``*_created``: the earliest; the node's uptime
   (``rabbitmq_erlang_uptime_seconds``): the longest;
 - the alarm gauges (``rabbitmq_alarms_*``): 1 if any worker has the alarm;
@@ -43,6 +51,7 @@ Combine = Callable[[float, float], float]
 _FIRST_VALUE: Final = frozenset(
     {"rabbitmq_resident_memory_limit_bytes", "rabbitmq_disk_space_available_limit_bytes"}
 )
+_CLUSTER_WIDE: Final = "rabbitmq_cluster_"  # amqpd/shell/metrics.py's CLUSTER_PREFIX
 _LONGEST: Final = frozenset({"rabbitmq_erlang_uptime_seconds"})
 _LEAST: Final = frozenset({"rabbitmq_disk_space_available_bytes"})
 _go_float: Callable[[float], str] = floatToGoString  # the value as generate_latest writes it
@@ -58,7 +67,7 @@ def _first(a: float, b: float) -> float:
 
 def combiner(sample: str) -> Combine:
     """How two workers' values of the sample called ``sample`` make the node's."""
-    if sample in _FIRST_VALUE:
+    if sample in _FIRST_VALUE or sample.startswith(_CLUSTER_WIDE):
         return _first
     if sample in _LEAST or sample.endswith(("_start_time_seconds", "_created")):
         return min
