@@ -23,6 +23,7 @@ from amqpd.engine.topology import Topology
 from amqpd.engine.unacked import Settlement, Unacked, UnackedStore
 from amqpd.model.message import QueueEntry
 from amqpd.model.queue import Consumer, ConsumerSink, Queue
+from amqpd.model.replica import RemoteQueue
 from amqpd.model.selective import BROWSE_ARGUMENT, browse_entries, consumer_selector
 from amqpd.model.selector import Predicate
 from amqpd.model.statistics import MessageStats
@@ -117,10 +118,13 @@ class ConsumerMethods:
         if method.queue == REPLY_TO_QUEUE:
             queue = channel.reply_to.consume(method.no_ack)
         else:
-            queue = channel.topology.usable_queue(method.queue)
+            queue = channel.topology.usable_queue(method.queue, remote=True)
         tag = method.consumer_tag or generated_name("amq.ctag-")
         if tag in channel.consumers:
             raise AMQPError(NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
+        if isinstance(queue, RemoteQueue):
+            self._consume_remote(queue, tag, method)
+            return
         if queue.exclusive_consumer is not None or (method.exclusive and queue.consumers):
             raise AMQPError(
                 ACCESS_REFUSED,
@@ -150,6 +154,32 @@ class ConsumerMethods:
         if not method.nowait:
             channel.send_method(codec.build(spec.Basic.ConsumeOk, consumer_tag=tag))
         queue.add_consumer(consumer)
+
+    def _consume_remote(self, stub: RemoteQueue, tag: str, method: spec.Basic.Consume) -> None:
+        """A consumer of another worker's queue, served by that worker: the consume-ok
+        comes when it accepted (engine/remote_consumers.py)."""
+        channel = self._channel
+        arguments = dict(method.arguments or {})
+        if arguments.get(BROWSE_ARGUMENT):
+            raise AMQPError(
+                NOT_IMPLEMENTED,
+                f"'{BROWSE_ARGUMENT}' of queue '{stub.name}', which lives on another worker: "
+                "browse it on a connection of its own (docs/multicore.md, stage 2)",
+            )
+        unacked = channel.unacked
+        consumer = Consumer(
+            channel,
+            tag,
+            codec.encode_shortstr(tag),
+            stub,
+            method.no_ack,
+            method.exclusive,
+            unacked.consumer_prefetch or unacked.channel_prefetch,  # served per consumer
+            arguments,
+        )
+        channel.consumers[tag] = consumer
+        assert stub.port is not None  # usable_queue returns no stub without one
+        stub.port.consume(channel, consumer, bool(method.nowait))
 
     def _browse(
         self, queue: Queue, tag: str, method: spec.Basic.Consume, selector: Predicate | None
@@ -198,7 +228,11 @@ class ConsumerMethods:
 
     def _on_basic_get(self, method: spec.Basic.Get) -> None:
         channel = self._channel
-        queue = channel.topology.usable_queue(method.queue)
+        queue = channel.topology.usable_queue(method.queue, remote=True)
+        if isinstance(queue, RemoteQueue):  # answered when its worker did
+            assert queue.port is not None
+            queue.port.get(channel, queue, bool(method.no_ack))
+            return
         entry = queue.take()
         if entry is None:
             queue.stats.get_empty += 1

@@ -9,7 +9,7 @@ held until the other workers applied it (`_answer`), and using a queue another w
 (declare, consume, get, purge, delete: `_move_if_elsewhere`) moves the whole connection to
 that worker when nothing pins it here (`MoveConnection`, acted on by the connection and the
 shell, engine/moving.py); otherwise a purge or delete is sent to that worker, and a consume
-or get is 540 NOT_IMPLEMENTED.
+or get is served by it (engine/remote_consumers.py).
 """
 
 from __future__ import annotations
@@ -105,13 +105,18 @@ class Topology:
             raise AMQPError(NOT_FOUND, "no previously declared queue")
         return self.last_queue
 
-    def usable_queue(self, name: str) -> Queue:
+    def usable_queue(self, name: str, remote: bool = False) -> Queue:
         """The queue ``name`` means (404 if it does not exist, 405 if another connection
-        holds it exclusively; another worker's: see the module's docstring)."""
+        holds it exclusively; another worker's: see the module's docstring, ``remote``: its
+        stub, for a consume or get served by that worker)."""
         name = self.queue_name(name)
         vhost = self.vhost
         if vhost.remote:
             self._move_if_elsewhere(name)
+            if remote and name not in vhost.queues:
+                stub = vhost.remote.get(name)
+                if stub is not None and stub.port is not None:
+                    return stub
         queue = vhost.get_queue(name)
         vhost.check_exclusive_access(queue, self._owner)
         return queue

@@ -159,7 +159,8 @@ class Broker:
             vhost.stream_logs, vhost.dirty_streams = self.stream_logs, self.dirty_streams
             vhost.delayed_hub = self.delayed_hub
             if self.replica_of is not None:
-                vhost.replica = self.replica_of(name)
+                replica = vhost.replica = self.replica_of(name)
+                vhost.consuming = None if replica is None else replica.consuming
             self.vhosts[name] = vhost
         return vhost
 

@@ -31,6 +31,14 @@ bindings between them, its own queues and their bindings. It is sent to a peer e
 link to it comes up (a worker started or restarted), and the peer replaces every stub of
 that worker with it, so a restarted worker's queues are found again and a deleted one's
 stub goes (both in amqpd/model/replica_apply.py).
+
+A connection that cannot move to a queue's worker consumes from its stub (or gets from it):
+the stub's `ConsumingPort` (amqpd/engine/remote_consumers.py) asks the owner to serve the
+consumer there (amqpd/engine/served_consumers.py), and what the channel does with the
+owner's deliveries comes back through the stub's own methods: ``settled`` is an ack,
+``requeue`` and ``discard`` a nack, ``remove_consumer`` a cancel, ``dispatch`` (credit is
+back) lets the owner send more. A delivery the owner expects settled is marked ``stored``
+here (the stub stores nothing else); the owner's delivery tag is its ``seq``.
 """
 
 from __future__ import annotations
@@ -41,7 +49,10 @@ from amqpd.model.exchange import Exchange
 from amqpd.model.queue import Queue
 
 if TYPE_CHECKING:
-    from amqpd.model.message import Message
+    from collections.abc import Iterable
+
+    from amqpd.model.message import Message, QueueEntry
+    from amqpd.model.queue import Consumer, ConsumerSink
 
 # ("exchange", name, type, durable, auto_delete, internal, arguments)
 # ("exchange-delete", name)
@@ -66,6 +77,10 @@ class ReplicaPort(Protocol):
 
     worker: int  # this worker's index
     workers: int  # how many workers the node has
+
+    @property
+    def consuming(self) -> ConsumingPort | None:
+        """This worker's consumers of other workers' queues."""
 
     def changed(self, vhost: str, change: Change) -> None:
         """Send ``change`` of ``vhost`` to every other worker (with the next flush)."""
@@ -92,6 +107,28 @@ class ReplicaPort(Protocol):
         """The local copy of a forwarded publish is settled (``ok``) or refused."""
 
 
+class ConsumingPort(Protocol):
+    """This worker's consumers and basic.gets on other workers' queues (the engine's
+    amqpd/engine/remote_consumers.py)."""
+
+    def consume(self, channel: ConsumerSink, consumer: Consumer, nowait: bool) -> None:
+        """Ask the owner of ``consumer.queue`` (a stub) to serve ``consumer``; its
+        consume-ok (unless ``nowait``) or the refusal comes when the owner answers."""
+
+    def get(self, channel: ConsumerSink, stub: RemoteQueue, no_ack: bool) -> None:
+        """basic.get from ``stub``'s owner; the channel answers when the owner did."""
+
+    def settle(self, worker: int, kind: str, entries: list[QueueEntry]) -> None:
+        """Deliveries from ``worker`` are acked ("ack"), requeued ("requeue") or rejected
+        ("discard")."""
+
+    def cancel(self, consumer: Consumer) -> None:
+        """``consumer`` is cancelled here: the owner stops serving it."""
+
+    def resume(self, stub: RemoteQueue) -> None:
+        """Channels consuming from ``stub`` may take more: the owner may send more."""
+
+
 class _Elsewhere:
     """The owner of an exclusive queue that lives on another worker: no connection here
     is it, so every one of them gets 405 RESOURCE_LOCKED."""
@@ -107,7 +144,7 @@ class RemoteQueue(Queue):
     """A queue of a spread vhost that worker ``worker`` owns: what this worker knows of it
     (its name and declaration), to route to it and to check redeclarations."""
 
-    __slots__ = ("worker",)
+    __slots__ = ("port", "worker")
 
     def __init__(
         self,
@@ -123,9 +160,46 @@ class RemoteQueue(Queue):
             name, vhost_name, durable, ELSEWHERE if exclusive else None, auto_delete, arguments
         )
         self.worker = worker
+        self.port: ConsumingPort | None = None  # set by its vhost (`VirtualHost.remote`)
 
     def __repr__(self) -> str:
         return f"<RemoteQueue {self.name!r} in vhost {self.vhost_name!r} on worker {self.worker}>"
+
+    # -- what a channel does with the owner's deliveries (see the module's docstring) ------
+    def delivered(self, entry: QueueEntry) -> None:
+        """The owner counted the delivery already."""
+
+    def settled(self, entry: QueueEntry) -> None:
+        """Acked (or handed out with no-ack: then the owner settled it itself)."""
+        if entry.stored and self.port is not None:
+            entry.stored = False
+            self.port.settle(self.worker, "ack", [entry])
+
+    def discard(self, entry: QueueEntry, reason: str) -> None:
+        """Rejected without requeue: the owner dead-letters or drops it."""
+        if entry.stored and self.port is not None:
+            entry.stored = False
+            self.port.settle(self.worker, "discard", [entry])
+
+    def requeue(self, entries: Iterable[QueueEntry]) -> None:
+        """Back into the owner's queue (nack, recover, a channel closed)."""
+        back = []
+        for entry in entries:
+            if entry.stored:
+                entry.stored = False
+                back.append(entry)
+        if back and self.port is not None:
+            self.port.settle(self.worker, "requeue", back)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """basic.cancel, or its channel closed."""
+        if self.port is not None:
+            self.port.cancel(consumer)
+
+    def dispatch(self, arriving: QueueEntry | None = None) -> None:
+        """A channel consuming from here has credit again."""
+        if self.port is not None:
+            self.port.resume(self)
 
 
 BALANCED: Final = frozenset({"least-leaders", "balanced", "min-masters", "random"})

@@ -87,9 +87,10 @@ def _apply_queue(vhost: VirtualHost, change: Change, here: int) -> None:
         return
     if existing is not None:
         vhost.drop_remote(existing)
-    vhost.remote[name] = RemoteQueue(
+    stub = vhost.remote[name] = RemoteQueue(
         name, vhost.name, worker, durable, exclusive, auto_delete, arguments
     )
+    stub.port = vhost.consuming
     vhost.topology.value += 1
 
 

@@ -22,7 +22,7 @@ from amqpd.model.routing_input import router_headers
 from amqpd.model.sender_selected import has_sender_selected_headers, sender_selected_keys
 
 if TYPE_CHECKING:
-    from amqpd.model.replica import ReplicaPort
+    from amqpd.model.replica import ConsumingPort, ReplicaPort
 
 
 class Routing:
@@ -36,6 +36,8 @@ class Routing:
         # every topology change goes out on (None: this vhost lives on this worker alone).
         self.remote: dict[str, RemoteQueue] = {}
         self.replica: ReplicaPort | None = None
+        # this worker's consumers of the stubs' queues (engine/remote_consumers.py)
+        self.consuming: ConsumingPort | None = None
 
     def find_queue(self, name: str) -> Queue | None:
         """The queue ``name``, here or (a `RemoteQueue`) on another worker."""

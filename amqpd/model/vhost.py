@@ -296,6 +296,7 @@ class VirtualHost(Routing):
             return None
         try:
             stub = RemoteQueue(name, self.name, owner, durable, False, auto_delete, arguments)
+            stub.port = self.consuming
         except InvalidQueueArgument as exc:
             raise precondition_failed(
                 f"invalid arg '{exc.name}' for queue '{name}' in vhost '{self.name}': {exc.problem}"

@@ -25,6 +25,13 @@ A TOPOLOGY record carries a change to a spread vhost's exchanges, queues or bind
 publish id, so the owner's `SETTLED` answer also says it was applied, and it is ordered with
 the publishes around it.
 
+Consuming across workers (a connection that cannot move consumes from another worker's
+queue, amqpd/model/remote_consumers.py and amqpd/engine/remote_consuming.py): CONTROL
+records carry the consumer's requests (consume, cancel, credit, settlements, basic.get) to
+the owner, pickled by the shell, and the owner's events (consume-ok, a refusal, a cancel,
+get answers) back; DELIVER records carry the deliveries back, on the same socket as the
+SETTLED answers, so a consume-ok is before the consumer's first delivery.
+
 A link carries the records of every vhost the two workers share: a VHOST record names the
 vhost of the FORWARD and TOPOLOGY records after it (written when it changes, so a link busy with one
 vhost pays for the name once).
@@ -42,15 +49,21 @@ import struct
 from typing import Final
 
 __all__ = [
+    "CONTROL",
+    "DELIVER",
     "FORWARD",
     "SETTLED",
     "TOPOLOGY",
     "VHOST",
+    "Control",
+    "Delivery",
     "Forwarded",
     "ForwardingError",
     "RecordReader",
     "Settled",
     "TopologyChange",
+    "encode_control",
+    "encode_delivery",
     "encode_forward",
     "encode_settled",
     "encode_topology",
@@ -62,6 +75,8 @@ FORWARD: Final = 1
 SETTLED: Final = 2
 VHOST: Final = 3
 TOPOLOGY: Final = 4
+DELIVER: Final = 5
+CONTROL: Final = 6
 
 # Forwarded.flags
 PERSISTENT: Final = 1  # delivery mode 2
@@ -78,6 +93,13 @@ _SETTLED_HEAD = struct.Struct(">IBQI")  # length, kind, through, number of refus
 _ID = struct.Struct(">Q")
 _VHOST_HEAD = struct.Struct(">IB")  # length, kind; then the vhost's name (UTF-8)
 _TOPOLOGY_HEAD = struct.Struct(">IBQ")  # length, kind, publish id; then the payload
+_CONTROL_HEAD = struct.Struct(">IB")  # length, kind; then the payload
+# A DELIVER record: u32 length, u8 kind, u64 consumer id, u64 delivery tag (the owner's),
+# u8 flags, u32 delivery count, u32 header length; then the exchange and routing key (wire
+# short strings), the header, and the body to the record's end.
+_DELIVER_HEAD = struct.Struct(">IBQQBII")
+REDELIVERED: Final = 1  # Delivery.flags
+ACK_REQUIRED: Final = 2
 _U32 = struct.Struct(">I")
 _ABSENT: Final = b"\xff\xff\xff\xff"
 _MAX_RECORD: Final = 1 << 31  # far above any message (RabbitMQ's limit is 512 MiB)
@@ -151,6 +173,51 @@ class TopologyChange:
     def __init__(self, publish_id: int, payload: bytes) -> None:
         self.publish_id = publish_id
         self.payload = payload
+
+
+class Control:
+    """A request or event of consuming across workers (its payload pickled by the shell)."""
+
+    __slots__ = ("payload",)
+
+    def __init__(self, payload: bytes) -> None:
+        self.payload = payload
+
+
+class Delivery:
+    """One message the owner delivered to consumer ``consumer_id`` of the peer, under the
+    owner's delivery tag ``tag``."""
+
+    __slots__ = (
+        "body",
+        "consumer_id",
+        "delivery_count",
+        "exchange_raw",
+        "flags",
+        "header",
+        "routing_key_raw",
+        "tag",
+    )
+
+    def __init__(
+        self,
+        consumer_id: int,
+        tag: int,
+        flags: int,
+        delivery_count: int,
+        exchange_raw: bytes,
+        routing_key_raw: bytes,
+        header: bytes,
+        body: bytes,
+    ) -> None:
+        self.consumer_id = consumer_id
+        self.tag = tag
+        self.flags = flags
+        self.delivery_count = delivery_count
+        self.exchange_raw = exchange_raw
+        self.routing_key_raw = routing_key_raw
+        self.header = header
+        self.body = body
 
 
 def queue_names(queues: list[str]) -> bytes:
@@ -246,6 +313,44 @@ def encode_topology(out: bytearray, publish_id: int, payload: bytes) -> None:
     out += payload
 
 
+def encode_control(out: bytearray, payload: bytes) -> None:
+    """Append one CONTROL record to ``out``."""
+    if len(payload) >= _MAX_RECORD - _CONTROL_HEAD.size:
+        raise ValueError(f"a control record of {len(payload)} bytes is too large to send")
+    out += _CONTROL_HEAD.pack(_CONTROL_HEAD.size - 4 + len(payload), CONTROL)
+    out += payload
+
+
+def encode_delivery(
+    out: bytearray,
+    consumer_id: int,
+    tag: int,
+    flags: int,
+    delivery_count: int,
+    exchange_raw: bytes,
+    routing_key_raw: bytes,
+    header: bytes,
+    body: bytes,
+) -> None:
+    """Append one DELIVER record to ``out``."""
+    length = (
+        _DELIVER_HEAD.size - 4 + len(exchange_raw) + len(routing_key_raw) + len(header) + len(body)
+    )
+    if length >= _MAX_RECORD:
+        raise ValueError(f"a record of {length} bytes is too large to deliver")
+    out += b"".join(
+        (
+            _DELIVER_HEAD.pack(
+                length, DELIVER, consumer_id, tag, flags, delivery_count, len(header)
+            ),
+            exchange_raw,
+            routing_key_raw,
+            header,
+            body,
+        )
+    )
+
+
 def encode_settled(out: bytearray, through: int, refused: list[int]) -> None:
     """Append one SETTLED record to ``out``."""
     length = _SETTLED_HEAD.size - 4 + 8 * len(refused)
@@ -255,8 +360,8 @@ def encode_settled(out: bytearray, through: int, refused: list[int]) -> None:
 
 
 class RecordReader:
-    """Splits a link's byte stream into `Forwarded`, `TopologyChange` and `Settled`
-    records."""
+    """Splits a link's byte stream into `Forwarded`, `TopologyChange`, `Settled`,
+    `Delivery` and `Control` records."""
 
     __slots__ = ("_buf", "_pieces", "_pos", "vhost")
 
@@ -293,9 +398,9 @@ class RecordReader:
         self._pieces = []
         return len(self._buf) >= size
 
-    def next_record(self) -> Forwarded | Settled | TopologyChange | None:
-        """The next whole FORWARD, TOPOLOGY or SETTLED record, or None until more bytes
-        arrive.
+    def next_record(self) -> Forwarded | Settled | TopologyChange | Delivery | Control | None:
+        """The next whole FORWARD, TOPOLOGY, SETTLED, DELIVER or CONTROL record, or None
+        until more bytes arrive.
 
         Raises:
             ForwardingError: the stream is corrupt.
@@ -326,6 +431,10 @@ class RecordReader:
                 if end - start < _TOPOLOGY_HEAD.size:
                     raise ForwardingError("truncated topology record")
                 return TopologyChange(_u64(buf, start + 5), buf[start + _TOPOLOGY_HEAD.size : end])
+            if kind == DELIVER:
+                return _decode_delivery(buf, start, end)
+            if kind == CONTROL:
+                return Control(buf[start + 5 : end])
             if kind != VHOST:
                 raise ForwardingError(f"unknown record kind {kind}")
             try:
@@ -409,3 +518,36 @@ def _decode_settled(buf: bytes, start: int, end: int) -> Settled:
     if pos + 8 * count != end:
         raise ForwardingError(f"settled record of {end - start} bytes cannot hold {count} ids")
     return Settled(through, [_u64(buf, pos + 8 * i) for i in range(count)])
+
+
+def _decode_delivery(buf: bytes, start: int, end: int) -> Delivery:
+    if end - start < _DELIVER_HEAD.size:
+        raise ForwardingError("truncated deliver record")
+    consumer_id = _u64(buf, start + 5)
+    tag = _u64(buf, start + 13)
+    flags = buf[start + 21]
+    delivery_count = _u32(buf, start + 22)
+    header_size = _u32(buf, start + 26)
+    pos = start + _DELIVER_HEAD.size
+    try:
+        stop = pos + 1 + buf[pos]
+        exchange_raw = buf[pos:stop]
+        pos = stop
+        stop = pos + 1 + buf[pos]
+        routing_key_raw = buf[pos:stop]
+        pos = stop
+    except IndexError:
+        raise ForwardingError("truncated deliver record") from None
+    body_at = pos + header_size
+    if body_at > end:
+        raise ForwardingError("deliver record fields overrun its length")
+    return Delivery(
+        consumer_id,
+        tag,
+        flags,
+        delivery_count,
+        exchange_raw,
+        routing_key_raw,
+        buf[pos:body_at],
+        buf[body_at:end],
+    )

@@ -165,7 +165,9 @@ def test_a_consumer_moves_to_its_queues_worker_and_gets_what_crossed(tmp_path: P
         b.close()
 
 
-def test_a_connection_that_consumes_cannot_move_and_gets_540(tmp_path: Path) -> None:
+def test_a_connection_that_cannot_move_consumes_from_another_workers_queue(
+    tmp_path: Path,
+) -> None:
     with _node(tmp_path) as (broker, _data):
         a, b = _two_workers(broker.port)
         cb = b.channel()
@@ -173,11 +175,54 @@ def test_a_connection_that_consumes_cannot_move_and_gets_540(tmp_path: Path) -> 
         ca = a.channel()
         ca.queue_declare("on-a")
         ca.basic_consume("on-a", lambda *_args: None)  # a consumer keeps it where it is
-        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as refused:
-            ca.basic_get("only-on-b")
-        assert refused.value.reply_code == 540
-        assert "cannot move there" in refused.value.reply_text
-        assert cb.queue_declare("only-on-b", passive=True).method.message_count == 0
+        assert ca.basic_get("only-on-b") == (None, None, None)  # served by b's worker
+        cb.confirm_delivery()
+        for i in range(20):
+            cb.basic_publish("", "only-on-b", b"%d" % i)
+        method, _props, body = ca.basic_get("only-on-b")
+        assert body == b"0" and method.message_count == 19
+        ca.basic_ack(method.delivery_tag)
+
+        ca.basic_qos(prefetch_count=5)
+        got: list[bytes] = []
+
+        def on_message(channel: BlockingChannel, method: Any, _props: Any, body: bytes) -> None:
+            got.append(body)
+            if len(got) == 10:  # one nacked back: it comes again, redelivered, at the end
+                channel.basic_nack(method.delivery_tag, requeue=True)
+                return
+            channel.basic_ack(method.delivery_tag)
+            if len(got) == 20:
+                channel.stop_consuming()
+
+        ca.basic_consume("only-on-b", on_message, consumer_tag="from-a")
+        assert cb.queue_declare("only-on-b", passive=True).method.consumer_count == 1
+        ca.start_consuming()
+        assert got[:10] == [b"%d" % i for i in range(1, 11)]
+        assert sorted(got[10:], key=int) == [b"%d" % i for i in range(10, 20)]
+        # stop_consuming cancelled it; the owner learns it with a's next flush
+        _wait_for(
+            lambda: cb.queue_declare("only-on-b", passive=True).method.consumer_count == 0,
+            "the owner to drop the cancelled consumer",
+        )
+
+        for i in range(3):  # unacked when a's connection goes: back in the queue
+            cb.basic_publish("", "only-on-b", b"late-%d" % i)
+        held: list[bytes] = []
+
+        def keep(channel: BlockingChannel, _method: Any, _props: Any, body: bytes) -> None:
+            held.append(body)
+            if len(held) == 3:
+                channel.stop_consuming()
+
+        ca.basic_consume("only-on-b", keep)
+        ca.start_consuming()
+        a.close()
+        _wait_for(
+            lambda: cb.queue_declare("only-on-b", passive=True).method.message_count == 3,
+            "the unacked deliveries requeued on the owner",
+        )
+        assert _drain(cb, "only-on-b", 3) == [b"late-0", b"late-1", b"late-2"]
         b.close()
 
 

@@ -13,6 +13,11 @@ exactly as after a chunk from a client, and wakes the link's answer writer. The 
 what settles persistent messages. Each link's writer sends at most one SETTLED record per
 wake-up, so the answers cost one write per chunk or batch, not per message.
 
+A CONTROL record is a request of the peer's consumers of this worker's queues (consuming
+across workers, amqpd/engine/served_consumers.py: one `ServedConsumers` per link); their
+deliveries and events go back on the same socket, after the SETTLED answers, and when the
+link ends its consumers go and what they had not settled is requeued.
+
 A TOPOLOGY record (a spread vhost's change, amqpd/model/replica.py) is applied at once and
 settled with the records around it. A record for a vhost this worker does not have (deleted
 meanwhile) finds no queue, so it is settled and confirmed, as RabbitMQ confirms a publish
@@ -32,12 +37,19 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
+from amqpd.engine.served_consumers import ServedConsumers
 from amqpd.model.broker import Broker
 from amqpd.model.forwarded import InboundLink
 from amqpd.model.queue import Queue
 from amqpd.model.replica_apply import SNAPSHOT_END, apply_change
 from amqpd.model.vhost import VirtualHost
-from amqpd.wire.forwarding import Forwarded, ForwardingError, RecordReader, TopologyChange
+from amqpd.wire.forwarding import (
+    Control,
+    Forwarded,
+    ForwardingError,
+    RecordReader,
+    TopologyChange,
+)
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +57,18 @@ READ_SIZE = 262144
 
 
 class _Link:
-    """One peer's connection: its `InboundLink` and the event that wakes its writer."""
+    """One peer's connection: its `InboundLink`, the consumers it holds on this worker's
+    queues, and the event that wakes its writer."""
 
-    __slots__ = ("inbound", "wake")
+    __slots__ = ("inbound", "served", "wake")
 
     def __init__(self) -> None:
         self.inbound = InboundLink()
+        self.served = ServedConsumers(self._wake)
         self.wake = anyio.Event()
+
+    def _wake(self) -> None:
+        self.wake.set()
 
 
 class ForwardInbox:
@@ -104,6 +121,8 @@ class ForwardInbox:
             log.warning("forwarding link closed: %s", exc.exceptions[0])
         finally:
             self._links.discard(link)
+            link.served.lost()  # its consumers go, their deliveries are requeued
+            self._after_core()
 
     async def _read(self, link: _Link, stream: anyio.abc.SocketStream) -> None:
         reader = RecordReader()
@@ -119,8 +138,11 @@ class ForwardInbox:
                     link.inbound.accept_change(record.publish_id)
                     self._apply(reader.vhost, record.payload)
                     continue
+                if isinstance(record, Control):
+                    self._serve(link, record.payload)
+                    continue
                 if not isinstance(record, Forwarded):
-                    raise ForwardingError("a SETTLED record sent to the owner")
+                    raise ForwardingError("a SETTLED or DELIVER record sent to the owner")
                 vhost = broker.vhosts.get(reader.vhost) or self._gone
                 link.inbound.accept(
                     record,
@@ -148,10 +170,20 @@ class ForwardInbox:
         except Exception:  # a bug, not the peer's fault: the link and the others go on
             log.exception("cannot apply a topology change of vhost %r", name)
 
+    def _serve(self, link: _Link, payload: bytes) -> None:
+        """A request of the peer's consumers of this worker's queues."""
+        try:
+            request = pickle.loads(payload)
+            link.served.handle(self._broker.vhosts, request)
+        except Exception:  # a bug, not the peer's fault: the link and the others go on
+            log.exception("cannot serve a consuming request of another worker")
+
     async def _answer(self, link: _Link, stream: anyio.abc.SocketStream) -> None:
         while True:
             await link.wake.wait()
             link.wake = anyio.Event()
             out = bytearray()
-            if link.inbound.take_answer(out):
+            link.inbound.take_answer(out)
+            link.served.take(out)
+            if out:
                 await stream.send(bytes(out))

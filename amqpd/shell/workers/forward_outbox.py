@@ -25,7 +25,10 @@ A spread vhost's topology changes (amqpd/model/replica.py) travel the same links
 TOPOLOGY records (`append_change`), in order with the publishes. Each time a link comes up,
 ``on_connected`` gives the shell the chance to write this worker's snapshot first; every
 SETTLED answer (and a lost link, as None) is reported to ``on_settled``, which releases the
-topology replies held for it (amqpd/shell/workers/spread.py).
+topology replies held for it (amqpd/shell/workers/spread.py). Consuming across workers uses
+the same links: requests go out as CONTROL records (`append_control`), the owner's
+deliveries and events come back as DELIVER and CONTROL records, handed to ``on_served``
+once per chunk (amqpd/engine/remote_consumers.py).
 """
 
 from __future__ import annotations
@@ -43,9 +46,12 @@ from amqpd.wire.forwarding import (
     NO_PRIORITY,
     PERSISTENT,
     PROMISED,
+    Control,
+    Delivery,
     ForwardingError,
     RecordReader,
     Settled,
+    encode_control,
     encode_forward,
     encode_topology,
     encode_vhost,
@@ -59,6 +65,7 @@ RETRY_S = 0.1  # between attempts to reach a peer that is not listening (yet)
 
 Decided = Callable[[list[tuple[Hashable, bool]]], None]
 SettledThrough = Callable[[int, int | None], None]  # peer, through (None: the link was lost)
+Served = Callable[[int, list[Delivery | Control]], None]  # peer, a chunk's consuming records
 
 
 def _ignore_settled(peer: int, through: int | None) -> None:
@@ -66,6 +73,10 @@ def _ignore_settled(peer: int, through: int | None) -> None:
 
 
 def _ignore_connected(outbox: _Outbox) -> None:
+    return None
+
+
+def _ignore_served(peer: int, records: list[Delivery | Control]) -> None:
     return None
 
 
@@ -80,6 +91,7 @@ class _Outbox:
         on_decided: Decided,
         on_settled: SettledThrough = _ignore_settled,
         on_connected: Callable[[_Outbox], None] = _ignore_connected,
+        on_served: Served = _ignore_served,
     ) -> None:
         self.peer = peer
         self._path = path
@@ -87,6 +99,7 @@ class _Outbox:
         self._on_decided = on_decided
         self._on_settled = on_settled
         self._on_connected = on_connected
+        self._on_served = on_served
         self.buffer = bytearray()
         self._next_id = 1
         self._vhost: str | None = None
@@ -139,6 +152,10 @@ class _Outbox:
         self._joins.forwarded(self.peer, publish_id, None, True)
         return publish_id
 
+    def append_control(self, payload: bytes) -> None:
+        """A CONTROL record: a request of consuming across workers (no publish id)."""
+        encode_control(self.buffer, payload)
+
     @property
     def last_id(self) -> int:
         """The publish id of the last record appended on this connection (0: none)."""
@@ -187,13 +204,22 @@ class _Outbox:
         try:
             while True:
                 reader.feed(await stream.receive(READ_SIZE))
+                served: list[Delivery | Control] = []
                 while (record := reader.next_record()) is not None:
+                    if isinstance(record, Delivery | Control):
+                        served.append(record)
+                        continue
                     if not isinstance(record, Settled):
                         raise ForwardingError("a FORWARD record sent back by the owner")
+                    if served:  # in the order they came
+                        self._on_served(self.peer, served)
+                        served = []
                     decided = self._joins.settled(self.peer, record.through, record.refused)
                     if decided:
                         self._on_decided(decided)
                     self._on_settled(self.peer, record.through)
+                if served:
+                    self._on_served(self.peer, served)
         except (anyio.EndOfStream, anyio.BrokenResourceError, ForwardingError) as exc:
             log.warning("forwarding link to worker %d lost: %s", self.peer, exc or "closed")
             scope.cancel()
@@ -217,10 +243,11 @@ class Forwarder:
         on_decided: Decided,
         on_settled: SettledThrough = _ignore_settled,
         on_connected: Callable[[_Outbox], None] = _ignore_connected,
+        on_served: Served = _ignore_served,
     ) -> None:
         self.joins = ShardConfirms()
         self.outboxes = {
-            peer: _Outbox(peer, path, self.joins, on_decided, on_settled, on_connected)
+            peer: _Outbox(peer, path, self.joins, on_decided, on_settled, on_connected, on_served)
             for peer, path in peers.items()
         }
 

@@ -166,6 +166,7 @@ class WorkerNode:
             for name, vhost in self.broker.vhosts.items():
                 if self.is_spread(name):
                     vhost.replica = spread
+                    vhost.consuming = spread.consuming
             self.forward_inbox.on_snapshot = spread.snapshot_applied
             group.start_soon(spread.forwarder.run)
             await spread.ready()  # no connection before it has the others' queues

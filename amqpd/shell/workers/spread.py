@@ -24,6 +24,10 @@ else from it. A worker starting takes no connection before `ready`: every link o
 is up and every other worker's snapshot has arrived (or READY_TIMEOUT passed: a worker
 that is down sends it when it is back), so none of its connections routes without the
 queues of the others.
+
+The same links carry consuming across workers (amqpd/engine/remote_consumers.py): this
+worker's requests to the owners go out with every flush, the owners' deliveries and events
+reach `consuming` once per chunk, then ``after_core`` sends what they produced.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from typing import cast
 
 import anyio
 
+from amqpd.engine.remote_consumers import RemoteConsumers
 from amqpd.model.broker import Broker
 from amqpd.model.message import Message
 from amqpd.model.queue import Queue
@@ -43,7 +48,7 @@ from amqpd.model.replica import Change, Decision, remote_by_worker
 from amqpd.model.replica_apply import SNAPSHOT_END, snapshot
 from amqpd.shell.workers.forward_outbox import Forwarder, _Outbox
 from amqpd.shell.workers.role import WorkerRole
-from amqpd.wire.forwarding import queue_names
+from amqpd.wire.forwarding import Control, Delivery, queue_names
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +71,10 @@ class SpreadLinks:
         self._spread = spread
         self._after_core = after_core
         peers = {k: role.forward_socket(k) for k in range(role.count) if k != role.index}
-        self.forwarder = Forwarder(peers, self._decided, self._settled, self._connected)
+        self.forwarder = Forwarder(
+            peers, self._decided, self._settled, self._connected, self._served
+        )
+        self.consuming = RemoteConsumers(self._request)
         self._changes: list[tuple[str, Change]] = []
         self._through = dict.fromkeys(peers, 0)  # per link: every id up to it applied
         self._holds: deque[tuple[dict[int, int], Decision]] = deque()
@@ -144,7 +152,23 @@ class SpreadLinks:
     def flush(self) -> None:
         """Write what was changed and forwarded since the last flush (once per chunk)."""
         self._write_changes()
+        self.consuming.flush()
         self.forwarder.flush()
+
+    def _request(self, worker: int, payload: bytes) -> None:
+        """A request of this worker's consumers of ``worker``'s queues."""
+        self._write_changes()  # a consume after the declare that made its queue
+        self.forwarder.outboxes[worker].append_control(payload)
+
+    def _served(self, peer: int, records: list[Delivery | Control]) -> None:
+        """What worker ``peer`` sent this worker's consumers of its queues."""
+        consuming = self.consuming
+        for record in records:
+            if isinstance(record, Delivery):
+                consuming.delivered(peer, record)
+            else:
+                consuming.event(peer, record.payload)
+        self._after_core()
 
     def _write_changes(self) -> None:
         if not self._changes:
@@ -167,6 +191,7 @@ class SpreadLinks:
 
     def _settled(self, peer: int, through: int | None) -> None:
         if through is None:  # the link was lost: nothing held waits for it (module doc)
+            self.consuming.lost(peer)
             self._through[peer] = 0  # the next connection starts again at id 1
             for waits, _decision in self._holds:
                 waits.pop(peer, None)

@@ -1,0 +1,263 @@
+"""The consuming worker's side of consuming across workers (issue 26 stage 2,
+docs/multicore.md): this worker's consumers and basic.gets on queues other workers own.
+
+Theory of operation
+-------------------
+A connection of a spread vhost that cannot move (it published, consumes, or moved twice)
+and consumes from another worker's queue gets a `Consumer` on that queue's stub
+(amqpd/model/replica.py) in its channel, as any consumer; `RemoteConsumers` (the stubs'
+`ConsumingPort`, one per worker) gives it a consumer id and asks the owner to serve it
+(amqpd/engine/served_consumers.py). The consume-ok is sent when the owner accepted (a
+refusal, 403 for an exclusive consumer, closes the channel as it would on one worker).
+
+The owner's deliveries arrive as DELIVER records (`delivered`): each becomes a
+`QueueEntry` on the stub, marked ``stored`` when the owner waits for its settlement and
+numbered with the owner's tag, and is handed to the channel's ``deliver`` like a local one,
+so delivery tags, qos counts, statistics, transactions and recover are the channel's own.
+Settling it calls the stub's methods, which come back here as requests to the owner
+(`settle`, `cancel`); requests are kept per owner, consecutive settlements of one kind
+merged, and sent by `flush` once per chunk (the shell's ``after_core``).
+
+Credit: for each delivery handed to a client this worker owes the owner one credit
+(amqpd/engine/served_consumers.py WINDOW), returned with the next flush, or, while the
+client's connection does not read (``output_full``), when its channel may deliver again
+(the stub's ``dispatch``, `resume`).
+
+A delivery for a consumer that is gone (cancelled while it crossed) is requeued on the
+owner. A lost owner (`lost`: the link broke) cancels its consumers as RabbitMQ cancels the
+consumers of a queue whose node went down (basic.cancel to clients that take it); the
+deliveries it had sent are forgotten here (settling them later sends nothing: the owner
+requeued them, or restarts with them from its store), and a basic.get waiting for it is
+answered get-empty.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable
+from typing import Any, cast
+
+from pamqp import commands as spec
+
+from amqpd.engine.channel import Channel, ChannelState
+from amqpd.model.message import Message, QueueEntry
+from amqpd.model.queue import Consumer, ConsumerSink
+from amqpd.model.replica import RemoteQueue
+from amqpd.wire import codec
+from amqpd.wire.errors import AMQPError
+from amqpd.wire.forwarding import ACK_REQUIRED, REDELIVERED, Delivery
+
+__all__ = ["RemoteConsumers"]
+
+Send = Callable[[int, bytes], None]  # owner worker, a pickled request
+
+
+def _entry(
+    tag: int,
+    flags: int,
+    delivery_count: int,
+    exchange_raw: bytes,
+    routing_key_raw: bytes,
+    header: bytes,
+    body: bytes,
+) -> QueueEntry:
+    """The stub's entry for a message the owner handed out under ``tag``."""
+    message = Message(
+        exchange_raw[1:].decode(),
+        routing_key_raw[1:].decode(),
+        exchange_raw,
+        routing_key_raw,
+        header,
+        body,
+        False,
+        None,
+        None,
+        None,
+    )
+    entry = QueueEntry(message, tag)
+    entry.redelivered = bool(flags & REDELIVERED)
+    entry.stored = bool(flags & ACK_REQUIRED)
+    entry.delivery_count = delivery_count
+    return entry
+
+
+class RemoteConsumers:
+    """The `ConsumingPort` of this worker's stubs."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self._next_id = 1
+        self._consumers: dict[int, tuple[Consumer, Channel, bool]] = {}  # id: .., nowait
+        self._ids: dict[Consumer, int] = {}
+        self._gets: dict[int, tuple[Channel, RemoteQueue]] = {}
+        self._owed: dict[int, int] = {}  # consumer id -> credit not yet given back
+        self._requests: dict[int, list[list[Any]]] = {}  # per owner, in order
+        self._live: dict[int, set[QueueEntry]] = {}  # per owner: deliveries it waits for
+
+    def __len__(self) -> int:
+        return len(self._consumers)
+
+    # -- ConsumingPort (the engine's side) -------------------------------------------------
+    def consume(self, channel: ConsumerSink, consumer: Consumer, nowait: bool) -> None:
+        stub = cast(RemoteQueue, consumer.queue)
+        consumer_id = self._next_id
+        self._next_id = consumer_id + 1
+        self._consumers[consumer_id] = (consumer, cast(Channel, channel), nowait)
+        self._ids[consumer] = consumer_id
+        vhost = stub.vhost_name
+        request = ["consume", vhost, stub.name, consumer_id, consumer.tag, consumer.no_ack]
+        request += [consumer.exclusive, consumer.prefetch, consumer.arguments]
+        self._request(stub.worker, request)
+
+    def get(self, channel: ConsumerSink, stub: RemoteQueue, no_ack: bool) -> None:
+        request_id = self._next_id
+        self._next_id = request_id + 1
+        self._gets[request_id] = (cast(Channel, channel), stub)
+        self._request(stub.worker, ["get", request_id, stub.vhost_name, stub.name, no_ack])
+
+    def settle(self, worker: int, kind: str, entries: list[QueueEntry]) -> None:
+        live = self._live.get(worker)
+        tags = []
+        for entry in entries:
+            tags.append(entry.seq)
+            if live is not None:
+                live.discard(entry)
+        requests = self._requests.setdefault(worker, [])
+        if requests and requests[-1][0] == kind:
+            requests[-1][1] += tags
+        else:
+            requests.append([kind, tags])
+
+    def cancel(self, consumer: Consumer) -> None:
+        consumer_id = self._ids.pop(consumer, None)
+        if consumer_id is None:
+            return
+        del self._consumers[consumer_id]
+        self._owed.pop(consumer_id, None)
+        self._request(cast(RemoteQueue, consumer.queue).worker, ["cancel", consumer_id])
+
+    def resume(self, stub: RemoteQueue) -> None:
+        for consumer_id in list(self._owed):
+            consumer, channel, _nowait = self._consumers[consumer_id]
+            if consumer.queue is stub and not channel.conn.output_full:
+                self._give_back(consumer_id, stub.worker)
+
+    def _request(self, worker: int, request: list[Any]) -> None:
+        self._live.setdefault(worker, set())
+        self._requests.setdefault(worker, []).append(request)
+
+    def _give_back(self, consumer_id: int, worker: int) -> None:
+        count = self._owed.pop(consumer_id)
+        self._request(worker, ["credit", consumer_id, count])
+
+    # -- the shell's side --------------------------------------------------------------------
+    def flush(self) -> None:
+        """Send every request kept since the last flush (once per chunk)."""
+        for consumer_id in list(self._owed):
+            consumer, channel, _nowait = self._consumers[consumer_id]
+            if not channel.conn.output_full:
+                self._give_back(consumer_id, cast(RemoteQueue, consumer.queue).worker)
+        if not self._requests:
+            return
+        requests, self._requests = self._requests, {}
+        for worker, kept in requests.items():
+            for request in kept:
+                self._send(worker, pickle.dumps(tuple(request)))
+
+    def delivered(self, worker: int, record: Delivery) -> None:
+        """A DELIVER record from ``worker``."""
+        entry = _entry(
+            record.tag,
+            record.flags,
+            record.delivery_count,
+            record.exchange_raw,
+            record.routing_key_raw,
+            record.header,
+            record.body,
+        )
+        found = self._consumers.get(record.consumer_id)
+        if found is None:  # cancelled while it crossed
+            if entry.stored:
+                self.settle(worker, "requeue", [entry])
+            return
+        consumer, channel, _nowait = found
+        if entry.stored:
+            self._live.setdefault(worker, set()).add(entry)
+        channel.deliver(consumer, consumer.queue, entry)
+        consumer_id = record.consumer_id
+        self._owed[consumer_id] = self._owed.get(consumer_id, 0) + 1
+
+    def event(self, worker: int, payload: bytes) -> None:
+        """A CONTROL record from ``worker``: an answer or event (served_consumers.py)."""
+        event = pickle.loads(payload)
+        kind = event[0]
+        if kind == "consume-ok":
+            found = self._consumers.get(event[1])
+            if found is not None and not found[2] and found[1].state is ChannelState.OPEN:
+                consumer, channel, _nowait = found
+                channel.send_method(codec.build(spec.Basic.ConsumeOk, consumer_tag=consumer.tag))
+        elif kind == "refused":
+            found = self._consumers.pop(event[1], None)
+            if found is not None:
+                consumer, channel, _nowait = found
+                self._ids.pop(consumer, None)
+                channel.consumers.pop(consumer.tag, None)
+                if channel.state is ChannelState.OPEN:
+                    channel.close_with_error(AMQPError(event[2], event[3], 60, 20))
+        elif kind == "cancelled":
+            self._cancelled(event[1])
+        else:
+            self._answer_get(worker, kind, event)
+
+    def _cancelled(self, consumer_id: int) -> None:
+        found = self._consumers.pop(consumer_id, None)
+        if found is None:
+            return
+        consumer, channel, _nowait = found
+        self._ids.pop(consumer, None)
+        self._owed.pop(consumer_id, None)
+        channel.cancel_by_broker(consumer)
+
+    def _answer_get(self, worker: int, kind: str, event: tuple[Any, ...]) -> None:
+        waiting = self._gets.pop(event[1], None)
+        if waiting is None:
+            return
+        channel, stub = waiting
+        if kind == "get-refused":
+            if channel.state is ChannelState.OPEN:
+                channel.close_with_error(AMQPError(event[2], event[3], 60, 70))
+            return
+        open_ = channel.state is ChannelState.OPEN
+        if kind == "get-empty":
+            if open_:
+                channel.conn.send(codec.encode_get_empty(channel.number))
+            return
+        _, _, tag, flags, count, exchange_raw, routing_key_raw, header, body, left = event
+        entry = _entry(tag, flags, count, exchange_raw, routing_key_raw, header, body)
+        if not open_:  # closed meanwhile: back to the owner
+            if entry.stored:
+                self.settle(worker, "requeue", [entry])
+            return
+        if entry.stored:
+            self._live.setdefault(worker, set()).add(entry)
+        no_ack = not entry.stored
+        client_tag, header = channel.hand_out(stub, entry, None, no_ack)
+        first = codec.encode_get_ok(
+            channel.number, client_tag, entry.redelivered, exchange_raw, routing_key_raw, left
+        )
+        channel.send_content(first, header, body)
+
+    def lost(self, worker: int) -> None:
+        """The link to ``worker`` broke (see the module's docstring)."""
+        live = self._live.pop(worker, set())
+        for entry in live:
+            entry.stored = False  # settling it later sends nothing
+        self._requests.pop(worker, None)
+        for consumer_id, (consumer, _channel, _nowait) in list(self._consumers.items()):
+            if cast(RemoteQueue, consumer.queue).worker == worker:
+                self._cancelled(consumer_id)
+        for request_id, (channel, stub) in list(self._gets.items()):
+            if stub.worker == worker:
+                del self._gets[request_id]
+                if channel.state is ChannelState.OPEN:
+                    channel.conn.send(codec.encode_get_empty(channel.number))

@@ -1,0 +1,289 @@
+"""The owner's side of consuming across workers (issue 26 stage 2, docs/multicore.md): the
+consumers and basic.gets another worker's channels hold on this worker's queues.
+
+Theory of operation
+-------------------
+A connection that cannot move to the worker owning a queue of a spread vhost consumes from
+that queue's stub on its own worker (amqpd/model/replica.py, amqpd/engine/
+remote_consumers.py), which sends the request to this worker over their forwarding link.
+`ServedConsumers` is this worker's end of one such link: the `ConsumerSink` of every
+consumer the peer asked for, registered on the real queue like any channel's consumer, so
+the queue's own rules decide (single active consumer, priorities, exclusive consumers,
+selectors, TTL, delivery limits). It keeps the deliveries that wait for an ack in an
+`UnackedStore` (amqpd/engine/unacked.py), as a channel does: the tags sent to the peer
+are this store's, per-consumer prefetch is counted here, and acks, requeues and rejects
+come back as requests naming those tags. Unknown tags are ignored: the peer may settle a
+delivery this link no longer has (requeued when a consumer was cancelled meanwhile).
+
+Requests (`handle`, pickled tuples from the peer):
+``("consume", vhost, queue, consumer id, tag, no_ack, exclusive, prefetch, arguments)``,
+``("cancel", consumer id)``, ``("credit", consumer id, count)``, ``("ack" | "requeue" |
+"discard", [tags])``, ``("get", request id, vhost, queue, no_ack)``.
+Answers and events (`out`, in order with the deliveries): ``("consume-ok", id)``,
+``("refused", id, code, text)``, ``("cancelled", id)`` (the queue went away),
+``("get-ok", request id, tag, flags, delivery count, exchange, routing key, header, body,
+message count)``, ``("get-empty", request id)``, ``("get-refused", request id, code,
+text)``; deliveries are DELIVER records (amqpd/wire/forwarding.py).
+
+Flow: besides its prefetch, a consumer has at most WINDOW deliveries in flight to the
+peer; the peer gives credit back as it hands them to its client (and holds it while the
+client does not read), so a consumer without prefetch cannot flood the peer. `lost`
+(the link broke: the peer died) cancels every consumer and requeues what it had not
+settled, as RabbitMQ requeues a dead channel's deliveries.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from collections.abc import Callable
+from typing import Any, Final
+
+from amqpd.engine.unacked import Settlement, UnackedStore
+from amqpd.model.message import QueueEntry
+from amqpd.model.queue import Consumer, Queue
+from amqpd.model.selective import consumer_selector
+from amqpd.model.stream import StreamQueue
+from amqpd.model.vhost import VirtualHost
+from amqpd.wire import codec
+from amqpd.wire.errors import ACCESS_REFUSED, NOT_FOUND, NOT_IMPLEMENTED, AMQPError
+from amqpd.wire.forwarding import ACK_REQUIRED, REDELIVERED, encode_control, encode_delivery
+
+__all__ = ["WINDOW", "ServedConsumers"]
+
+log = logging.getLogger(__name__)
+
+WINDOW: Final = 1000  # deliveries in flight to the peer per consumer, before it credits
+_SETTLEMENTS: Final = {
+    "ack": Settlement.ACK,
+    "requeue": Settlement.REQUEUE,
+    "discard": Settlement.DISCARD,
+}
+
+
+class ServedConsumers:
+    """The consumers one other worker holds on this worker's queues (one per link)."""
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        """``wake``: something was appended to `out` (the link's writer sends it)."""
+        self.out = bytearray()
+        self._wake = wake
+        self._unacked = UnackedStore()
+        self._consumers: dict[int, tuple[Consumer, VirtualHost]] = {}
+        self._ids: dict[Consumer, int] = {}
+        self._in_flight: dict[Consumer, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._consumers)
+
+    # -- the peer's requests -------------------------------------------------------------
+    def handle(self, vhosts: dict[str, VirtualHost], request: tuple[Any, ...]) -> None:
+        """Carry out one request of the peer (see the module's docstring)."""
+        kind = request[0]
+        settlement = _SETTLEMENTS.get(kind)
+        if settlement is not None:
+            self._settle(settlement, request[1])
+        elif kind == "credit":
+            self._credit(request[1], request[2])
+        elif kind == "consume":
+            self._consume(vhosts, *request[1:])
+        elif kind == "cancel":
+            found = self._consumers.pop(request[1], None)
+            if found is not None:
+                self._remove(*found)
+        elif kind == "get":
+            self._get(vhosts, *request[1:])
+        else:
+            log.warning("unknown consuming request %r from another worker", kind)
+
+    def _queue(self, vhosts: dict[str, VirtualHost], vhost_name: str, name: str) -> Queue:
+        vhost = vhosts.get(vhost_name)
+        queue = None if vhost is None else vhost.queues.get(name)
+        if queue is None:
+            raise AMQPError(NOT_FOUND, f"no queue '{name}' in vhost '{vhost_name}'")
+        if isinstance(queue, StreamQueue):
+            raise AMQPError(
+                NOT_IMPLEMENTED,
+                f"stream '{name}' in vhost '{vhost_name}' lives on another worker: consume "
+                "from it on a connection of its own (docs/multicore.md, stage 2)",
+            )
+        return queue
+
+    def _consume(
+        self,
+        vhosts: dict[str, VirtualHost],
+        vhost_name: str,
+        name: str,
+        consumer_id: int,
+        tag: str,
+        no_ack: bool,
+        exclusive: bool,
+        prefetch: int,
+        arguments: dict[str, Any],
+    ) -> None:
+        try:
+            queue = self._queue(vhosts, vhost_name, name)
+            if queue.exclusive_consumer is not None or (exclusive and queue.consumers):
+                raise AMQPError(
+                    ACCESS_REFUSED, f"queue '{name}' in vhost '{vhost_name}' in exclusive use"
+                )
+            selector = consumer_selector(arguments, queue)
+        except AMQPError as exc:
+            self._event(("refused", consumer_id, exc.reply_code, exc.text))
+            return
+        consumer = Consumer(
+            self, tag, codec.encode_shortstr(tag), queue, no_ack, exclusive, prefetch, arguments
+        )
+        consumer.selector = selector
+        self._consumers[consumer_id] = (consumer, vhosts[vhost_name])
+        self._ids[consumer] = consumer_id
+        self._event(("consume-ok", consumer_id))  # before its first delivery
+        queue.add_consumer(consumer)
+
+    def _remove(self, consumer: Consumer, vhost: VirtualHost) -> None:
+        """Stop serving ``consumer`` (its deliveries stay unacked until settled)."""
+        self._ids.pop(consumer, None)
+        self._in_flight.pop(consumer, None)
+        queue = consumer.queue
+        queue.remove_consumer(consumer)
+        if queue.auto_delete and queue.had_consumer and not queue.consumers and not queue.deleted:
+            vhost.delete_queue(queue)
+
+    def _credit(self, consumer_id: int, count: int) -> None:
+        found = self._consumers.get(consumer_id)
+        if found is None:
+            return
+        consumer = found[0]
+        self._in_flight[consumer] = self._in_flight.get(consumer, 0) - count
+        consumer.queue.dispatch()
+
+    def _settle(self, settlement: Settlement, tags: list[int]) -> None:
+        unacked = self._unacked
+        records = []
+        for tag in tags:
+            try:
+                records += unacked.take(tag, False)
+            except AMQPError:
+                continue  # requeued already (see the module's docstring)
+        if not records:
+            return
+        unacked.settle(records, settlement, records[0].queue.clock.now)
+        if settlement is not Settlement.REQUEUE:  # (a requeue dispatches itself)
+            for queue in {record.queue for record in records}:
+                queue.dispatch()
+
+    def _get(
+        self,
+        vhosts: dict[str, VirtualHost],
+        request_id: int,
+        vhost_name: str,
+        name: str,
+        no_ack: bool,
+    ) -> None:
+        try:
+            queue = self._queue(vhosts, vhost_name, name)
+        except AMQPError as exc:
+            self._event(("get-refused", request_id, exc.reply_code, exc.text))
+            return
+        entry = queue.take()
+        if entry is None:
+            queue.stats.get_empty += 1
+            self._event(("get-empty", request_id))
+            return
+        tag = self._unacked.issue(queue, entry, None, not no_ack)
+        if no_ack:
+            queue.stats.get_no_ack += 1
+        else:
+            queue.stats.get += 1
+        flags, count = self._hand_out(queue, entry, no_ack)
+        message = entry.message
+        self._event(
+            (
+                "get-ok",
+                request_id,
+                tag,
+                flags,
+                count,
+                message.exchange_raw,
+                message.routing_key_raw,
+                message.header,
+                message.payload,
+                queue.message_count,
+            )
+        )
+
+    # -- ConsumerSink ----------------------------------------------------------------------
+    def has_credit(self, consumer: Consumer) -> bool:
+        if self._in_flight.get(consumer, 0) >= WINDOW:
+            return False
+        return consumer.no_ack or self._unacked.has_credit(consumer)
+
+    def deliver(self, consumer: Consumer, queue: Queue, entry: QueueEntry) -> None:
+        no_ack = consumer.no_ack
+        tag = self._unacked.issue(queue, entry, consumer, not no_ack)
+        if no_ack:
+            queue.stats.deliver_no_ack += 1
+        else:
+            queue.stats.deliver += 1
+        flags, count = self._hand_out(queue, entry, no_ack)
+        if no_ack:
+            queue.consumer_progress_at = queue.clock.now
+        self._in_flight[consumer] = self._in_flight.get(consumer, 0) + 1
+        message = entry.message
+        was_empty = not self.out
+        encode_delivery(
+            self.out,
+            self._ids[consumer],
+            tag,
+            flags,
+            count,
+            message.exchange_raw,
+            message.routing_key_raw,
+            message.header,
+            message.payload,
+        )
+        if was_empty:
+            self._wake()
+
+    def _hand_out(self, queue: Queue, entry: QueueEntry, no_ack: bool) -> tuple[int, int]:
+        """What a delivery and a get-ok share (as `Channel.hand_out`): the flags and the
+        delivery count the peer's client sees."""
+        count = entry.delivery_count
+        flags = 0 if no_ack else ACK_REQUIRED
+        if entry.redelivered:
+            flags |= REDELIVERED
+            queue.stats.redeliver += 1
+        queue.delivered(entry)
+        if no_ack:
+            queue.settled(entry)
+        return flags, count
+
+    def cancel_by_broker(self, consumer: Consumer) -> None:
+        consumer_id = self._ids.pop(consumer, None)
+        if consumer_id is None:
+            return
+        self._consumers.pop(consumer_id, None)
+        self._in_flight.pop(consumer, None)
+        self._event(("cancelled", consumer_id))
+
+    # -- the link --------------------------------------------------------------------------
+    def _event(self, event: tuple[Any, ...]) -> None:
+        was_empty = not self.out
+        encode_control(self.out, pickle.dumps(event))
+        if was_empty:
+            self._wake()
+
+    def take(self, out: bytearray) -> None:
+        """Move what waits to be sent into ``out``."""
+        if self.out:
+            out += self.out
+            self.out.clear()
+
+    def lost(self) -> None:
+        """The link broke: every consumer goes, every unsettled delivery is requeued."""
+        found = list(self._consumers.values())
+        self._consumers.clear()
+        for consumer, vhost in found:
+            self._remove(consumer, vhost)
+        self._unacked.requeue_all()
+        self.out.clear()

@@ -1,0 +1,210 @@
+"""Consuming across workers without processes (amqpd/engine/remote_consumers.py on the
+consuming worker, amqpd/engine/served_consumers.py on the queue's owner): a connection
+pinned to worker 0 consumes from and gets from a queue worker 1 owns; the requests and
+records travel through the same encoding the links use, pumped by the test."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+from pamqp import commands
+
+from amqpd.engine.remote_consumers import RemoteConsumers
+from amqpd.engine.served_consumers import WINDOW, ServedConsumers
+from amqpd.model.queue import Queue
+from amqpd.model.replica_apply import apply_change, snapshot
+from amqpd.wire.forwarding import Delivery, RecordReader
+from tests.unit.engine_driver import Client
+from tests.unit.test_spread_replica import _spread_broker
+
+
+class Pair:
+    """Worker 0 (a pinned client's) and worker 1 (the owner of "theirs"), linked."""
+
+    def __init__(self, arguments: dict[str, Any] | None = None) -> None:
+        self.zero, _port0 = _spread_broker(0)
+        self.one, _port1 = _spread_broker(1)
+        self.queue: Queue = self.one.vhosts["/"].declare_queue(
+            "theirs", False, True, False, False, arguments or {}, None
+        )
+        self.requests: list[bytes] = []
+        self.remote = RemoteConsumers(lambda _worker, payload: self.requests.append(payload))
+        self.zero.vhosts["/"].consuming = self.remote
+        apply_change(self.zero.vhosts["/"], snapshot(self.one.vhosts["/"], 1))
+        self.served = ServedConsumers(lambda: None)
+        self.client = Client(self.zero)
+        self.client.handshake()
+        self.client.open_channel()
+        self.client.conn.recording = None  # pinned to worker 0: it cannot move
+        self.owner = Client(self.one)
+        self.owner.handshake()
+        self.owner.open_channel()
+
+    def pump(self) -> None:
+        """Carry requests to the owner and its records back until both are quiet."""
+        while True:
+            self.remote.flush()
+            requests, self.requests = self.requests, []
+            for payload in requests:
+                self.served.handle(self.one.vhosts, pickle.loads(payload))
+            out = bytearray()
+            self.served.take(out)
+            reader = RecordReader()
+            reader.feed(bytes(out))
+            while (record := reader.next_record()) is not None:
+                if isinstance(record, Delivery):
+                    self.remote.delivered(1, record)
+                else:
+                    self.remote.event(1, record.payload)  # type: ignore[union-attr]
+            if not requests and not out:
+                return
+
+    def publish(self, *bodies: bytes) -> None:
+        for body in bodies:
+            self.owner.publish(1, "theirs", body)
+        self.owner.methods()
+
+
+def _deliveries(client: Client) -> list[tuple[int, bytes, bool]]:
+    """(tag, body, redelivered) of each basic.deliver received."""
+    out: list[tuple[int, bytes, bool]] = []
+    method: Any = None
+    for _channel, value in client.received():
+        if isinstance(value, commands.Basic.Deliver):
+            method = value
+        elif method is not None and hasattr(value, "value"):
+            out.append((method.delivery_tag, value.value, method.redelivered))
+            method = None
+    return out
+
+
+def test_a_pinned_connection_consumes_from_another_workers_queue() -> None:
+    pair = Pair()
+    pair.publish(b"a", b"b", b"c")
+    client = pair.client
+    client.send(1, commands.Basic.Consume(queue="theirs", consumer_tag="remote"))
+    assert client.methods() == []  # the consume-ok waits for the owner
+    pair.pump()
+    received = client.received()
+    assert isinstance(received[0][1], commands.Basic.ConsumeOk)
+    assert [v.value for _c, v in received if hasattr(v, "value")] == [b"a", b"b", b"c"]
+    assert len(pair.queue.consumers) == 1 and pair.queue.message_count == 0
+
+    client.send(1, commands.Basic.Ack(delivery_tag=2))
+    pair.pump()
+    close = commands.Channel.Close(reply_code=200, class_id=0, method_id=0)
+    client.send(1, close)  # 1 and 3 go back to the owner's queue
+    pair.pump()
+    assert not pair.queue.consumers
+    assert [entry.message.body for entry in pair.queue.ready] == [b"a", b"c"]
+    assert all(entry.redelivered for entry in pair.queue.ready)
+
+
+def test_qos_prefetch_is_counted_on_the_owner_and_an_ack_lets_the_next_come() -> None:
+    pair = Pair()
+    pair.publish(b"1", b"2", b"3", b"4")
+    client = pair.client
+    client.send(1, commands.Basic.Qos(prefetch_count=2))
+    client.methods()
+    client.send(1, commands.Basic.Consume(queue="theirs", consumer_tag="c"))
+    pair.pump()
+    assert [body for _t, body, _r in _deliveries(client)] == [b"1", b"2"]
+    client.send(1, commands.Basic.Ack(delivery_tag=2, multiple=True))
+    pair.pump()
+    assert [(tag, body) for tag, body, _r in _deliveries(client)] == [(3, b"3"), (4, b"4")]
+    assert pair.queue.message_count == 0
+
+
+def test_a_nack_with_requeue_redelivers_and_a_reject_dead_letters_on_the_owner() -> None:
+    pair = Pair({"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead"})
+    dead = pair.one.vhosts["/"].declare_queue("dead", False, True, False, False, {}, None)
+    pair.publish(b"m")
+    client = pair.client
+    client.send(1, commands.Basic.Consume(queue="theirs", consumer_tag="c"))
+    pair.pump()
+    assert _deliveries(client) == [(1, b"m", False)]
+    client.send(1, commands.Basic.Nack(delivery_tag=1, requeue=True))
+    pair.pump()
+    assert _deliveries(client) == [(2, b"m", True)]
+    client.send(1, commands.Basic.Reject(delivery_tag=2, requeue=False))
+    pair.pump()
+    assert pair.queue.message_count == 0
+    assert [entry.message.body for entry in dead.ready] == [b"m"]
+
+
+def test_basic_get_from_another_workers_queue_is_answered_by_its_owner() -> None:
+    pair = Pair()
+    pair.publish(b"x", b"y")
+    client = pair.client
+    client.send(1, commands.Basic.Get(queue="theirs"))
+    assert client.methods() == []
+    pair.pump()
+    received = client.received()
+    get_ok: Any = received[0][1]
+    assert isinstance(get_ok, commands.Basic.GetOk)
+    assert get_ok.message_count == 1 and received[-1][1].value == b"x"
+    client.send(1, commands.Basic.Ack(delivery_tag=get_ok.delivery_tag))
+    client.send(1, commands.Basic.Get(queue="theirs", no_ack=True))
+    client.send(1, commands.Basic.Get(queue="theirs"))
+    pair.pump()
+    methods = client.methods()
+    assert isinstance(methods[0], commands.Basic.GetOk)
+    assert isinstance(methods[1], commands.Basic.GetEmpty)
+    assert pair.queue.message_count == 0 and not pair.queue.ready
+
+
+def test_an_exclusive_consumer_on_the_owner_refuses_the_remote_consume_with_403() -> None:
+    pair = Pair()
+    pair.owner.send(1, commands.Basic.Consume(queue="theirs", exclusive=True))
+    pair.owner.methods()
+    client = pair.client
+    client.send(1, commands.Basic.Consume(queue="theirs", consumer_tag="c"))
+    pair.pump()
+    (close,) = client.methods()
+    assert isinstance(close, commands.Channel.Close)
+    assert close.reply_code == 403 and "in exclusive use" in close.reply_text
+
+
+def test_the_queue_deleted_on_its_owner_cancels_the_remote_consumer() -> None:
+    pair = Pair()
+    client = pair.client
+    client.send(1, commands.Basic.Consume(queue="theirs", consumer_tag="c"))
+    pair.pump()
+    client.methods()
+    pair.owner.send(1, commands.Queue.Delete(queue="theirs"))
+    pair.pump()
+    (cancel,) = client.methods()
+    assert isinstance(cancel, commands.Basic.Cancel) and cancel.consumer_tag == "c"
+    assert len(pair.remote) == 0
+
+
+def test_a_lost_link_requeues_on_the_owner_and_cancels_on_the_consumers_worker() -> None:
+    pair = Pair()
+    pair.publish(b"1", b"2")
+    client = pair.client
+    client.send(1, commands.Basic.Consume(queue="theirs", consumer_tag="c"))
+    pair.pump()
+    assert len(_deliveries(client)) == 2
+    pair.served.lost()
+    assert [entry.message.body for entry in pair.queue.ready] == [b"1", b"2"]
+    assert not pair.queue.consumers
+    pair.remote.lost(1)
+    (cancel,) = client.methods()
+    assert isinstance(cancel, commands.Basic.Cancel)
+    client.send(1, commands.Basic.Ack(delivery_tag=1))  # known to the channel: no error
+    pair.remote.flush()
+    assert pair.requests == []  # nothing is sent for what the lost owner had
+
+
+def test_a_consumer_without_prefetch_has_a_window_of_deliveries_in_flight() -> None:
+    pair = Pair()
+    client = pair.client
+    client.send(1, commands.Basic.Consume(queue="theirs", consumer_tag="c", no_ack=True))
+    pair.pump()
+    client.methods()
+    pair.publish(*[b"%d" % i for i in range(WINDOW + 5)])
+    assert pair.queue.message_count == 5  # the owner waits for credit
+    pair.pump()  # the consuming worker handed them out: credit back, the rest come
+    assert pair.queue.message_count == 0
+    assert len(_deliveries(client)) == WINDOW + 5
