@@ -122,7 +122,12 @@ class Channel:
         reply_queues = connection.broker.reply_queues
         self.reply_to = DirectReplyTo(self.vhost, reply_queues)
         self.topology = Topology(
-            self.vhost, connection, reply_queues, self.send_method, self._send_if_open
+            self.vhost,
+            connection,
+            reply_queues,
+            self.send_method,
+            self._send_if_open,
+            self.close_with_error,
         )
         self.consuming = ConsumerMethods(self)
         self._handlers: dict[int, Callable[[Any], None]] = {

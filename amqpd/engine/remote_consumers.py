@@ -27,8 +27,12 @@ A delivery for a consumer that is gone (cancelled while it crossed) is requeued 
 owner. A lost owner (`lost`: the link broke) cancels its consumers as RabbitMQ cancels the
 consumers of a queue whose node went down (basic.cancel to clients that take it); the
 deliveries it had sent are forgotten here (settling them later sends nothing: the owner
-requeued them, or restarts with them from its store), and a basic.get waiting for it is
-answered get-empty.
+requeued them, or restarts with them from its store), a basic.get waiting for it is
+answered get-empty, and a count it was asked for 0.
+
+`ask` is a request answered by two counts: a queue's message and consumer counts for a
+queue.declare, what a queue.purge or queue.delete removed (engine/topology.py), the
+reply held until the owner answered, or refused (404, 406) as the owner would.
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ from amqpd.wire.forwarding import ACK_REQUIRED, REDELIVERED, Delivery
 __all__ = ["RemoteConsumers"]
 
 Send = Callable[[int, bytes], None]  # owner worker, a pickled request
+Answer = Callable[[int, int], None]
+Refuse = Callable[[int, str], None]
 
 
 def _entry(
@@ -90,6 +96,7 @@ class RemoteConsumers:
         self._consumers: dict[int, tuple[Consumer, Channel, bool]] = {}  # id: .., nowait
         self._ids: dict[Consumer, int] = {}
         self._gets: dict[int, tuple[Channel, RemoteQueue]] = {}
+        self._asks: dict[int, tuple[int, Answer, Refuse]] = {}  # request id: worker, ..
         self._owed: dict[int, int] = {}  # consumer id -> credit not yet given back
         self._requests: dict[int, list[list[Any]]] = {}  # per owner, in order
         self._live: dict[int, set[QueueEntry]] = {}  # per owner: deliveries it waits for
@@ -114,6 +121,18 @@ class RemoteConsumers:
         self._next_id = request_id + 1
         self._gets[request_id] = (cast(Channel, channel), stub)
         self._request(stub.worker, ["get", request_id, stub.vhost_name, stub.name, no_ack])
+
+    def ask(
+        self,
+        stub: RemoteQueue,
+        request: tuple[Any, ...],
+        answer: Callable[[int, int], None],
+        refuse: Callable[[int, str], None],
+    ) -> None:
+        request_id = self._next_id
+        self._next_id = request_id + 1
+        self._asks[request_id] = (stub.worker, answer, refuse)
+        self._request(stub.worker, ["ask", request_id, stub.vhost_name, stub.name, *request])
 
     def settle(self, worker: int, kind: str, entries: list[QueueEntry]) -> None:
         live = self._live.get(worker)
@@ -206,6 +225,14 @@ class RemoteConsumers:
                     channel.close_with_error(AMQPError(event[2], event[3], 60, 20))
         elif kind == "cancelled":
             self._cancelled(event[1])
+        elif kind == "answer":
+            asked = self._asks.pop(event[1], None)
+            if asked is not None:
+                asked[1](event[2], event[3])
+        elif kind == "ask-refused":
+            asked = self._asks.pop(event[1], None)
+            if asked is not None:
+                asked[2](event[2], event[3])
         else:
             self._answer_get(worker, kind, event)
 
@@ -256,6 +283,10 @@ class RemoteConsumers:
         for consumer_id, (consumer, _channel, _nowait) in list(self._consumers.items()):
             if cast(RemoteQueue, consumer.queue).worker == worker:
                 self._cancelled(consumer_id)
+        for request_id, (owner, answer, _refuse) in list(self._asks.items()):
+            if owner == worker:  # its counts are gone with it
+                del self._asks[request_id]
+                answer(0, 0)
         for request_id, (channel, stub) in list(self._gets.items()):
             if stub.worker == worker:
                 del self._gets[request_id]

@@ -18,11 +18,13 @@ delivery this link no longer has (requeued when a consumer was cancelled meanwhi
 Requests (`handle`, pickled tuples from the peer):
 ``("consume", vhost, queue, consumer id, tag, no_ack, exclusive, prefetch, arguments)``,
 ``("cancel", consumer id)``, ``("credit", consumer id, count)``, ``("ack" | "requeue" |
-"discard", [tags])``, ``("get", request id, vhost, queue, no_ack)``.
+"discard", [tags])``, ``("get", request id, vhost, queue, no_ack)``, ``("ask", request id,
+vhost, queue, "count" | "purge" | "delete", ...)`` (engine/remote_consumers.py `ask`).
 Answers and events (`out`, in order with the deliveries): ``("consume-ok", id)``,
 ``("refused", id, code, text)``, ``("cancelled", id)`` (the queue went away),
 ``("get-ok", request id, tag, flags, delivery count, exchange, routing key, header, body,
 message count)``, ``("get-empty", request id)``, ``("get-refused", request id, code,
+text)``, ``("answer", request id, count, count)``, ``("ask-refused", request id, code,
 text)``; deliveries are DELIVER records (amqpd/wire/forwarding.py).
 
 Flow: besides its prefetch, a consumer has at most WINDOW deliveries in flight to the
@@ -46,7 +48,13 @@ from amqpd.model.selective import consumer_selector
 from amqpd.model.stream import StreamQueue
 from amqpd.model.vhost import VirtualHost
 from amqpd.wire import codec
-from amqpd.wire.errors import ACCESS_REFUSED, NOT_FOUND, NOT_IMPLEMENTED, AMQPError
+from amqpd.wire.errors import (
+    ACCESS_REFUSED,
+    NOT_FOUND,
+    NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
+    AMQPError,
+)
 from amqpd.wire.forwarding import ACK_REQUIRED, REDELIVERED, encode_control, encode_delivery
 
 __all__ = ["WINDOW", "ServedConsumers"]
@@ -93,6 +101,8 @@ class ServedConsumers:
                 self._remove(*found)
         elif kind == "get":
             self._get(vhosts, *request[1:])
+        elif kind == "ask":
+            self._ask(vhosts, *request[1:])
         else:
             log.warning("unknown consuming request %r from another worker", kind)
 
@@ -211,6 +221,35 @@ class ServedConsumers:
                 queue.message_count,
             )
         )
+
+    def _ask(
+        self,
+        vhosts: dict[str, VirtualHost],
+        request_id: int,
+        vhost_name: str,
+        name: str,
+        *what: Any,
+    ) -> None:
+        vhost = vhosts.get(vhost_name)
+        queue = None if vhost is None else vhost.queues.get(name)
+        if vhost is None or queue is None:
+            text = f"no queue '{name}' in vhost '{vhost_name}'"
+            self._event(("ask-refused", request_id, NOT_FOUND, text))
+            return
+        if what[0] == "count":
+            self._event(("answer", request_id, queue.message_count, len(queue.consumers)))
+        elif what[0] == "purge":
+            self._event(("answer", request_id, queue.purge(), 0))
+        else:  # ("delete", if_unused, if_empty)
+            text = ""
+            if what[1] and queue.consumers:
+                text = f"queue '{name}' in vhost '{vhost_name}' in use"
+            elif what[2] and queue.message_count:
+                text = f"queue '{name}' in vhost '{vhost_name}' is not empty"
+            if text:
+                self._event(("ask-refused", request_id, PRECONDITION_FAILED, text))
+            else:
+                self._event(("answer", request_id, vhost.delete_queue(queue), 0))
 
     # -- ConsumerSink ----------------------------------------------------------------------
     def has_credit(self, consumer: Consumer) -> bool:

@@ -22,6 +22,7 @@ from pamqp.base import Frame as Method
 
 from amqpd.engine.reply_to import REPLY_TO_QUEUE, remote_reply_queue
 from amqpd.model.queue import ExclusiveOwner, Queue
+from amqpd.model.replica import RemoteQueue
 from amqpd.model.vhost import VirtualHost
 from amqpd.wire import codec
 from amqpd.wire.errors import ACCESS_REFUSED, NOT_FOUND, AMQPError, not_found, precondition_failed
@@ -51,7 +52,15 @@ class TopologyOwner(ExclusiveOwner, Protocol):
 class Topology:
     """The exchange and queue method handlers of one channel."""
 
-    __slots__ = ("_owner", "_reply", "_reply_later", "_reply_queues", "last_queue", "vhost")
+    __slots__ = (
+        "_fail_later",
+        "_owner",
+        "_reply",
+        "_reply_later",
+        "_reply_queues",
+        "last_queue",
+        "vhost",
+    )
 
     def __init__(
         self,
@@ -60,17 +69,42 @@ class Topology:
         reply_queues: dict[str, Queue],
         reply: Callable[[Method], None],
         reply_later: Callable[[Method], None] | None = None,
+        fail_later: Callable[[AMQPError], None] | None = None,
     ) -> None:
         """``owner`` owns the exclusive queues declared here; ``reply_queues`` are the live
         direct reply-to addresses; ``reply`` sends a method on the channel, ``reply_later``
-        a held one (once the other workers of a spread vhost have a change: not if the
-        channel closed meanwhile)."""
+        a held one (once the other workers of a spread vhost have a change, or another
+        worker answered: not if the channel closed meanwhile), ``fail_later`` closes the
+        channel for another worker's refusal."""
         self.vhost = vhost
         self._owner = owner
         self._reply_queues = reply_queues
         self._reply = reply
         self._reply_later = reply if reply_later is None else reply_later
+        self._fail_later = fail_later
         self.last_queue: str | None = None
+
+    def _ask_owner(
+        self,
+        queue: Queue,
+        request: tuple[Any, ...],
+        answer: Callable[[int, int], Method],
+        method_id: int,
+    ) -> bool:
+        """Whether ``queue`` is another worker's, asked for ``request``: its answer (two
+        counts) is replied with the method ``answer`` makes, a refusal closes the channel
+        (engine/remote_consumers.py `ask`)."""
+        if not isinstance(queue, RemoteQueue) or queue.port is None:
+            return False
+        port = queue.port
+        reply_later, fail_later = self._reply_later, self._fail_later
+
+        def refuse(code: int, text: str) -> None:
+            if fail_later is not None:
+                fail_later(AMQPError(code, text, 50, method_id))
+
+        port.ask(queue, request, lambda one, two: reply_later(answer(one, two)), refuse)
+        return True
 
     def _answer(self, method: Method) -> None:
         """Reply to a method that may have changed the topology: in a spread vhost, once
@@ -190,7 +224,20 @@ class Topology:
             self._owner,
         )
         self.last_queue = queue.name
-        if not method.nowait:
+        if method.nowait:
+            return
+        name = queue.name
+        if not self._ask_owner(  # its counts are there
+            queue,
+            ("count",),
+            lambda messages, consumers: codec.build(
+                spec.Queue.DeclareOk,
+                queue=name,
+                message_count=messages,
+                consumer_count=consumers,
+            ),
+            10,
+        ):
             self._answer(
                 codec.build(
                     spec.Queue.DeclareOk,
@@ -248,9 +295,13 @@ class Topology:
             stub = None if name in vhost.queues else vhost.remote.get(name)
             if stub is not None:  # a connection that cannot move: purged on its worker
                 vhost.check_exclusive_access(stub, self._owner)
-                vhost.purge_remote_queue(stub)
-                if not method.nowait:  # how many it held is known there only
-                    self._answer(spec.Queue.PurgeOk(message_count=0))
+                purged = self._ask_owner(
+                    stub, ("purge",), lambda count, _: spec.Queue.PurgeOk(message_count=count), 30
+                )
+                if not purged:
+                    vhost.purge_remote_queue(stub)
+                    if not method.nowait:  # how many it held is known there only
+                        self._answer(spec.Queue.PurgeOk(message_count=0))
                 return
         queue = self.usable_queue(method.queue)
         count = queue.purge()
@@ -265,8 +316,17 @@ class Topology:
         queue = self.vhost.queues.get(name)
         count = 0
         stub = self.vhost.remote.get(name) if queue is None and self.vhost.remote else None
-        if stub is not None:  # another worker's queue: deleted there (its count unknown here)
+        if stub is not None:  # another worker's queue: deleted there
             self.vhost.check_exclusive_access(stub, self._owner)
+            vhost = self.vhost
+
+            def deleted(count: int, _: int) -> Method:
+                vhost.drop_remote(stub)  # (the owner sends the change to every worker)
+                return spec.Queue.DeleteOk(message_count=count)
+
+            request = ("delete", bool(method.if_unused), bool(method.if_empty))
+            if self._ask_owner(stub, request, deleted, 40):
+                return
             self.vhost.delete_remote_queue(stub)
         elif queue is not None:
             self.vhost.check_exclusive_access(queue, self._owner)

@@ -49,7 +49,7 @@ from amqpd.model.exchange import Exchange
 from amqpd.model.queue import Queue
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from amqpd.model.message import Message, QueueEntry
     from amqpd.model.queue import Consumer, ConsumerSink
@@ -117,6 +117,18 @@ class ConsumingPort(Protocol):
 
     def get(self, channel: ConsumerSink, stub: RemoteQueue, no_ack: bool) -> None:
         """basic.get from ``stub``'s owner; the channel answers when the owner did."""
+
+    def ask(
+        self,
+        stub: RemoteQueue,
+        request: tuple[Any, ...],
+        answer: Callable[[int, int], None],
+        refuse: Callable[[int, str], None],
+    ) -> None:
+        """Ask ``stub``'s owner for its queue's counts (``("count",)``), to purge it
+        (``("purge",)``: the count purged) or to delete it (``("delete", if_unused,
+        if_empty)``: the count deleted); ``answer`` gets two counts (messages, consumers),
+        ``refuse`` a reply code and text (404: gone; 406: in use or not empty)."""
 
     def settle(self, worker: int, kind: str, entries: list[QueueEntry]) -> None:
         """Deliveries from ``worker`` are acked ("ack"), requeued ("requeue") or rejected

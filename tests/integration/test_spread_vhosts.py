@@ -179,6 +179,8 @@ def test_a_connection_that_cannot_move_consumes_from_another_workers_queue(
         cb.confirm_delivery()
         for i in range(20):
             cb.basic_publish("", "only-on-b", b"%d" % i)
+        declared = ca.queue_declare("only-on-b", passive=True).method  # the owner's counts
+        assert (declared.message_count, declared.consumer_count) == (20, 0)
         method, _props, body = ca.basic_get("only-on-b")
         assert body == b"0" and method.message_count == 19
         ca.basic_ack(method.delivery_tag)

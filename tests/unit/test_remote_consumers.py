@@ -208,3 +208,45 @@ def test_a_consumer_without_prefetch_has_a_window_of_deliveries_in_flight() -> N
     pair.pump()  # the consuming worker handed them out: credit back, the rest come
     assert pair.queue.message_count == 0
     assert len(_deliveries(client)) == WINDOW + 5
+
+
+def test_a_declare_purge_and_delete_answer_with_the_owners_counts() -> None:
+    pair = Pair()
+    pair.publish(b"1", b"2", b"3")
+    client = pair.client
+    client.send(1, commands.Queue.Declare(queue="theirs", passive=True))
+    assert client.methods() == []  # the counts are the owner's
+    pair.pump()
+    (declare_ok,) = client.methods()
+    assert isinstance(declare_ok, commands.Queue.DeclareOk)
+    assert (declare_ok.message_count, declare_ok.consumer_count) == (3, 0)
+
+    client.send(1, commands.Basic.Qos(prefetch_count=1))
+    client.send(1, commands.Basic.Consume(queue="theirs", consumer_tag="c"))
+    pair.pump()
+    client.received()
+    client.send(1, commands.Queue.Declare(queue="theirs", passive=True))
+    pair.pump()
+    (declare_ok,) = client.methods()
+    assert (declare_ok.message_count, declare_ok.consumer_count) == (2, 1)  # type: ignore[attr-defined]
+    client.send(1, commands.Queue.Delete(queue="theirs", if_unused=True))
+    pair.pump()
+    (refused,) = client.methods()
+    assert isinstance(refused, commands.Channel.Close)
+    assert refused.reply_code == 406 and "in use" in refused.reply_text
+    assert not pair.queue.deleted
+
+    client.open_channel(2)
+    pair.publish(b"4")
+    client.send(2, commands.Queue.Purge(queue="theirs"))
+    pair.pump()
+    (purge_ok,) = client.methods()
+    assert (
+        isinstance(purge_ok, commands.Queue.PurgeOk) and purge_ok.message_count == 4
+    )  # 1 came back with channel 1
+    pair.publish(b"5")
+    client.send(2, commands.Queue.Delete(queue="theirs"))
+    pair.pump()
+    (delete_ok,) = client.methods()
+    assert isinstance(delete_ok, commands.Queue.DeleteOk) and delete_ok.message_count == 1
+    assert pair.queue.deleted and "theirs" not in pair.zero.vhosts["/"].remote
