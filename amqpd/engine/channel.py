@@ -126,7 +126,7 @@ class Channel:
             connection,
             reply_queues,
             self.send_method,
-            self._send_if_open,
+            self.send_if_open,
             self.close_with_error,
         )
         self.consuming = ConsumerMethods(self)
@@ -246,7 +246,7 @@ class Channel:
     def send_method(self, method: Method) -> None:
         self.conn.send(codec.encode_method(self.number, method))
 
-    def _send_if_open(self, method: Method) -> None:
+    def send_if_open(self, method: Method) -> None:
         """A reply held for other workers (a spread vhost): dropped if the channel closed."""
         if self.state is ChannelState.OPEN:
             self.send_method(method)
@@ -556,7 +556,7 @@ class Channel:
                 self.send_method(cancel)
             else:  # after the held Delete-Ok (engine/topology.py `_answer`)
                 self.conn.held_replies += 1
-                replica.hold(HeldReply(self._send_if_open, cancel, self.conn))
+                replica.hold(HeldReply(self.send_if_open, cancel, self.conn))
 
     def resume_deliveries(self) -> None:
         """Let the queues this channel consumes from deliver again (credit came back)."""

@@ -62,6 +62,7 @@ class ConsumingChannel(ConsumerSink, Protocol):
     @property
     def topology(self) -> Topology: ...
     def send_method(self, method: Method) -> None: ...
+    def send_if_open(self, method: Method) -> None: ...
     def send_content(self, first: bytes, header: bytes, payload: bytes) -> None: ...
     def resume_deliveries(self) -> None: ...
     def settle(self, records: list[Unacked], kind: Settlement) -> None: ...
@@ -211,10 +212,25 @@ class ConsumerMethods:
     def _on_basic_cancel(self, method: spec.Basic.Cancel) -> None:
         channel = self._channel
         consumer = channel.consumers.pop(method.consumer_tag or "", None)
-        if not method.nowait:
-            channel.send_method(codec.build(spec.Basic.CancelOk, consumer_tag=method.consumer_tag))
-        if consumer is not None:
-            self.remove_consumer(consumer)
+        stub = None if consumer is None else consumer.queue
+        if not isinstance(stub, RemoteQueue) or stub.port is None:
+            if not method.nowait:
+                channel.send_method(
+                    codec.build(spec.Basic.CancelOk, consumer_tag=method.consumer_tag)
+                )
+            if consumer is not None:
+                self.remove_consumer(consumer)
+            return
+        assert consumer is not None
+        self.remove_consumer(consumer)
+        if not method.nowait:  # once the owner dropped it (a question asked after the cancel)
+            ok = codec.build(spec.Basic.CancelOk, consumer_tag=method.consumer_tag)
+            stub.port.ask(
+                stub,
+                ("count",),
+                lambda _messages, _consumers: channel.send_if_open(ok),
+                lambda _code, _text: channel.send_if_open(ok),  # the queue is gone: cancelled
+            )
 
     def remove_consumer(self, consumer: Consumer) -> None:
         """Detach a consumer from its queue (an auto-delete queue may go with it)."""

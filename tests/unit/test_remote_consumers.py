@@ -92,7 +92,11 @@ def test_a_pinned_connection_consumes_from_another_workers_queue() -> None:
     assert len(pair.queue.consumers) == 1 and pair.queue.message_count == 0
 
     client.send(1, commands.Basic.Ack(delivery_tag=2))
+    client.send(1, commands.Basic.Cancel(consumer_tag="remote"))
+    assert client.methods() == []  # the cancel-ok waits until the owner dropped it
     pair.pump()
+    (cancel_ok,) = client.methods()
+    assert isinstance(cancel_ok, commands.Basic.CancelOk) and not pair.queue.consumers
     close = commands.Channel.Close(reply_code=200, class_id=0, method_id=0)
     client.send(1, close)  # 1 and 3 go back to the owner's queue
     pair.pump()
