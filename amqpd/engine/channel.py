@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from pamqp import commands as spec
 from pamqp.base import Frame as Method
 
-from amqpd.engine.channel_modes import Mode, ModeMethods
+from amqpd.engine.channel_modes import Mode, ModeMethods, RemoteCommit
 from amqpd.engine.consuming import ConsumerMethods
 from amqpd.engine.content import PendingPublish, route_and_enqueue
 from amqpd.engine.permissions import check_method
@@ -374,9 +374,17 @@ class Channel:
             self.conn.confirms_pending(self)
             self.conn.flush_confirms()
 
-    def route_publish(self, publish: BufferedPublish) -> list[Queue] | None:
+    @property
+    def spread(self) -> bool:
+        """Whether this channel's vhost is spread over the workers (model/replica.py)."""
+        return self.vhost.replica is not None
+
+    def route_publish(
+        self, publish: BufferedPublish, commit: RemoteCommit | None = None
+    ) -> list[Queue] | None:
         """Route and enqueue (see `route_and_enqueue`); return an unroutable mandatory one.
-        Outside confirm mode, copies for other workers' queues are forwarded here."""
+        Outside confirm mode, copies for other workers' queues are forwarded here (a
+        tx.commit's ``commit`` waits for them)."""
         conn = self.conn
         queues = route_and_enqueue(publish, self.vhost, conn.broker.reply_queue, conn.flow_queues)
         stats, exchange_stats = self.stats, publish.exchange.stats
@@ -393,7 +401,7 @@ class Channel:
                     publish.expiration_ms,
                     publish.promised,
                     queues,
-                    None,
+                    None if commit is None else commit.copy(),
                     False,
                 )
         elif queues == [] and publish.mandatory:

@@ -11,11 +11,19 @@ tx.rollback drops the buffered publishes and gives the settled deliveries back t
 unacked store. Switching from one mode to the other is 406 PRECONDITION_FAILED, as in
 RabbitMQ. Part of a `Channel` (amqpd/engine/channel.py), which dispatches these methods
 here as it dispatches consumer methods to `ConsumerMethods`.
+
+In a spread vhost (amqpd/model/replica.py) a commit's copies for other workers' queues are
+forwarded at commit, each with a `CommitCopy` decision; the commit then waits in
+``_commits`` until every copy is settled there (durable when persistent), as RabbitMQ's
+tx.commit waits for every queue's confirm, before its own Commit-Ok step above. Commits
+finish in order; a copy refused, or its worker lost, fails the commit (541, as a storage
+error does): the client must not take it as done.
 """
 
 from __future__ import annotations
 
 import enum
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -27,10 +35,10 @@ from amqpd.engine.unacked import UnackedStore
 from amqpd.model.batches import BatchWaiter
 from amqpd.model.broker import Broker
 from amqpd.model.queue import Queue
-from amqpd.wire.errors import precondition_failed
+from amqpd.wire.errors import INTERNAL_ERROR, AMQPError, precondition_failed
 from confirms.tracker import ConfirmTracker
 
-__all__ = ["ModalChannel", "Mode", "ModeMethods"]
+__all__ = ["CommitCopy", "ModalChannel", "Mode", "ModeMethods", "RemoteCommit"]
 
 
 class Mode(enum.Enum):
@@ -56,9 +64,49 @@ class ModalChannel(BatchWaiter, Protocol):
 
     @property
     def conn(self) -> _Host: ...
+    @property
+    def spread(self) -> bool: ...
     def send_method(self, method: Method) -> None: ...
-    def route_publish(self, publish: BufferedPublish) -> list[Queue] | None: ...
+    def send_if_open(self, method: Method) -> None: ...
+    def close_with_error(self, error: AMQPError) -> None: ...
+    def route_publish(
+        self, publish: BufferedPublish, commit: RemoteCommit | None = None
+    ) -> list[Queue] | None: ...
     def resume_deliveries(self) -> None: ...
+
+
+class RemoteCommit:
+    """A tx.commit waiting for its copies on other workers (see the module's docstring)."""
+
+    __slots__ = ("_advance", "failed", "pending")
+
+    def __init__(self, advance: Callable[[], None]) -> None:
+        self._advance = advance
+        self.pending = 0  # copies not yet settled
+        self.failed = False
+
+    def copy(self) -> CommitCopy:
+        """The decision of one more copy to wait for."""
+        self.pending += 1
+        return CommitCopy(self)
+
+    def decided(self, ok: bool) -> None:
+        self.pending -= 1
+        if not ok:
+            self.failed = True
+        self._advance()
+
+
+class CommitCopy:
+    """One forwarded publish of a `RemoteCommit` (model/replica.py `Decision`)."""
+
+    __slots__ = ("_commit",)
+
+    def __init__(self, commit: RemoteCommit) -> None:
+        self._commit = commit
+
+    def decided(self, ok: bool) -> None:
+        self._commit.decided(ok)
 
 
 class ModeMethods:
@@ -66,6 +114,7 @@ class ModeMethods:
 
     def __init__(self, channel: ModalChannel) -> None:
         self._channel = channel
+        self._commits: deque[RemoteCommit] = deque()  # waiting for other workers, in order
 
     def handlers(self) -> dict[int, Callable[[Any], None]]:
         """Method index -> handler, merged into the channel's dispatch table."""
@@ -100,20 +149,47 @@ class ModeMethods:
         if channel.tx is None:
             raise precondition_failed("channel is not transactional")
         work = channel.tx.take()
+        commit = RemoteCommit(self._advance) if channel.spread else None
         for publish in work.publishes:
-            channel.route_publish(publish)
+            channel.route_publish(publish, commit)
         broker = channel.conn.broker
         now = broker.clock.now
         for records, kind in work.settlements:
             channel.unacked.settle(records, kind, now)
+        if commit is not None and (commit.pending or self._commits):
+            self._commits.append(commit)  # its Commit-Ok after the other workers'
+        else:
+            self._commit_ok()
+        channel.resume_deliveries()
+
+    def _commit_ok(self) -> None:
+        """Commit-Ok once everything journaled so far (this commit included) is durable."""
+        channel = self._channel
+        broker = channel.conn.broker
         journal = broker.journal
         waits = broker.batch_waits
         if journal is not None and (journal.pending or waits.has_commit_oks(channel)):
-            # Commit-Ok once everything journaled so far (this commit included) is durable.
             waits.commit_ok(journal.barrier(), channel)
         else:
-            channel.send_method(spec.Tx.CommitOk())
-        channel.resume_deliveries()
+            channel.send_if_open(spec.Tx.CommitOk())
+
+    def _advance(self) -> None:
+        """Finish the commits whose copies on other workers are all settled, in order."""
+        commits = self._commits
+        while commits and not commits[0].pending:
+            if commits.popleft().failed:
+                self._commits.clear()
+                self._channel.close_with_error(
+                    AMQPError(
+                        INTERNAL_ERROR,
+                        "tx.commit failed: a copy for another worker's queue was refused "
+                        "or that worker was lost",
+                        90,
+                        20,
+                    )
+                )
+                return
+            self._commit_ok()
 
     def _on_tx_rollback(self, _method: spec.Tx.Rollback) -> None:
         channel = self._channel

@@ -265,3 +265,28 @@ def test_a_direct_reply_to_address_names_its_worker() -> None:
     assert isinstance(stub, RemoteQueue) and stub.worker == 1
     for unknown in ("amq.rabbitmq.reply-to.7.abc", "amq.rabbitmq.reply-to.abc", "amq.x"):
         assert remote_reply_queue(here, unknown) == []
+
+
+def test_a_tx_commit_ok_waits_for_the_copies_on_other_workers_in_order() -> None:
+    zero, port0 = _spread_broker(0)
+    one, _port1 = _spread_broker(1)
+    one.vhosts["/"].declare_queue("theirs", False, True, False, False, {}, None)
+    apply_change(zero.vhosts["/"], snapshot(one.vhosts["/"], 1))
+    client = _client(zero)
+    client.conn.recording = None  # pinned here: its publishes cross
+    client.send(1, commands.Tx.Select())
+    client.methods()
+    client.feed(Client.encode_publish(1, "theirs", b"one", delivery_mode=2))
+    client.send(1, commands.Tx.Commit())
+    client.send(1, commands.Tx.Commit())  # nothing in it, but after the first
+    assert client.methods() == []
+    (_message, owners, decision, local) = port0.forwarded.pop()
+    assert owners == {1: ["theirs"]} and decision is not None and not local
+    decision.decided(True)
+    assert [type(method) for method in client.methods()] == [commands.Tx.CommitOk] * 2
+
+    client.feed(Client.encode_publish(1, "theirs", b"two", delivery_mode=2))
+    client.send(1, commands.Tx.Commit())
+    port0.forwarded.pop()[2].decided(False)  # type: ignore[union-attr]
+    (close,) = client.methods()
+    assert isinstance(close, commands.Channel.Close) and close.reply_code == 541
