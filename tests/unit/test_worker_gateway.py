@@ -29,6 +29,7 @@ from amqpd.shell.workers.gateway import management_gateway, metrics_gateway
 from amqpd.shell.workers.gateway_merge import NODE_SUMS, merge_nodes
 from amqpd.shell.workers.worker_calls import Answer, Headers, asgi_call, unix_caller
 from amqpd.wire.errors import CONNECTION_FORCED
+from tests.unit.engine_driver import Client
 from tests.unit.management_support import Api, FakeHost
 from tests.unit.protocol_support import connect, connection_error
 
@@ -502,6 +503,11 @@ def test_a_spread_vhost_is_answered_from_every_worker() -> None:
     exported = request("GET", "/api/definitions").json()
     assert sorted(q["name"] for q in exported["queues"] if q["vhost"] == "s") == ["a"]
     assert [e["name"] for e in exported["exchanges"] if e["vhost"] == "s"] == ["x"]
+    clients = [Client(broker) for broker in brokers]  # one connection on each worker
+    for client in clients:
+        client.handshake(vhost="s")
+    connections = request("GET", "/api/vhosts/s/connections").json()
+    assert [row["vhost"] for row in connections] == ["s", "s"]
 
 
 class _Port:
