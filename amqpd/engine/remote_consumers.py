@@ -172,10 +172,11 @@ class RemoteConsumers:
     # -- the shell's side --------------------------------------------------------------------
     def flush(self) -> None:
         """Send every request kept since the last flush (once per chunk)."""
-        for consumer_id in list(self._owed):
-            consumer, channel, _nowait = self._consumers[consumer_id]
-            if not channel.conn.output_full:
-                self._give_back(consumer_id, cast(RemoteQueue, consumer.queue).worker)
+        if self._owed:
+            for consumer_id in list(self._owed):
+                consumer, channel, _nowait = self._consumers[consumer_id]
+                if not channel.conn.output_full:
+                    self._give_back(consumer_id, cast(RemoteQueue, consumer.queue).worker)
         if not self._requests:
             return
         requests, self._requests = self._requests, {}
