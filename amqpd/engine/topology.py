@@ -92,18 +92,19 @@ class Topology:
         method_id: int,
     ) -> bool:
         """Whether ``queue`` is another worker's, asked for ``request``: its answer (two
-        counts) is replied with the method ``answer`` makes, a refusal closes the channel
+        counts) is replied with the method ``answer`` makes (held, as every topology reply,
+        until every worker applied what was sent before it), a refusal closes the channel
         (engine/remote_consumers.py `ask`)."""
         if not isinstance(queue, RemoteQueue) or queue.port is None:
             return False
         port = queue.port
-        reply_later, fail_later = self._reply_later, self._fail_later
+        fail_later = self._fail_later
 
         def refuse(code: int, text: str) -> None:
             if fail_later is not None:
                 fail_later(AMQPError(code, text, 50, method_id))
 
-        port.ask(queue, request, lambda one, two: reply_later(answer(one, two)), refuse)
+        port.ask(queue, request, lambda one, two: self._answer(answer(one, two)), refuse)
         return True
 
     def _answer(self, method: Method) -> None:

@@ -23,7 +23,7 @@ class Pair:
     """Worker 0 (a pinned client's) and worker 1 (the owner of "theirs"), linked."""
 
     def __init__(self, arguments: dict[str, Any] | None = None) -> None:
-        self.zero, _port0 = _spread_broker(0)
+        self.zero, self.port0 = _spread_broker(0)
         self.one, _port1 = _spread_broker(1)
         self.queue: Queue = self.one.vhosts["/"].declare_queue(
             "theirs", False, True, False, False, arguments or {}, None
@@ -57,7 +57,10 @@ class Pair:
                     self.remote.delivered(1, record)
                 else:
                     self.remote.event(1, record.payload)  # type: ignore[union-attr]
-            if not requests and not out:
+            holds, self.port0.holds = self.port0.holds, []
+            for held in holds:  # every other worker applied what was sent: replies go
+                held.decided(True)
+            if not requests and not out and not holds:
                 return
 
     def publish(self, *bodies: bytes) -> None:
