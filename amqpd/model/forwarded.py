@@ -21,7 +21,11 @@ for that batch in the broker's `BatchWaits` (model/batches.py) with the publish 
 `take_answer` appends one SETTLED record covering every id up to just below the oldest id
 still waiting (or up to the last id received), with the refused ids among them, and nothing
 when nothing new was decided: the shell calls it once per chunk of records and once per
-committed batch, so the answers cost one record per batch, not per message.
+committed batch, so the answers cost one record per batch, not per message. Only what the
+sender waits for needs an answer: a promised publish (its publisher waits for a confirm or
+a tx.commit-ok) and a TOPOLOGY record (a held reply); a plain publish is neither waited for
+nor answered on its own (a later answer covers its id), so a link that carries only plain
+publishes sends nothing back.
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ def forwarded_message(record: Forwarded) -> Message:
 class InboundLink:
     """The records one other worker forwards here, and the answers it is owed."""
 
-    __slots__ = ("_decided", "_received", "_refused", "_reported", "_waiting")
+    __slots__ = ("_decided", "_needed", "_received", "_refused", "_reported", "_waiting")
 
     def __init__(self) -> None:
         self._waiting: deque[int] = deque()  # ids that wait for a batch, ascending
@@ -69,6 +73,7 @@ class InboundLink:
         self._refused: list[int] = []  # refused ids not yet reported
         self._received = 0  # the highest id received
         self._reported = 0  # the highest id a SETTLED record covered
+        self._needed = 0  # the highest id the sender waits for (promised, or a change)
 
     def accept(
         self,
@@ -97,8 +102,13 @@ class InboundLink:
         expiration_ms = record.expiration_ms if record.expiration_ms >= 0 else None
         promised = bool(record.flags & PROMISED)
         if queues and not enqueue_routed(message, queues, expiration_ms, promised, flow_queues):
-            self._refused.append(publish_id)
+            if promised:
+                self._needed = publish_id
+                self._refused.append(publish_id)
             return None
+        if not promised:
+            return queues  # nobody waits for its answer (no confirm, no commit-ok)
+        self._needed = publish_id
         batch = storage_batch(journal, message, queues)
         if batch is not None:
             self._waiting.append(publish_id)
@@ -110,6 +120,13 @@ class InboundLink:
         if publish_id <= self._received:
             raise ValueError(f"publish id {publish_id} after {self._received}")
         self._received = publish_id
+        self._needed = publish_id
+
+    @property
+    def answer_due(self) -> bool:
+        """Whether an id the sender waits for is not answered yet (`take_answer` may have
+        something to send)."""
+        return self._needed > self._reported
 
     def batch_committed(self, batch: int, confirms: list[int], commit_oks: int) -> None:
         """`BatchWaiter`: the publishes ``confirms`` are durable."""
@@ -123,11 +140,14 @@ class InboundLink:
         self._refused.extend(confirms)
 
     def take_answer(self, out: bytearray) -> bool:
-        """Append a SETTLED record for what was decided since the last one; whether any."""
+        """Append a SETTLED record for what was decided since the last one, when the sender
+        waits for some of it; whether one was appended."""
         waiting = self._waiting
         decided = self._decided
         while waiting and waiting[0] in decided:
             decided.discard(waiting.popleft())
+        if self._needed <= self._reported:
+            return False  # nothing the sender waits for: no record, no wake-up there
         through = waiting[0] - 1 if waiting else self._received
         if through <= self._reported:
             return False

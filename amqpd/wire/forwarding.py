@@ -19,6 +19,8 @@ records: every id up to ``through`` is settled (enqueued, and committed when it 
 except the ids in ``refused``, which no queue of the owner holds (x-overflow=reject-publish,
 a failed commit). One `SETTLED` covers a whole storage batch, so the answers cost one record
 per batch, not per message; the sender joins them into its confirms (confirms/shards.py).
+Only what the sender waits for is answered (a PROMISED publish, a TOPOLOGY record): a link
+carrying plain publishes alone sends nothing back (amqpd/model/forwarded.py).
 
 A TOPOLOGY record carries a change to a spread vhost's exchanges, queues or bindings
 (amqpd/model/replica.py; the payload is the change, serialized by the shell) under the next

@@ -29,13 +29,15 @@ from amqpd.wire.forwarding import (
 from persistence.journal import Journal
 
 
-def record(publish_id: int, queues: list[str], persistent: bool = True) -> Forwarded:
+def record(
+    publish_id: int, queues: list[str], persistent: bool = True, promised: bool = True
+) -> Forwarded:
     """A FORWARD record as the publishing worker would write it, read back."""
     properties = Basic.Properties(delivery_mode=2 if persistent else 1)
     body = f"m{publish_id}".encode()
     header = ContentHeader(0, len(body), properties).marshal()
     out = bytearray()
-    flags = (PERSISTENT if persistent else 0) | PROMISED
+    flags = (PERSISTENT if persistent else 0) | (PROMISED if promised else 0)
     encode_forward(
         out, publish_id, flags, NO_PRIORITY, NO_EXPIRY, len(queues), queue_names(queues),
         codec.encode_shortstr(""), codec.encode_shortstr(queues[0]), None, None, header, body,
@@ -105,6 +107,20 @@ def test_a_persistent_message_is_answered_only_after_its_batch_is_written() -> N
     assert answer(owner.link) is None  # nothing new
     assert owner.accept(record(3, ["transient"], persistent=False)) == ["transient"]
     assert answer(owner.link) == (3, [])  # final at enqueue
+
+
+def test_a_plain_publish_is_not_answered_on_its_own_nor_waits_for_its_batch() -> None:
+    # nobody waits for it (no confirm, no commit-ok): no SETTLED record, no wake-up there
+    owner = Owner()
+    assert owner.accept(record(1, ["durable"], promised=False)) == ["durable"]
+    assert owner.accept(record(2, ["capped"], persistent=False, promised=False)) == ["capped"]
+    assert owner.accept(record(3, ["capped"], persistent=False, promised=False)) is None
+    assert not owner.link.answer_due and answer(owner.link) is None
+    assert owner.accept(record(4, ["transient"], persistent=False)) == ["transient"]
+    assert owner.link.answer_due
+    assert answer(owner.link) == (4, [])  # covers 1-3: none of them is waited for
+    owner.link.accept_change(5)  # a topology change always is (a held reply)
+    assert answer(owner.link) == (5, [])
 
 
 def test_a_queue_that_refuses_the_message_makes_it_refused_and_in_no_queue() -> None:

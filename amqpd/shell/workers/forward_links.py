@@ -8,7 +8,8 @@ records (amqpd/wire/forwarding.py): VHOST and FORWARD records in, SETTLED record
 the same socket. Per connection, `_serve_link` reads a chunk, hands every FORWARD record to
 its `InboundLink` (amqpd/model/forwarded.py: enqueued under a local publish's rules), then
 calls the server's ``after_core`` (the group committer is woken, consumers' writers too),
-exactly as after a chunk from a client, and wakes the link's answer writer. The server's
+exactly as after a chunk from a client, and wakes the link's answer writer when the
+peer waits for an answer (a promised publish, a topology change). The server's
 ``after_core`` also calls `ForwardInbox.wake` after every committed batch, since that is
 what settles persistent messages. Each link's writer sends at most one SETTLED record per
 wake-up, so the answers cost one write per chunk or batch, not per message.
@@ -88,10 +89,11 @@ class ForwardInbox:
         self._gone = VirtualHost("")  # stands in for a vhost deleted meanwhile: no queues
 
     def wake(self) -> None:
-        """Something may have settled (a chunk enqueued, a batch committed): every link's
-        writer looks for an answer to send."""
+        """Something may have settled (a chunk enqueued, a batch committed): every link
+        that owes an answer looks for one to send."""
         for link in self._links:
-            link.wake.set()
+            if link.inbound.answer_due:
+                link.wake.set()
 
     async def serve(
         self, path: Path, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -154,7 +156,8 @@ class ForwardInbox:
                 )
             self._flow.clear()
             self._after_core()
-            link.wake.set()
+            if link.inbound.answer_due:
+                link.wake.set()
 
     def _apply(self, name: str, payload: bytes) -> None:
         """Make another worker's change to the spread vhost ``name`` here."""

@@ -105,6 +105,7 @@ class _Outbox:
         self._vhost: str | None = None
         self._wake = anyio.Event()
         self.connected = False
+        self.last_change_id = 0  # the id of the last TOPOLOGY record on this connection
 
     def append(
         self,
@@ -136,7 +137,8 @@ class _Outbox:
             message.header,
             message.payload,
         )
-        self._joins.forwarded(self.peer, publish_id, key, sole)
+        if key is not None:  # else nobody waits: the owner does not answer it on its own
+            self._joins.forwarded(self.peer, publish_id, key, sole)
 
     def _use_vhost(self, vhost: str) -> None:
         if vhost != self._vhost:
@@ -149,17 +151,12 @@ class _Outbox:
         publish_id = self._next_id
         self._next_id = publish_id + 1
         encode_topology(self.buffer, publish_id, payload)
-        self._joins.forwarded(self.peer, publish_id, None, True)
+        self.last_change_id = publish_id
         return publish_id
 
     def append_control(self, payload: bytes) -> None:
         """A CONTROL record: a request of consuming across workers (no publish id)."""
         encode_control(self.buffer, payload)
-
-    @property
-    def last_id(self) -> int:
-        """The publish id of the last record appended on this connection (0: none)."""
-        return self._next_id - 1
 
     def wake(self) -> None:
         if self.buffer:
@@ -227,6 +224,7 @@ class _Outbox:
     def _lost(self) -> None:
         self.buffer.clear()
         self._next_id = 1
+        self.last_change_id = 0
         self._vhost = None
         decided = self._joins.lost(self.peer)
         if decided:

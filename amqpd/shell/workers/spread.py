@@ -107,10 +107,10 @@ class SpreadLinks:
 
     def hold(self, decision: Decision) -> None:
         self._write_changes()
-        waits = {
-            peer: outbox.last_id
+        waits = {  # the peer answers every TOPOLOGY record (forward_links.py)
+            peer: outbox.last_change_id
             for peer, outbox in self.forwarder.outboxes.items()
-            if outbox.last_id > self._through[peer]
+            if outbox.last_change_id > self._through[peer]
         }
         self._holds.append((waits, decision))
         self._release(wake=False)  # called by the engine: its caller flushes
