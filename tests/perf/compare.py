@@ -464,6 +464,16 @@ def _workloads() -> list[Workload]:
             profile_args=[*fanout, "-r", "10000"],
         ),
         Workload(
+            "W3ms",
+            "W3m with its queues balanced (spread over the workers of a spread vhost: the "
+            "CPU per delivery of crossing publishes without a backlog)",
+            [
+                Figure("delivered msgs/s", "rate"),
+                Figure("broker CPU s / 100k deliveries", "cpu100k", "≤ 1.1x", CPU),
+            ],
+            perf_workload([*fanout, "-r", "10000", *BALANCED], "consumed_rate", "deliver"),
+        ),
+        Workload(
             "W4",
             "tx.commit per persistent message (no consumer)",
             [
