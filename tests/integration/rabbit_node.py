@@ -19,6 +19,7 @@ import pika
 import pytest
 
 RABBIT_START_TIMEOUT = 90.0
+RESTART_ATTEMPTS = 3
 
 
 def _rabbit_unavailable_reason() -> str | None:
@@ -76,10 +77,19 @@ class RabbitNode:
 
     def kill_and_restart(self) -> None:
         """SIGKILL every process of the node (a crash), then boot it again on the same
-        ports and data (call `wait` before using it)."""
+        ports and data, and wait until it serves (`wait` then reports how it went).
+
+        A node booted right after the kill sometimes exits at once (exit status 0, seen on
+        a loaded machine: the killed node's name is still registered for a moment), so
+        such a boot is tried again, up to RESTART_ATTEMPTS times."""
         self._kill_leftovers(spare_epmd=True)
         self.proc.wait()
-        self._launch()
+        for _attempt in range(RESTART_ATTEMPTS):
+            self._launch()
+            self.ready.wait(RABBIT_START_TIMEOUT + 5)
+            if self.error is None or not self.error.startswith("rabbitmq-server exited"):
+                return
+            self._kill_leftovers(spare_epmd=True)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + RABBIT_START_TIMEOUT
