@@ -235,8 +235,9 @@ class Channel:
             raise AMQPError(CHANNEL_ERROR, "connection method on a non-zero channel")
         if index == spec.Channel.Open.index:
             raise AMQPError(CHANNEL_ERROR, "second 'channel.open' seen")
-        if index in codec_method_names():
-            raise AMQPError(COMMAND_INVALID, f"unexpected method {codec_method_names()[index]}")
+        name = codec.method_name(index)
+        if name is not None:
+            raise AMQPError(COMMAND_INVALID, f"unexpected method {name}")
         raise AMQPError(COMMAND_INVALID, f"unknown method {index >> 16}.{index & 0xFFFF}")
 
     @staticmethod
@@ -373,11 +374,6 @@ class Channel:
                 confirm.reject(seq)
             self.conn.confirms_pending(self)
             self.conn.flush_confirms()
-
-    @property
-    def spread(self) -> bool:
-        """Whether this channel's vhost is spread over the workers (model/replica.py)."""
-        return self.vhost.replica is not None
 
     def route_publish(
         self, publish: BufferedPublish, commit: RemoteCommit | None = None
@@ -604,14 +600,3 @@ class Channel:
             else:
                 out.append(codec.encode_nack(self.number, item.delivery_tag, item.multiple))
         return out
-
-
-_METHOD_NAMES: dict[int, str] = {}
-
-
-def codec_method_names() -> dict[int, str]:
-    """Index -> dotted lower-case method name, for error texts."""
-    if not _METHOD_NAMES:
-        for index, cls in spec.INDEX_MAPPING.items():
-            _METHOD_NAMES[index] = str(getattr(cls, "name", index)).lower()
-    return _METHOD_NAMES

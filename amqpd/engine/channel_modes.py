@@ -35,6 +35,7 @@ from amqpd.engine.unacked import UnackedStore
 from amqpd.model.batches import BatchWaiter
 from amqpd.model.broker import Broker
 from amqpd.model.queue import Queue
+from amqpd.model.vhost import VirtualHost
 from amqpd.wire.errors import INTERNAL_ERROR, AMQPError, precondition_failed
 from confirms.tracker import ConfirmTracker
 
@@ -65,7 +66,7 @@ class ModalChannel(BatchWaiter, Protocol):
     @property
     def conn(self) -> _Host: ...
     @property
-    def spread(self) -> bool: ...
+    def vhost(self) -> VirtualHost: ...
     def send_method(self, method: Method) -> None: ...
     def send_if_open(self, method: Method) -> None: ...
     def close_with_error(self, error: AMQPError) -> None: ...
@@ -149,7 +150,7 @@ class ModeMethods:
         if channel.tx is None:
             raise precondition_failed("channel is not transactional")
         work = channel.tx.take()
-        commit = RemoteCommit(self._advance) if channel.spread else None
+        commit = RemoteCommit(self._advance) if channel.vhost.replica is not None else None
         for publish in work.publishes:
             channel.route_publish(publish, commit)
         broker = channel.conn.broker

@@ -591,3 +591,15 @@ def decode_headers_table(headers_raw: bytes | None) -> FieldTable | None:
         return None
     _, table = decode.field_table(_LONG.pack(len(headers_raw)) + headers_raw)
     return table
+
+
+_METHOD_NAMES: dict[int, str] = {}
+
+
+def method_name(index: int) -> str | None:
+    """The dotted lower-case name of the method ``index`` (for error texts), or None for an
+    index AMQP 0-9-1 does not define."""
+    if not _METHOD_NAMES:
+        for known, cls in commands.INDEX_MAPPING.items():
+            _METHOD_NAMES[known] = str(getattr(cls, "name", known)).lower()
+    return _METHOD_NAMES.get(index)
