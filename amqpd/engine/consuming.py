@@ -124,6 +124,8 @@ class ConsumerMethods:
         if tag in channel.consumers:
             raise AMQPError(NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
         if isinstance(queue, RemoteQueue):
+            if queue.settings.queue_type == "stream":
+                _refuse_remote(f"consuming from stream '{queue.name}'")
             self._consume_remote(queue, tag, method)
             return
         if queue.exclusive_consumer is not None or (method.exclusive and queue.consumers):
@@ -162,11 +164,7 @@ class ConsumerMethods:
         channel = self._channel
         arguments = dict(method.arguments or {})
         if arguments.get(BROWSE_ARGUMENT):
-            raise AMQPError(
-                NOT_IMPLEMENTED,
-                f"'{BROWSE_ARGUMENT}' of queue '{stub.name}', which lives on another worker: "
-                "browse it on a connection of its own (docs/multicore.md, stage 2)",
-            )
+            _refuse_remote(f"'{BROWSE_ARGUMENT}' of queue '{stub.name}'")
         unacked = channel.unacked
         consumer = Consumer(
             channel,
@@ -247,6 +245,8 @@ class ConsumerMethods:
         queue = channel.topology.usable_queue(method.queue, remote=True)
         if isinstance(queue, RemoteQueue):  # answered when its worker did
             assert queue.port is not None
+            if queue.settings.queue_type == "stream":
+                _refuse_remote(f"basic.get from stream '{queue.name}'")
             queue.port.get(channel, queue, bool(method.no_ack))
             return
         entry = queue.take()
@@ -285,3 +285,17 @@ class ConsumerMethods:
         if not method.active:
             raise AMQPError(NOT_IMPLEMENTED, "active=false")
         channel.send_method(spec.Channel.FlowOk(active=True))
+
+
+def _refuse_remote(what: str) -> None:
+    """What a connection that cannot move may not do with another worker's queue (no
+    record carries it yet: docs/multicore.md "Consuming across workers").
+
+    Raises:
+        AMQPError: 540 NOT_IMPLEMENTED, a connection error.
+    """
+    raise AMQPError(
+        NOT_IMPLEMENTED,
+        f"{what}, which lives on another worker, from a connection that cannot move "
+        "there: use a connection of its own (docs/multicore.md, stage 2)",
+    )

@@ -257,3 +257,27 @@ def test_a_declare_purge_and_delete_answer_with_the_owners_counts() -> None:
     (delete_ok,) = client.methods()
     assert isinstance(delete_ok, commands.Queue.DeleteOk) and delete_ok.message_count == 1
     assert pair.queue.deleted and "theirs" not in pair.zero.vhosts["/"].remote
+
+
+def test_a_get_from_a_queue_gone_on_its_owner_is_404_and_streams_and_browsing_are_540() -> None:
+    pair = Pair()
+    pair.one.vhosts["/"].delete_queue(pair.queue)  # the stub here has not heard yet
+    client = pair.client
+    client.send(1, commands.Basic.Get(queue="theirs"))
+    pair.pump()
+    (close,) = client.methods()
+    assert isinstance(close, commands.Channel.Close) and close.reply_code == 404
+    assert "no queue 'theirs'" in close.reply_text
+
+    for request in (
+        commands.Basic.Consume(queue="theirs", arguments={"x-browse": True}, no_ack=True),
+        commands.Basic.Get(queue="log"),
+    ):
+        pair = Pair()
+        stream = {"x-queue-type": "stream"}  # worker 1's stream, as its change describes it
+        apply_change(pair.zero.vhosts["/"], ("queue", "log", 1, True, False, False, stream))
+        pair.client.send(1, request)
+        (refused,) = pair.client.methods()
+        assert isinstance(refused, commands.Connection.Close) and refused.reply_code == 540
+        assert "lives on another worker" in refused.reply_text
+        assert pair.requests == []  # nothing was asked of the owner
