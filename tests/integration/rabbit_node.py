@@ -6,6 +6,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -19,7 +20,8 @@ import pika
 import pytest
 
 RABBIT_START_TIMEOUT = 90.0
-RESTART_ATTEMPTS = 3
+BOOT_ATTEMPTS = 3
+PORT_LOW, PORT_HIGH = 20000, 32000  # below the ephemeral range
 
 
 def _rabbit_unavailable_reason() -> str | None:
@@ -34,7 +36,18 @@ RABBIT_REASON = _rabbit_unavailable_reason()
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
+    """A free port below the kernel's ephemeral range (net.ipv4.ip_local_port_range starts at
+    32768 here), so no client connection's local port can take it between this check and the
+    node's bind; a node that still finds it taken exits at once and is booted again."""
+    for _ in range(200):
+        port = random.randrange(PORT_LOW, PORT_HIGH)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as sock:  # every pick taken: any free port will do
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
@@ -44,7 +57,6 @@ class RabbitNode:
 
     def __init__(self, prefix: str = "jms", plugins: tuple[str, ...] = ()) -> None:
         self.port = _free_port()
-        self.dist_port = _free_port()
         self.node = f"{prefix}{os.getpid()}@localhost"
         self.base = Path(tempfile.mkdtemp(prefix=f"{prefix}-rabbit-"))
         shutil.chown(self.base, "rabbitmq")
@@ -53,8 +65,35 @@ class RabbitNode:
             enabled.write_text(f"[{','.join(plugins)}].\n")
             shutil.chown(enabled, "rabbitmq")
         self.log_path = self.base / "server.out"
-        self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
-        self._launch()
+        self._boot(keep_port=False)
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+
+    def _boot(self, keep_port: bool) -> None:
+        """Boot the node in the background (`wait` waits for it). A node that exits at once
+        (status 0 and nothing in its log: its distribution port was taken, or its name was
+        still registered after a kill) is booted again, up to BOOT_ATTEMPTS times, on a new
+        distribution port and, unless keep_port, a new AMQP port."""
+        self.ready = threading.Event()
+        self.error: str | None = None
+        self.version = "?"
+        threading.Thread(
+            target=self._boot_attempts, args=(keep_port,), name="rabbit-boot", daemon=True
+        ).start()
+
+    def _boot_attempts(self, keep_port: bool) -> None:
+        for attempt in range(BOOT_ATTEMPTS):
+            if attempt and not keep_port:
+                self.port = _free_port()
+            self.dist_port = _free_port()
+            self._launch()
+            self.error = self._wait_ready()
+            if self.error is None or not self.error.startswith("rabbitmq-server exited"):
+                break
+            self._kill_leftovers(spare_epmd=True)
+        self.ready.set()
 
     def _launch(self) -> None:
         env = (
@@ -70,33 +109,21 @@ class RabbitNode:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        self.ready = threading.Event()
-        self.error: str | None = None
-        self.version = "?"
-        threading.Thread(target=self._wait_ready, name="rabbit-wait", daemon=True).start()
 
     def kill_and_restart(self) -> None:
-        """SIGKILL every process of the node (a crash), then boot it again on the same
-        ports and data, and wait until it serves (`wait` then reports how it went).
-
-        A node booted right after the kill sometimes exits at once (exit status 0, seen on
-        a loaded machine: the killed node's name is still registered for a moment), so
-        such a boot is tried again, up to RESTART_ATTEMPTS times."""
+        """SIGKILL every process of the node (a crash), then boot it again on the same AMQP
+        port and data, and wait until it serves (`wait` then reports how it went)."""
         self._kill_leftovers(spare_epmd=True)
         self.proc.wait()
-        for _attempt in range(RESTART_ATTEMPTS):
-            self._launch()
-            self.ready.wait(RABBIT_START_TIMEOUT + 5)
-            if self.error is None or not self.error.startswith("rabbitmq-server exited"):
-                return
-            self._kill_leftovers(spare_epmd=True)
+        self._boot(keep_port=True)
+        self.ready.wait(RABBIT_START_TIMEOUT * BOOT_ATTEMPTS)
 
-    def _wait_ready(self) -> None:
+    def _wait_ready(self) -> str | None:
+        """None once the node accepts an AMQP connection, else why it did not."""
         deadline = time.monotonic() + RABBIT_START_TIMEOUT
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                self.error = f"rabbitmq-server exited ({self.proc.returncode}): {self.tail()}"
-                break
+                return f"rabbitmq-server exited ({self.proc.returncode}): {self.tail()}"
             try:
                 conn = pika.BlockingConnection(
                     pika.ConnectionParameters("127.0.0.1", self.port, connection_attempts=1)
@@ -104,29 +131,29 @@ class RabbitNode:
             except pika.exceptions.AMQPError:
                 time.sleep(0.2)  # no event to wait for: the node opens its port when ready
                 continue
-            self.version = conn._impl.server_properties.get("version", b"?")
-            if isinstance(self.version, bytes):
-                self.version = self.version.decode()
+            version = conn._impl.server_properties.get("version", b"?")
+            self.version = version.decode() if isinstance(version, bytes) else str(version)
             conn.close()
-            break
-        else:
-            self.error = f"RabbitMQ did not open port {self.port} within {RABBIT_START_TIMEOUT}s"
-        self.ready.set()
+            return None
+        return f"RabbitMQ did not open port {self.port} within {RABBIT_START_TIMEOUT}s"
 
     def tail(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-2000:]
-        except OSError:
-            return ""
+        """The end of what the node printed and logged (Debian's wrapper sends its console
+        output to /var/log/rabbitmq/startup_log, so the node's own log is read too)."""
+        parts = []
+        for path in (self.log_path, self.base / "log" / f"{self.node}.log"):
+            with contextlib.suppress(OSError):
+                parts.append(path.read_text(errors="replace")[-1000:])
+        return "\n".join(part for part in parts if part)
 
     def wait(self) -> None:
-        self.ready.wait(RABBIT_START_TIMEOUT + 5)
+        self.ready.wait(RABBIT_START_TIMEOUT * BOOT_ATTEMPTS)
         if self.error or not self.ready.is_set():
             pytest.fail(f"RabbitMQ node did not start: {self.error}")
 
     def stop(self) -> None:
         """Stop the node (after it finished booting), then make sure nothing is left."""
-        self.ready.wait(RABBIT_START_TIMEOUT)
+        self.ready.wait(RABBIT_START_TIMEOUT * BOOT_ATTEMPTS)
         if self.error is None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 subprocess.run(
