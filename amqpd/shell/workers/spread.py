@@ -53,6 +53,11 @@ from amqpd.wire.forwarding import Control, Delivery, queue_names
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT = 10.0  # seconds a starting worker waits for the others' links and snapshots
+PLANS_KEPT = 256  # routing results whose forwarding plan is kept (then all are forgotten)
+
+# Where a routing result's copies go: (owner worker, how many of its queues, their names as
+# a FORWARD record carries them), per owner.
+Plan = list[tuple[int, int, bytes]]
 
 
 class SpreadLinks:
@@ -76,6 +81,7 @@ class SpreadLinks:
         )
         self.consuming = RemoteConsumers(self._request)
         self._changes: list[tuple[str, Change]] = []
+        self._plans: dict[tuple[Queue, ...], Plan] = {}
         self._through = dict.fromkeys(peers, 0)  # per link: every id up to it applied
         self._holds: deque[tuple[dict[int, int], Decision]] = deque()
         self._snapshots: set[int] = set()  # the workers whose snapshot arrived here
@@ -104,6 +110,7 @@ class SpreadLinks:
     # -- ReplicaPort -----------------------------------------------------------------------
     def changed(self, vhost: str, change: Change) -> None:
         self._changes.append((vhost, change))
+        self._plans.clear()
 
     def hold(self, decision: Decision) -> None:
         self._write_changes()
@@ -126,22 +133,32 @@ class SpreadLinks:
         local: bool,
     ) -> None:
         self._write_changes()
-        owners = remote_by_worker(targets)
+        plan = self._plan(targets)
         key = cast(Hashable, decision)  # compared by identity
-        sole = decision is None or (len(owners) == 1 and not local)
+        sole = decision is None or (len(plan) == 1 and not local)
         if not sole:
-            self.forwarder.joins.expect(key, len(owners) + (1 if local else 0))
-        for peer, names in owners.items():
+            self.forwarder.joins.expect(key, len(plan) + (1 if local else 0))
+        for peer, count, names in plan:
             self.forwarder.forward(
-                peer,
-                vhost,
-                key,
-                sole,
-                message,
-                expiration_ms,
-                promised,
-                (len(names), queue_names(names)),
+                peer, vhost, key, sole, message, expiration_ms, promised, (count, names)
             )
+
+    def _plan(self, targets: list[Queue]) -> Plan:
+        """Where ``targets``' copies go, worked out once per routing result: a fanout's
+        publishes route to the same queues again and again. Forgotten at every topology
+        change of this worker, and all at once past PLANS_KEPT results; a queue another
+        worker deleted or moved gets a new stub here, so a kept plan never names it."""
+        key = tuple(targets)
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(self._plans) >= PLANS_KEPT:
+                self._plans.clear()
+            plan = [
+                (peer, len(names), queue_names(names))
+                for peer, names in remote_by_worker(targets).items()
+            ]
+            self._plans[key] = plan
+        return plan
 
     def local_done(self, decision: Decision, ok: bool) -> None:
         # called by the engine (a storage batch reported): its caller flushes
