@@ -1,17 +1,31 @@
 """Applying another worker's changes to a spread vhost, and this worker's snapshot of one
 (amqpd/model/replica.py has the theory of operation). Off the per-message path: not
-compiled."""
+compiled.
+
+Two workers declaring the same new queue at the same moment (each before the other's
+change arrived) both make it. RabbitMQ serializes declarations in its metadata store, so
+there the second declarer gets the first's queue; here the lower-numbered worker's queue
+wins, decided the same way on both: the higher-numbered one, when the other's change
+arrives, gives its queue up if nothing used it yet (no message ever enqueued, no consumer
+ever) and sends the winner's change on, so every other worker ends with a stub of the
+winner's queue whichever change it got last. A queue already used is kept (a warning
+names it): giving it up would drop what it holds.
+"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from contextlib import suppress
+from typing import Any
 
 from amqpd.model.exchange import Exchange
 from amqpd.model.queue import Queue
 from amqpd.model.replica import Change, RemoteQueue, binding_change, exchange_change, queue_change
 from amqpd.model.vhost import VirtualHost
 from amqpd.wire.errors import AMQPError
+
+log = logging.getLogger(__name__)
 
 SNAPSHOT_END = "snapshot-end"  # (SNAPSHOT_END, worker): that worker's snapshots are all sent
 
@@ -45,9 +59,12 @@ def apply_change(vhost: VirtualHost, change: Change) -> None:
     here = -1 if replica is None else replica.worker
     vhost.replica = None  # what another worker changed is not sent back to the others
     try:
-        handler(vhost, change, here)
+        send_on = handler(vhost, change, here)
     finally:
         vhost.replica = replica
+    if replica is not None:
+        for item in send_on:  # a queue given up here: the winner's change, sent on
+            replica.changed(vhost.name, item)
 
 
 def _apply_own_queue(vhost: VirtualHost, change: Change) -> None:
@@ -60,7 +77,7 @@ def _apply_own_queue(vhost: VirtualHost, change: Change) -> None:
         vhost.declare_queue(name, False, durable, False, auto_delete, arguments, None)
 
 
-def _apply_exchange(vhost: VirtualHost, change: Change, here: int) -> None:
+def _apply_exchange(vhost: VirtualHost, change: Change, here: int) -> list[Change]:
     _, name, type_name, durable, auto_delete, internal, arguments = change
     if name not in vhost.exchanges:
         # refused here as it would not have been there: nothing to mirror
@@ -68,47 +85,98 @@ def _apply_exchange(vhost: VirtualHost, change: Change, here: int) -> None:
             vhost.declare_exchange(
                 name, type_name, False, durable, auto_delete, internal, arguments
             )
+    return []
 
 
-def _apply_exchange_delete(vhost: VirtualHost, change: Change, here: int) -> None:
+def _apply_exchange_delete(vhost: VirtualHost, change: Change, here: int) -> list[Change]:
     if change[1] in vhost.exchanges:
         vhost.delete_exchange(change[1], False)
+    return []
 
 
-def _apply_queue(vhost: VirtualHost, change: Change, here: int) -> None:
-    _, name, worker, durable, exclusive, auto_delete, arguments = change
+def _apply_queue(vhost: VirtualHost, change: Change, here: int) -> list[Change]:
+    name, worker = change[1], change[2]
     if worker == here:
         _apply_own_queue(vhost, change)
-        return
-    if name in vhost.queues:
-        return  # declared here meanwhile: this worker's queue wins here
+        return []
+    mine = vhost.queues.get(name)
+    if mine is not None:  # declared here meanwhile (see the module's docstring)
+        if worker > here or not _unused(mine):
+            if worker < here:
+                log.warning(
+                    "queue '%s' in vhost '%s' was declared on workers %d and %d at the "
+                    "same moment; worker %d keeps its own, already in use (delete the "
+                    "queue and declare it again to have one)",
+                    name,
+                    vhost.name,
+                    worker,
+                    here,
+                    here,
+                )
+            return []
+        bindings = _bindings_to(vhost, mine)
+        vhost.delete_queue(mine)  # unused: nothing in it, nobody told of it but its declarer
+        stub = _stub(vhost, change)
+        for source, key, binding_arguments in bindings:
+            with suppress(AMQPError):
+                vhost.bind(source, stub, key, binding_arguments)
+        return [change]
     existing = vhost.remote.get(name)
     if existing is not None and existing.worker == worker:
-        return
+        return []
     if existing is not None:
         vhost.drop_remote(existing)
+    _stub(vhost, change)
+    return []
+
+
+def _stub(vhost: VirtualHost, change: Change) -> RemoteQueue:
+    _, name, worker, durable, exclusive, auto_delete, arguments = change
     stub = vhost.remote[name] = RemoteQueue(
         name, vhost.name, worker, durable, exclusive, auto_delete, arguments
     )
     stub.port = vhost.consuming
     vhost.topology.value += 1
+    return stub
 
 
-def _apply_queue_delete(vhost: VirtualHost, change: Change, here: int) -> None:
+def _unused(queue: Queue) -> bool:
+    """Nothing was ever enqueued in ``queue`` and it never had a consumer."""
+    return (
+        queue.exclusive_owner is None
+        and queue.stats.publish == 0
+        and queue.message_count == 0
+        and not queue.had_consumer
+        and not queue.consumers
+    )
+
+
+def _bindings_to(vhost: VirtualHost, queue: Queue) -> list[tuple[Exchange, str, dict[str, Any]]]:
+    found = []
+    for exchange in vhost.exchanges.values():
+        for destination, key, arguments in exchange.router.bindings():
+            if destination is queue:
+                found.append((exchange, key, dict(arguments)))
+    return found
+
+
+def _apply_queue_delete(vhost: VirtualHost, change: Change, here: int) -> list[Change]:
     _, name, owner = change
     stub = vhost.remote.get(name)
     if stub is not None and stub.worker == owner:
         vhost.drop_remote(stub)
-        return
+        return []
     queue = vhost.queues.get(name)
     if queue is not None and owner == here:
         vhost.delete_queue(queue)  # queue.delete on another worker's stub of it
+    return []
 
 
-def _apply_purge(vhost: VirtualHost, change: Change, here: int) -> None:
+def _apply_purge(vhost: VirtualHost, change: Change, here: int) -> list[Change]:
     queue = vhost.queues.get(change[1])
     if queue is not None:
         queue.purge()
+    return []
 
 
 def _destination(vhost: VirtualHost, kind: str, name: str) -> Queue | Exchange | None:
@@ -118,12 +186,12 @@ def _destination(vhost: VirtualHost, kind: str, name: str) -> Queue | Exchange |
     return queue if queue is not None else vhost.remote.get(name)
 
 
-def _apply_binding(vhost: VirtualHost, change: Change, here: int) -> None:
+def _apply_binding(vhost: VirtualHost, change: Change, here: int) -> list[Change]:
     op, source_name, kind, destination_name, key, arguments = change
     source = vhost.exchanges.get(source_name)
     destination = _destination(vhost, kind, destination_name)
     if source is None or destination is None:
-        return
+        return []
     try:
         if op == "bind":
             vhost.bind(source, destination, key, arguments)
@@ -131,17 +199,20 @@ def _apply_binding(vhost: VirtualHost, change: Change, here: int) -> None:
             vhost.unbind(source, destination, key, arguments)
     except AMQPError:
         pass  # refused here as it would not have been there: nothing to mirror
+    return []
 
 
-def _apply_snapshot(vhost: VirtualHost, change: Change, here: int) -> None:
+def _apply_snapshot(vhost: VirtualHost, change: Change, here: int) -> list[Change]:
     _, worker, changes = change
     for stub in [stub for stub in vhost.remote.values() if stub.worker == worker]:
         vhost.drop_remote(stub)
+    send_on: list[Change] = []
     for item in changes:
-        _APPLY[item[0]](vhost, item, here)
+        send_on += _APPLY[item[0]](vhost, item, here)
+    return send_on
 
 
-_APPLY: dict[str, Callable[[VirtualHost, Change, int], None]] = {
+_APPLY: dict[str, Callable[[VirtualHost, Change, int], list[Change]]] = {
     "exchange": _apply_exchange,
     "exchange-delete": _apply_exchange_delete,
     "queue": _apply_queue,

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -359,5 +360,53 @@ def test_a_transaction_over_two_workers_commits_both_copies(tmp_path: Path) -> N
         expected = [b"%d" % i for i in range(10)]
         assert _drain(ca, "here", 20) == expected
         assert _drain(cb, "there", 20) == expected
+        a.close()
+        b.close()
+
+
+def _declare_together(pair: tuple[pika.BlockingConnection, ...], name: str) -> None:
+    """Each connection of ``pair`` declares queue ``name`` from its own thread, at once."""
+    start = threading.Barrier(len(pair))
+    errors: list[BaseException] = []
+
+    def declare(connection: pika.BlockingConnection) -> None:
+        try:
+            channel = connection.channel()
+            start.wait(30)
+            channel.queue_declare(name, durable=True)
+        except BaseException as exc:  # reported below, from the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=declare, args=(c,)) for c in pair]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+
+
+def test_a_queue_declared_on_both_workers_at_once_is_one_queue(tmp_path: Path) -> None:
+    """Two clients declaring the same new queue at the same moment on different workers
+    (each before the other's declaration reached it): the node ends with one queue of that
+    name, as RabbitMQ does (model/replica_apply.py: the lower worker's wins)."""
+    names = [f"race-{i}" for i in range(12)]
+    with _node(tmp_path) as (broker, data):
+        for name in names:
+            pair = _two_workers(broker.port)  # a fresh pair: a declaring connection moves
+            _declare_together(pair, name)
+            for connection in pair:
+                connection.close()
+        rows = json.loads(_ctl(data, "list-queues", "name", "--format", "json", "-q"))
+        listed = sorted(row["name"] for row in rows if row["name"].startswith("race-"))
+        assert listed == sorted(names)  # each once, on one worker
+        a, b = _two_workers(broker.port)
+        ca, cb = a.channel(), b.channel()
+        ca.confirm_delivery()
+        for name in names:  # whichever worker a client is on, it reaches the same queue
+            ca.basic_publish("", name, b"via a", PERSISTENT, mandatory=True)
+            cb.basic_publish("", name, b"via b", PERSISTENT)
+        cb.confirm_delivery()  # every publish of cb's before it is routed by now
+        for name in names:
+            assert sorted(_drain(cb, name, 3)) == [b"via a", b"via b"]
         a.close()
         b.close()

@@ -40,7 +40,7 @@ def test_cyclic_garbage_made_while_serving_is_still_collected() -> None:
         def __init__(self) -> None:
             self.other: Node | None = None
 
-    collected = []
+    collected: list[str] = []
     first, second = Node(), Node()
     first.other, second.other = second, first
     weakref.finalize(first, collected.append, "first")

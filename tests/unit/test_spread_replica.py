@@ -4,16 +4,24 @@ the stubs; the engine holding replies and confirms until the port decides them."
 
 from __future__ import annotations
 
+import logging
 import pickle
 from typing import Any
 
+import pytest
 from pamqp import commands
 
 from amqpd.engine.reply_to import remote_reply_queue
 from amqpd.model.broker import Broker
 from amqpd.model.message import Message
 from amqpd.model.queue import Queue
-from amqpd.model.replica import Change, Decision, RemoteQueue, remote_by_worker
+from amqpd.model.replica import (
+    Change,
+    ConsumingPort,
+    Decision,
+    RemoteQueue,
+    remote_by_worker,
+)
 from amqpd.model.replica_apply import apply_change, snapshot
 from amqpd.model.vhost import VirtualHost
 from persistence.access import PolicyRecord
@@ -30,6 +38,10 @@ class Port:
         self.holds: list[Decision] = []
         self.forwarded: list[tuple[Message, dict[int, list[str]], Decision | None, bool]] = []
         self.local: list[tuple[Decision, bool]] = []
+
+    @property
+    def consuming(self) -> ConsumingPort | None:
+        return None  # these tests consume only from queues of their own worker
 
     def changed(self, vhost: str, change: Change) -> None:
         self.changes.append((vhost, pickle.loads(pickle.dumps(change))))  # as the link does
@@ -290,3 +302,51 @@ def test_a_tx_commit_ok_waits_for_the_copies_on_other_workers_in_order() -> None
     port0.forwarded.pop()[2].decided(False)  # type: ignore[union-attr]
     (close,) = client.methods()
     assert isinstance(close, commands.Channel.Close) and close.reply_code == 541
+
+
+def _declare_on(vhost: VirtualHost, name: str) -> Queue:
+    return vhost.declare_queue(name, False, True, False, False, {}, None)
+
+
+def test_a_queue_declared_on_two_workers_at_once_ends_as_the_lower_workers() -> None:
+    zero, port0 = _spread_broker(0)
+    one, port1 = _spread_broker(1)
+    two, _port2 = _spread_broker(2)
+    v0, v1, v2 = zero.vhosts["/"], one.vhosts["/"], two.vhosts["/"]
+    _declare_on(v0, "tasks")
+    _declare_on(v1, "tasks")  # neither knew of the other's
+    amq_direct = v1.get_exchange("amq.direct")
+    v1.bind(amq_direct, v1.queues["tasks"], "tasks", {})
+    from_zero, from_one = port0.take_changes(), port1.take_changes()
+    for change in from_one:
+        apply_change(v0, change)
+    assert "tasks" in v0.queues and "tasks" not in v0.remote  # the lower worker keeps its own
+    assert port0.changes == []
+    for change in from_zero:
+        apply_change(v1, change)
+    assert "tasks" not in v1.queues  # unused here: given up
+    assert v1.remote["tasks"].worker == 0
+    routed = Message("amq.direct", "tasks", b"\x0aamq.direct", b"\x05tasks", b"", b"x", False)
+    assert v1.route(amq_direct, routed) == [v1.remote["tasks"]]  # still bound: to the stub
+    resent = port1.take_changes()  # worker 0's queue, sent on to the others
+    assert [(change[0], change[1], change[2]) for change in resent] == [("queue", "tasks", 0)]
+    # a third worker that got worker 0's change first and worker 1's last still ends right
+    for change in [*from_zero, *from_one, *resent]:
+        apply_change(v2, change)
+    assert v2.remote["tasks"].worker == 0
+
+
+def test_a_queue_used_before_the_other_declare_arrived_is_kept(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    zero, port0 = _spread_broker(0)
+    one, port1 = _spread_broker(1)
+    v0, v1 = zero.vhosts["/"], one.vhosts["/"]
+    _declare_on(v0, "tasks")
+    _declare_on(v1, "tasks").enqueue(_to_default("tasks"))
+    port1.take_changes()
+    with caplog.at_level(logging.WARNING, logger="amqpd.model.replica_apply"):
+        _mirror(port0, v1)
+    assert v1.queues["tasks"].message_count == 1
+    assert "declared on workers 0 and 1 at the same moment" in caplog.text
+    assert port1.changes == []
