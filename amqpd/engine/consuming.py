@@ -163,8 +163,12 @@ class ConsumerMethods:
         comes when it accepted (engine/remote_consumers.py)."""
         channel = self._channel
         arguments = dict(method.arguments or {})
+        assert stub.port is not None  # usable_queue returns no stub without one
         if arguments.get(BROWSE_ARGUMENT):
-            _refuse_remote(f"'{BROWSE_ARGUMENT}' of queue '{stub.name}'")
+            if not method.no_ack:
+                raise precondition_failed(f"'{BROWSE_ARGUMENT}' needs no-ack")
+            stub.port.browse(channel, stub, tag, arguments, bool(method.nowait))
+            return
         unacked = channel.unacked
         consumer = Consumer(
             channel,
@@ -177,7 +181,6 @@ class ConsumerMethods:
             arguments,
         )
         channel.consumers[tag] = consumer
-        assert stub.port is not None  # usable_queue returns no stub without one
         stub.port.consume(channel, consumer, bool(method.nowait))
 
     def _browse(

@@ -28,7 +28,12 @@ owner. A lost owner (`lost`: the link broke) cancels its consumers as RabbitMQ c
 consumers of a queue whose node went down (basic.cancel to clients that take it); the
 deliveries it had sent are forgotten here (settling them later sends nothing: the owner
 requeued them, or restarts with them from its store), a basic.get waiting for it is
-answered get-empty, and a count it was asked for 0.
+answered get-empty, a count it was asked for 0, and a browser waiting for it gets no
+copies (consume-ok, then basic.cancel).
+
+`browse` is an ``x-browse`` consumer: the owner answers with copies of the ready messages
+its selector matches, sent as deliveries between the consume-ok and a server-side
+basic.cancel, as engine/consuming.py does for a queue of this worker.
 
 `ask` is a request answered by two counts: a queue's message and consumer counts for a
 queue.declare, what a queue.purge or queue.delete removed (engine/topology.py), the
@@ -96,6 +101,7 @@ class RemoteConsumers:
         self._consumers: dict[int, tuple[Consumer, Channel, bool]] = {}  # id: .., nowait
         self._ids: dict[Consumer, int] = {}
         self._gets: dict[int, tuple[Channel, RemoteQueue]] = {}
+        self._browses: dict[int, tuple[Channel, RemoteQueue, str, bool]] = {}  # .., tag, nowait
         self._asks: dict[int, tuple[int, Answer, Refuse]] = {}  # request id: worker, ..
         self._owed: dict[int, int] = {}  # consumer id -> credit not yet given back
         self._requests: dict[int, list[list[Any]]] = {}  # per owner, in order
@@ -121,6 +127,20 @@ class RemoteConsumers:
         self._next_id = request_id + 1
         self._gets[request_id] = (cast(Channel, channel), stub)
         self._request(stub.worker, ["get", request_id, stub.vhost_name, stub.name, no_ack])
+
+    def browse(
+        self,
+        channel: ConsumerSink,
+        stub: RemoteQueue,
+        tag: str,
+        arguments: dict[str, Any],
+        nowait: bool,
+    ) -> None:
+        request_id = self._next_id
+        self._next_id = request_id + 1
+        self._browses[request_id] = (cast(Channel, channel), stub, tag, nowait)
+        request = ["browse", request_id, stub.vhost_name, stub.name, arguments]
+        self._request(stub.worker, request)
 
     def ask(
         self,
@@ -234,6 +254,8 @@ class RemoteConsumers:
             asked = self._asks.pop(event[1], None)
             if asked is not None:
                 asked[2](event[2], event[3])
+        elif kind in ("browse-ok", "browse-refused"):
+            self._answer_browse(kind, event)
         else:
             self._answer_get(worker, kind, event)
 
@@ -275,6 +297,34 @@ class RemoteConsumers:
         )
         channel.send_content(first, header, body)
 
+    def _answer_browse(self, kind: str, event: tuple[Any, ...]) -> None:
+        """The owner's copies for an ``x-browse`` consumer (engine/consuming.py `_browse`
+        does the same for a queue of this worker), or its refusal."""
+        waiting = self._browses.pop(event[1], None)
+        if waiting is None:
+            return
+        channel, stub, tag, nowait = waiting
+        if channel.state is not ChannelState.OPEN:
+            return
+        if kind == "browse-refused":
+            channel.close_with_error(AMQPError(event[2], event[3], 60, 20))
+            return
+        if not nowait:
+            channel.send_method(codec.build(spec.Basic.ConsumeOk, consumer_tag=tag))
+        tag_raw = codec.encode_shortstr(tag)
+        for flags, count, exchange_raw, routing_key_raw, header, body in event[2]:
+            entry = _entry(0, flags, count, exchange_raw, routing_key_raw, header, body)
+            first = codec.encode_deliver(
+                channel.number,
+                tag_raw,
+                channel.unacked.issue(stub, entry, None, False),
+                entry.redelivered,
+                exchange_raw,
+                routing_key_raw,
+            )
+            channel.send_content(first, header, body)
+        channel.send_method(spec.Basic.Cancel(consumer_tag=tag, nowait=True))
+
     def lost(self, worker: int) -> None:
         """The link to ``worker`` broke (see the module's docstring)."""
         live = self._live.pop(worker, set())
@@ -293,3 +343,6 @@ class RemoteConsumers:
                 del self._gets[request_id]
                 if channel.state is ChannelState.OPEN:
                     channel.conn.send(codec.encode_get_empty(channel.number))
+        for request_id, (_channel, stub, _tag, _nowait) in list(self._browses.items()):
+            if stub.worker == worker:  # nothing to browse there now: a browse of nothing
+                self._answer_browse("browse-ok", ("browse-ok", request_id, []))

@@ -19,13 +19,16 @@ Requests (`handle`, pickled tuples from the peer):
 ``("consume", vhost, queue, consumer id, tag, no_ack, exclusive, prefetch, arguments)``,
 ``("cancel", consumer id)``, ``("credit", consumer id, count)``, ``("ack" | "requeue" |
 "discard", [tags])``, ``("get", request id, vhost, queue, no_ack)``, ``("ask", request id,
-vhost, queue, "count" | "purge" | "delete", ...)`` (engine/remote_consumers.py `ask`).
+vhost, queue, "count" | "purge" | "delete", ...)`` (engine/remote_consumers.py `ask`),
+``("browse", request id, vhost, queue, arguments)`` (an ``x-browse`` consumer).
 Answers and events (`out`, in order with the deliveries): ``("consume-ok", id)``,
 ``("refused", id, code, text)``, ``("cancelled", id)`` (the queue went away),
 ``("get-ok", request id, tag, flags, delivery count, exchange, routing key, header, body,
 message count)``, ``("get-empty", request id)``, ``("get-refused", request id, code,
 text)``, ``("answer", request id, count, count)``, ``("ask-refused", request id, code,
-text)``; deliveries are DELIVER records (amqpd/wire/forwarding.py).
+text)``, ``("browse-ok", request id, [(flags, delivery count, exchange, routing key,
+header, body), ...])``, ``("browse-refused", request id, code, text)``; deliveries are
+DELIVER records (amqpd/wire/forwarding.py).
 
 Flow: besides its prefetch, a consumer has at most WINDOW deliveries in flight to the
 peer; the peer gives credit back as it hands them to its client (and holds it while the
@@ -44,7 +47,7 @@ from typing import Any, Final
 from amqpd.engine.unacked import Settlement, UnackedStore
 from amqpd.model.message import QueueEntry
 from amqpd.model.queue import Consumer, Queue
-from amqpd.model.selective import consumer_selector
+from amqpd.model.selective import browse_entries, consumer_selector
 from amqpd.model.stream import StreamQueue
 from amqpd.model.vhost import VirtualHost
 from amqpd.wire import codec
@@ -56,6 +59,7 @@ from amqpd.wire.errors import (
     AMQPError,
 )
 from amqpd.wire.forwarding import ACK_REQUIRED, REDELIVERED, encode_control, encode_delivery
+from amqpd.wire.properties import with_delivery_count
 
 __all__ = ["WINDOW", "ServedConsumers"]
 
@@ -103,6 +107,8 @@ class ServedConsumers:
             self._get(vhosts, *request[1:])
         elif kind == "ask":
             self._ask(vhosts, *request[1:])
+        elif kind == "browse":
+            self._browse(vhosts, *request[1:])
         else:
             log.warning("unknown consuming request %r from another worker", kind)
 
@@ -221,6 +227,41 @@ class ServedConsumers:
                 queue.message_count,
             )
         )
+
+    def _browse(
+        self,
+        vhosts: dict[str, VirtualHost],
+        request_id: int,
+        vhost_name: str,
+        name: str,
+        arguments: dict[str, Any],
+    ) -> None:
+        """Copies of the ready messages an ``x-browse`` consumer's selector matches (the
+        queue is left as it is; engine/consuming.py `_browse`)."""
+        try:
+            queue = self._queue(vhosts, vhost_name, name)
+            selector = consumer_selector(arguments, queue)
+        except AMQPError as exc:
+            self._event(("browse-refused", request_id, exc.reply_code, exc.text))
+            return
+        copies = []
+        for entry in browse_entries(queue, selector):
+            message = entry.message
+            header = message.header
+            if entry.delivery_count:
+                header = with_delivery_count(header, entry.delivery_count)
+            flags = REDELIVERED if entry.redelivered else 0
+            copies.append(
+                (
+                    flags,
+                    entry.delivery_count,
+                    message.exchange_raw,
+                    message.routing_key_raw,
+                    header,
+                    message.payload,
+                )
+            )
+        self._event(("browse-ok", request_id, copies))
 
     def _ask(
         self,

@@ -118,6 +118,17 @@ class ConsumingPort(Protocol):
     def get(self, channel: ConsumerSink, stub: RemoteQueue, no_ack: bool) -> None:
         """basic.get from ``stub``'s owner; the channel answers when the owner did."""
 
+    def browse(
+        self,
+        channel: ConsumerSink,
+        stub: RemoteQueue,
+        tag: str,
+        arguments: dict[str, Any],
+        nowait: bool,
+    ) -> None:
+        """An ``x-browse`` consumer (no-ack) of ``stub``'s queue: its consume-ok (unless
+        ``nowait``), the copies and the server-side cancel come when the owner answered."""
+
     def ask(
         self,
         stub: RemoteQueue,

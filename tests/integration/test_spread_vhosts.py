@@ -186,6 +186,18 @@ def test_a_connection_that_cannot_move_consumes_from_another_workers_queue(
         assert body == b"0" and method.message_count == 19
         ca.basic_ack(method.delivery_tag)
 
+        browser = a.channel()  # x-browse: copies, then the broker cancels the consumer
+        seen: list[bytes] = []
+        browser.basic_consume(
+            "only-on-b",
+            lambda _channel, _method, _props, body: seen.append(body),
+            auto_ack=True,
+            arguments={"x-browse": True},
+        )
+        browser.start_consuming()  # returns once the broker cancelled it
+        assert seen == [b"%d" % i for i in range(1, 20)]
+        assert cb.queue_declare("only-on-b", passive=True).method.message_count == 19
+
         ca.basic_qos(prefetch_count=5)
         got: list[bytes] = []
 

@@ -71,9 +71,13 @@ class Pair:
 
 def _deliveries(client: Client) -> list[tuple[int, bytes, bool]]:
     """(tag, body, redelivered) of each basic.deliver received."""
+    return _deliveries_in(client.received())
+
+
+def _deliveries_in(received: list[tuple[int, Any]]) -> list[tuple[int, bytes, bool]]:
     out: list[tuple[int, bytes, bool]] = []
     method: Any = None
-    for _channel, value in client.received():
+    for _channel, value in received:
         if isinstance(value, commands.Basic.Deliver):
             method = value
         elif method is not None and hasattr(value, "value"):
@@ -259,7 +263,7 @@ def test_a_declare_purge_and_delete_answer_with_the_owners_counts() -> None:
     assert pair.queue.deleted and "theirs" not in pair.zero.vhosts["/"].remote
 
 
-def test_a_get_from_a_queue_gone_on_its_owner_is_404_and_streams_and_browsing_are_540() -> None:
+def test_a_get_from_a_queue_gone_on_its_owner_is_404_and_streams_are_540() -> None:
     pair = Pair()
     pair.one.vhosts["/"].delete_queue(pair.queue)  # the stub here has not heard yet
     client = pair.client
@@ -270,14 +274,49 @@ def test_a_get_from_a_queue_gone_on_its_owner_is_404_and_streams_and_browsing_ar
     assert "no queue 'theirs'" in close.reply_text
 
     for request in (
-        commands.Basic.Consume(queue="theirs", arguments={"x-browse": True}, no_ack=True),
+        commands.Basic.Consume(queue="log", arguments={"x-stream-offset": "first"}),
         commands.Basic.Get(queue="log"),
     ):
         pair = Pair()
         stream = {"x-queue-type": "stream"}  # worker 1's stream, as its change describes it
         apply_change(pair.zero.vhosts["/"], ("queue", "log", 1, True, False, False, stream))
+        pair.client.send(1, commands.Basic.Qos(prefetch_count=10))
+        pair.client.methods()
         pair.client.send(1, request)
         (refused,) = pair.client.methods()
         assert isinstance(refused, commands.Connection.Close) and refused.reply_code == 540
         assert "lives on another worker" in refused.reply_text
         assert pair.requests == []  # nothing was asked of the owner
+
+
+def test_a_browser_of_another_workers_queue_gets_copies_of_what_its_selector_matches() -> None:
+    pair = Pair()
+    for body, color in ((b"r1", "red"), (b"b1", "blue"), (b"r2", "red")):
+        pair.owner.publish(1, "theirs", body, headers={"color": color})
+    pair.owner.methods()
+    client = pair.client
+    browse = {"x-browse": True, "x-selector": "color = 'red'"}
+    client.send(
+        1, commands.Basic.Consume(queue="theirs", consumer_tag="b", no_ack=True, arguments=browse)
+    )
+    assert client.methods() == []  # answered once the owner has
+    pair.pump()
+    received = client.received()
+    assert isinstance(received[0][1], commands.Basic.ConsumeOk)
+    assert [body for _tag, body, _redelivered in _deliveries_in(received)] == [b"r1", b"r2"]
+    cancel = received[-1][1]
+    assert isinstance(cancel, commands.Basic.Cancel) and cancel.consumer_tag == "b"
+    assert [entry.message.body for entry in pair.queue.ready] == [b"r1", b"b1", b"r2"]
+    assert not pair.queue.consumers  # the owner's queue is left as it was
+
+    client.send(1, commands.Basic.Consume(queue="theirs", arguments={"x-browse": True}))
+    (close,) = client.methods()  # a browser needs no-ack, checked here: nothing asked
+    assert isinstance(close, commands.Channel.Close) and close.reply_code == 406
+    assert pair.requests == []
+
+    client.open_channel(2)
+    bad = {"x-browse": True, "x-selector": "color = "}
+    client.send(2, commands.Basic.Consume(queue="theirs", no_ack=True, arguments=bad))
+    pair.pump()
+    (close,) = client.methods()  # the owner parses the selector: 406 from there
+    assert isinstance(close, commands.Channel.Close) and close.reply_code == 406
