@@ -31,6 +31,12 @@ requeued them, or restarts with them from its store), a basic.get waiting for it
 answered get-empty, a count it was asked for 0, and a browser waiting for it gets no
 copies (consume-ok, then basic.cancel).
 
+Global qos: the owner counts a channel's limit per consumer (it knows of no other), so a
+channel consuming on several workers may get more than its limit allows unacked; what
+arrives beyond it is kept here per consumer, in order, not counted as handed out (no
+credit back for it), and handed out as acks free room (the stub's ``dispatch``, `resume`);
+cancelling the consumer sends what was kept back to the owner's queue.
+
 `browse` is an ``x-browse`` consumer: the owner answers with copies of the ready messages
 its selector matches, sent as deliveries between the consume-ok and a server-side
 basic.cancel, as engine/consuming.py does for a queue of this worker.
@@ -43,6 +49,7 @@ reply held until the owner answered, or refused (404, 406) as the owner would.
 from __future__ import annotations
 
 import pickle
+from collections import deque
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -106,6 +113,8 @@ class RemoteConsumers:
         self._owed: dict[int, int] = {}  # consumer id -> credit not yet given back
         self._requests: dict[int, list[list[Any]]] = {}  # per owner, in order
         self._live: dict[int, set[QueueEntry]] = {}  # per owner: deliveries it waits for
+        # per consumer id: deliveries held here while their channel's global qos is full
+        self._held: dict[int, deque[QueueEntry]] = {}
 
     def __len__(self) -> int:
         return len(self._consumers)
@@ -173,13 +182,28 @@ class RemoteConsumers:
             return
         del self._consumers[consumer_id]
         self._owed.pop(consumer_id, None)
-        self._request(cast(RemoteQueue, consumer.queue).worker, ["cancel", consumer_id])
+        stub = cast(RemoteQueue, consumer.queue)
+        held = self._held.pop(consumer_id, None)
+        if held:  # never handed out: back to the owner's queue
+            stub.requeue(held)
+        self._request(stub.worker, ["cancel", consumer_id])
 
     def resume(self, stub: RemoteQueue) -> None:
+        for consumer_id in list(self._held):
+            self._hand_held(consumer_id)
         for consumer_id in list(self._owed):
             consumer, channel, _nowait = self._consumers[consumer_id]
             if consumer.queue is stub and not channel.conn.output_full:
                 self._give_back(consumer_id, stub.worker)
+
+    def _hand_held(self, consumer_id: int) -> None:
+        """Hand out what was held for ``consumer_id`` while its channel has credit."""
+        consumer, channel, _nowait = self._consumers[consumer_id]
+        held = self._held[consumer_id]
+        while held and channel.unacked.has_credit(consumer):
+            self._hand(consumer_id, consumer, channel, held.popleft())
+        if not held:
+            del self._held[consumer_id]
 
     def _request(self, worker: int, request: list[Any]) -> None:
         self._live.setdefault(worker, set())
@@ -223,8 +247,21 @@ class RemoteConsumers:
         consumer, channel, _nowait = found
         if entry.stored:
             self._live.setdefault(worker, set()).add(entry)
-        channel.deliver(consumer, consumer.queue, entry)
         consumer_id = record.consumer_id
+        held = self._held.get(consumer_id)
+        if held is not None or not (consumer.no_ack or channel.unacked.has_credit(consumer)):
+            # the channel's global qos is full (its other consumers hold it): kept here
+            # until an ack frees it, not counted as handed out (no credit back for it)
+            if held is None:
+                held = self._held[consumer_id] = deque()
+            held.append(entry)
+            return
+        self._hand(consumer_id, consumer, channel, entry)
+
+    def _hand(
+        self, consumer_id: int, consumer: Consumer, channel: Channel, entry: QueueEntry
+    ) -> None:
+        channel.deliver(consumer, consumer.queue, entry)
         self._owed[consumer_id] = self._owed.get(consumer_id, 0) + 1
 
     def event(self, worker: int, payload: bytes) -> None:
@@ -266,6 +303,9 @@ class RemoteConsumers:
         consumer, channel, _nowait = found
         self._ids.pop(consumer, None)
         self._owed.pop(consumer_id, None)
+        held = self._held.pop(consumer_id, None)
+        if held:  # the owner cancelled it (it requeued them) or is gone (they are lost)
+            cast(RemoteQueue, consumer.queue).requeue(held)
         channel.cancel_by_broker(consumer)
 
     def _answer_get(self, worker: int, kind: str, event: tuple[Any, ...]) -> None:

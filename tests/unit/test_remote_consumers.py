@@ -320,3 +320,35 @@ def test_a_browser_of_another_workers_queue_gets_copies_of_what_its_selector_mat
     pair.pump()
     (close,) = client.methods()  # the owner parses the selector: 406 from there
     assert isinstance(close, commands.Channel.Close) and close.reply_code == 406
+
+
+def test_a_global_qos_limits_the_channel_over_its_local_and_remote_consumers() -> None:
+    pair = Pair()
+    pair.publish(b"r1", b"r2", b"r3")
+    mine = pair.zero.vhosts["/"].declare_queue("mine", False, True, False, False, {}, None)
+    client = pair.client
+    client.publish(1, "mine", b"m1")
+    client.send(1, commands.Basic.Qos(prefetch_count=2, global_=True))
+    client.methods()
+    client.send(1, commands.Basic.Consume(queue="mine", consumer_tag="local"))
+    client.send(1, commands.Basic.Consume(queue="theirs", consumer_tag="remote"))
+    pair.pump()
+    # the owner sends two (its consumer counts the channel's limit), one is kept here
+    assert [body for _tag, body, _r in _deliveries(client)] == [b"m1", b"r1"]
+    assert pair.queue.message_count == 1
+    client.send(1, commands.Basic.Ack(delivery_tag=1))  # m1: room for the one kept here
+    pair.pump()
+    assert [(tag, body) for tag, body, _r in _deliveries(client)] == [(3, b"r2")]
+    client.send(1, commands.Basic.Ack(delivery_tag=2))  # r1: the owner sends r3
+    pair.pump()
+    assert [(tag, body) for tag, body, _r in _deliveries(client)] == [(4, b"r3")]
+    assert mine.message_count == 0 and pair.queue.message_count == 0
+
+    pair.publish(b"r4", b"r5")
+    client.send(1, commands.Basic.Ack(delivery_tag=3))  # r2: r4 comes, r5 is kept here
+    pair.pump()
+    assert [body for _tag, body, _r in _deliveries(client)] == [b"r4"]
+    client.send(1, commands.Channel.Close(reply_code=200, class_id=0, method_id=0))
+    pair.pump()  # unacked (r3, r4) and kept (r5): all back on the owner
+    assert sorted(entry.message.body for entry in pair.queue.ready) == [b"r3", b"r4", b"r5"]
+    assert not pair.queue.consumers
