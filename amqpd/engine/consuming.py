@@ -27,6 +27,7 @@ from amqpd.model.replica import RemoteQueue
 from amqpd.model.selective import BROWSE_ARGUMENT, browse_entries, consumer_selector
 from amqpd.model.selector import Predicate
 from amqpd.model.statistics import MessageStats
+from amqpd.model.stream_args import not_supported
 from amqpd.model.vhost import VirtualHost, generated_name
 from amqpd.wire import codec
 from amqpd.wire.errors import (
@@ -124,8 +125,6 @@ class ConsumerMethods:
         if tag in channel.consumers:
             raise AMQPError(NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
         if isinstance(queue, RemoteQueue):
-            if queue.settings.queue_type == "stream":
-                _refuse_remote(f"consuming from stream '{queue.name}'")
             self._consume_remote(queue, tag, method)
             return
         if queue.exclusive_consumer is not None or (method.exclusive and queue.consumers):
@@ -164,6 +163,8 @@ class ConsumerMethods:
         channel = self._channel
         arguments = dict(method.arguments or {})
         assert stub.port is not None  # usable_queue returns no stub without one
+        now = channel.vhost.clock.now  # a stream's rules, checked here as for one of ours
+        check_stream_consume(stub, method.no_ack, channel.unacked.consumer_prefetch, arguments, now)
         if arguments.get(BROWSE_ARGUMENT):
             if not method.no_ack:
                 raise precondition_failed(f"'{BROWSE_ARGUMENT}' needs no-ack")
@@ -248,8 +249,8 @@ class ConsumerMethods:
         queue = channel.topology.usable_queue(method.queue, remote=True)
         if isinstance(queue, RemoteQueue):  # answered when its worker did
             assert queue.port is not None
-            if queue.settings.queue_type == "stream":
-                _refuse_remote(f"basic.get from stream '{queue.name}'")
+            if queue.settings.queue_type == "stream":  # as a stream here refuses it
+                raise not_supported("basic.get", queue.name, queue.vhost_name)
             queue.port.get(channel, queue, bool(method.no_ack))
             return
         entry = queue.take()
@@ -288,17 +289,3 @@ class ConsumerMethods:
         if not method.active:
             raise AMQPError(NOT_IMPLEMENTED, "active=false")
         channel.send_method(spec.Channel.FlowOk(active=True))
-
-
-def _refuse_remote(what: str) -> None:
-    """What a connection that cannot move may not do with another worker's queue (no
-    record carries it yet: docs/multicore.md "Consuming across workers").
-
-    Raises:
-        AMQPError: 540 NOT_IMPLEMENTED, a connection error.
-    """
-    raise AMQPError(
-        NOT_IMPLEMENTED,
-        f"{what}, which lives on another worker, from a connection that cannot move "
-        "there: use a connection of its own (docs/multicore.md, stage 2)",
-    )

@@ -30,6 +30,11 @@ text)``, ``("browse-ok", request id, [(flags, delivery count, exchange, routing 
 header, body), ...])``, ``("browse-refused", request id, code, text)``; deliveries are
 DELIVER records (amqpd/wire/forwarding.py).
 
+A stream's consumer is served the same way: this object is also the stream's
+`StreamSink` (`credit`, `deliver_run`), sending each run's messages as DELIVER records with
+their ``x-stream-offset`` header (model/stream_delivery.py `StreamRun.messages`); its acks
+are the stream's credit here.
+
 Flow: besides its prefetch, a consumer has at most WINDOW deliveries in flight to the
 peer; the peer gives credit back as it hands them to its client (and holds it while the
 client does not read), so a consumer without prefetch cannot flood the peer. `lost`
@@ -48,13 +53,12 @@ from amqpd.engine.unacked import Settlement, UnackedStore
 from amqpd.model.message import QueueEntry
 from amqpd.model.queue import Consumer, Queue
 from amqpd.model.selective import browse_entries, consumer_selector
-from amqpd.model.stream import StreamQueue
+from amqpd.model.stream_delivery import StreamRun
 from amqpd.model.vhost import VirtualHost
 from amqpd.wire import codec
 from amqpd.wire.errors import (
     ACCESS_REFUSED,
     NOT_FOUND,
-    NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
     AMQPError,
 )
@@ -113,16 +117,11 @@ class ServedConsumers:
             log.warning("unknown consuming request %r from another worker", kind)
 
     def _queue(self, vhosts: dict[str, VirtualHost], vhost_name: str, name: str) -> Queue:
+        """The queue a request names (404 if it is gone)."""
         vhost = vhosts.get(vhost_name)
         queue = None if vhost is None else vhost.queues.get(name)
         if queue is None:
             raise AMQPError(NOT_FOUND, f"no queue '{name}' in vhost '{vhost_name}'")
-        if isinstance(queue, StreamQueue):
-            raise AMQPError(
-                NOT_IMPLEMENTED,
-                f"stream '{name}' in vhost '{vhost_name}' lives on another worker: consume "
-                "from it on a connection of its own (docs/multicore.md, stage 2)",
-            )
         return queue
 
     def _consume(
@@ -198,10 +197,10 @@ class ServedConsumers:
     ) -> None:
         try:
             queue = self._queue(vhosts, vhost_name, name)
+            entry = queue.take()  # a stream: 540, as it would be here
         except AMQPError as exc:
             self._event(("get-refused", request_id, exc.reply_code, exc.text))
             return
-        entry = queue.take()
         if entry is None:
             queue.stats.get_empty += 1
             self._event(("get-empty", request_id))
@@ -280,7 +279,12 @@ class ServedConsumers:
         if what[0] == "count":
             self._event(("answer", request_id, queue.message_count, len(queue.consumers)))
         elif what[0] == "purge":
-            self._event(("answer", request_id, queue.purge(), 0))
+            try:
+                purged = queue.purge()
+            except AMQPError as exc:  # a stream: 540, as it would be here
+                self._event(("ask-refused", request_id, exc.reply_code, exc.text))
+                return
+            self._event(("answer", request_id, purged, 0))
         else:  # ("delete", if_unused, if_empty)
             text = ""
             if what[1] and queue.consumers:
@@ -322,6 +326,36 @@ class ServedConsumers:
             message.header,
             message.payload,
         )
+        if was_empty:
+            self._wake()
+
+    # -- StreamSink (a stream's consumers: runs of deliveries) --------------------------------
+    def credit(self, consumer: Consumer) -> int:
+        """How many more of a stream's messages ``consumer`` may be sent now."""
+        room = WINDOW - self._in_flight.get(consumer, 0)
+        return max(0, min(room, self._unacked.credit(consumer)))
+
+    def deliver_run(self, consumer: Consumer, queue: Queue, run: StreamRun) -> None:
+        """A run of a stream's messages, as DELIVER records (their tags contiguous)."""
+        count = len(run)
+        tag = self._unacked.issue_run(queue, run.entries(), consumer)
+        queue.stats.deliver += count
+        self._in_flight[consumer] = self._in_flight.get(consumer, 0) + count
+        consumer_id = self._ids[consumer]
+        was_empty = not self.out
+        for exchange_raw, routing_key_raw, header, body in run.messages():
+            encode_delivery(
+                self.out,
+                consumer_id,
+                tag,
+                ACK_REQUIRED,
+                0,
+                exchange_raw,
+                routing_key_raw,
+                header,
+                body,
+            )
+            tag += 1
         if was_empty:
             self._wake()
 

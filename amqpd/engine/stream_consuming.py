@@ -15,7 +15,6 @@ from typing import Any
 
 from amqpd.engine.unacked import Unacked
 from amqpd.model.queue import Queue
-from amqpd.model.stream import StreamQueue
 from amqpd.model.stream_args import not_supported, parse_consumer_args, prefetch_not_set
 
 
@@ -27,7 +26,7 @@ def check_stream_consume(
     Raises:
         AMQPError: 540 for no_ack, 406 for a missing prefetch or a bad argument.
     """
-    if not isinstance(queue, StreamQueue):
+    if queue.settings.queue_type != "stream":  # a StreamQueue, or another worker's stream
         return
     if no_ack:
         raise not_supported("automatic acknowledgement", queue.name, queue.vhost_name)
@@ -44,5 +43,5 @@ def refuse_stream_settlement(records: Iterable[Unacked], what: str) -> None:
     """
     for record in records:
         queue = record.queue
-        if isinstance(queue, StreamQueue):
+        if queue.settings.queue_type == "stream":  # here or on another worker
             raise not_supported(what, queue.name, queue.vhost_name)

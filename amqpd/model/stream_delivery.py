@@ -223,6 +223,37 @@ class StreamRun:
             return [StreamDelivery(self.first, reader)] * self.count
         return [StreamDelivery(offset, reader) for offset in self.offset_list()]
 
+    def messages(self) -> list[tuple[bytes, bytes, bytes, bytes]]:
+        """The run's messages as (exchange, routing key: shortstrs as stored; content header
+        with the offset spliced in, as `frames` sends it; body), for a consumer on another
+        worker (amqpd/engine/served_consumers.py sends them as DELIVER records)."""
+        payload = self.payload
+        starts = self.starts
+        pos = self.start
+        out = []
+        for number, offset in enumerate(self.offset_list()):
+            if starts is not None:
+                pos = starts[number]
+            exchange_end = pos + 1 + payload[pos]
+            names_end = exchange_end + 1 + payload[exchange_end]
+            header_start = names_end + 4
+            header_end = header_start + _u32(payload, names_end)
+            body_start = header_end + 4
+            body_end = body_start + _u32(payload, header_end)
+            header = with_offset(payload[header_start:header_end], offset)
+            out.append(
+                (
+                    payload[pos:exchange_end],
+                    payload[exchange_end:names_end],
+                    header,
+                    payload[body_start:body_end],
+                )
+            )
+            pos = body_end + 2 + (payload[body_end] | payload[body_end + 1] << 8)
+        if starts is None:
+            self.end = pos
+        return out
+
     def frames(
         self, channel: int, consumer_tag: bytes, first_tag: int, frame_max: int
     ) -> list[bytes]:

@@ -422,3 +422,31 @@ def test_a_queue_declared_on_both_workers_at_once_is_one_queue(tmp_path: Path) -
             assert sorted(_drain(cb, name, 3)) == [b"via a", b"via b"]
         a.close()
         b.close()
+
+
+def test_a_connection_that_cannot_move_reads_another_workers_stream(tmp_path: Path) -> None:
+    with _node(tmp_path) as (broker, _data):
+        a, b = _two_workers(broker.port)
+        cb = b.channel()
+        cb.queue_declare("events", durable=True, arguments={"x-queue-type": "stream"})
+        cb.confirm_delivery()
+        for i in range(5):
+            cb.basic_publish("", "events", b"e%d" % i)
+        ca = a.channel()
+        ca.queue_declare("pinned-here")
+        ca.basic_consume("pinned-here", lambda *_args: None)  # keeps a where it is
+        reader = a.channel()
+        reader.basic_qos(prefetch_count=3)
+        got: list[tuple[int, bytes]] = []
+
+        def on_message(channel: BlockingChannel, method: Any, props: Any, body: bytes) -> None:
+            got.append((props.headers["x-stream-offset"], body))
+            channel.basic_ack(method.delivery_tag)  # credit for the next ones
+            if len(got) == 5:
+                channel.stop_consuming()
+
+        reader.basic_consume("events", on_message, arguments={"x-stream-offset": "first"})
+        reader.start_consuming()
+        assert got == [(i, b"e%d" % i) for i in range(5)]
+        a.close()
+        b.close()

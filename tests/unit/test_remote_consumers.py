@@ -6,15 +6,18 @@ records travel through the same encoding the links use, pumped by the test."""
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 from typing import Any
 
 from pamqp import commands
 
 from amqpd.engine.remote_consumers import RemoteConsumers
 from amqpd.engine.served_consumers import WINDOW, ServedConsumers
+from amqpd.model.broker import Broker
 from amqpd.model.queue import Queue
 from amqpd.model.replica_apply import apply_change, snapshot
 from amqpd.wire.forwarding import Delivery, RecordReader
+from persistence.stream.log import StreamStorage, fsync_all
 from tests.unit.engine_driver import Client
 from tests.unit.test_spread_replica import _spread_broker
 
@@ -263,7 +266,7 @@ def test_a_declare_purge_and_delete_answer_with_the_owners_counts() -> None:
     assert pair.queue.deleted and "theirs" not in pair.zero.vhosts["/"].remote
 
 
-def test_a_get_from_a_queue_gone_on_its_owner_is_404_and_streams_are_540() -> None:
+def test_a_get_from_a_queue_gone_on_its_owner_is_404_and_from_a_stream_540() -> None:
     pair = Pair()
     pair.one.vhosts["/"].delete_queue(pair.queue)  # the stub here has not heard yet
     client = pair.client
@@ -273,20 +276,88 @@ def test_a_get_from_a_queue_gone_on_its_owner_is_404_and_streams_are_540() -> No
     assert isinstance(close, commands.Channel.Close) and close.reply_code == 404
     assert "no queue 'theirs'" in close.reply_text
 
-    for request in (
-        commands.Basic.Consume(queue="log", arguments={"x-stream-offset": "first"}),
-        commands.Basic.Get(queue="log"),
-    ):
-        pair = Pair()
-        stream = {"x-queue-type": "stream"}  # worker 1's stream, as its change describes it
-        apply_change(pair.zero.vhosts["/"], ("queue", "log", 1, True, False, False, stream))
-        pair.client.send(1, commands.Basic.Qos(prefetch_count=10))
-        pair.client.methods()
-        pair.client.send(1, request)
-        (refused,) = pair.client.methods()
-        assert isinstance(refused, commands.Connection.Close) and refused.reply_code == 540
-        assert "lives on another worker" in refused.reply_text
-        assert pair.requests == []  # nothing was asked of the owner
+    pair = Pair()
+    stream = {"x-queue-type": "stream"}  # worker 1's stream, as its change describes it
+    apply_change(pair.zero.vhosts["/"], ("queue", "log", 1, True, False, False, stream))
+    pair.client.send(1, commands.Basic.Get(queue="log"))
+    (refused,) = pair.client.methods()  # as a stream of this worker refuses it
+    assert isinstance(refused, commands.Connection.Close) and refused.reply_code == 540
+    assert "basic.get" in refused.reply_text
+    assert pair.requests == []  # nothing was asked of the owner
+
+
+STREAM = {"x-queue-type": "stream"}
+
+
+def _synced(broker: Broker) -> None:
+    """What the shell's group committer does for streams: fsync what was appended."""
+    dirty = broker.dirty_streams
+    if dirty is None:  # no store (these brokers): an append is final at once
+        return
+    for queue in list(dirty):
+        fds, upto = queue.log.sync_targets()
+        fsync_all(fds)
+        queue.log_synced(upto)
+    dirty.clear()
+
+
+def _stream_pair(tmp_path: Path) -> Pair:
+    pair = Pair()
+    pair.one.set_stream_logs(StreamStorage(tmp_path / "streams"))
+    pair.owner.send(1, commands.Queue.Declare(queue="log", durable=True, arguments=STREAM))
+    pair.owner.methods()
+    apply_change(pair.zero.vhosts["/"], ("queue", "log", 1, True, False, False, STREAM))
+    for body in (b"s0", b"s1", b"s2", b"s3"):
+        pair.owner.publish(1, "log", body, headers={"n": body.decode()})
+    pair.owner.methods()
+    _synced(pair.one)
+    return pair
+
+
+def _stream_deliveries(client: Client) -> list[tuple[int, int, bytes]]:
+    """(delivery tag, x-stream-offset, body) of each delivery received."""
+    out = []
+    method: Any = None
+    header: Any = None
+    for _channel, value in client.received():
+        if isinstance(value, commands.Basic.Deliver):
+            method = value
+        elif method is not None and hasattr(value, "properties"):
+            header = value
+        elif method is not None and hasattr(value, "value"):
+            offset = header.properties.headers["x-stream-offset"]
+            out.append((method.delivery_tag, offset, value.value))
+            method = None
+    return out
+
+
+def test_a_pinned_connection_consumes_another_workers_stream_from_an_offset(
+    tmp_path: Path,
+) -> None:
+    pair = _stream_pair(tmp_path)
+    client = pair.client
+    client.send(1, commands.Basic.Consume(queue="log", arguments={"x-stream-offset": 1}))
+    (refused,) = client.methods()  # checked here, as for a stream of this worker: 406
+    assert isinstance(refused, commands.Channel.Close) and refused.reply_code == 406
+    assert pair.requests == []
+    client.open_channel(2)
+    client.send(2, commands.Basic.Qos(prefetch_count=2))
+    client.methods()
+    offset = {"x-stream-offset": 1}
+    client.send(2, commands.Basic.Consume(queue="log", consumer_tag="s", arguments=offset))
+    pair.pump()
+    assert _stream_deliveries(client) == [(1, 1, b"s1"), (2, 2, b"s2")]  # prefetch 2
+    client.send(2, commands.Basic.Ack(delivery_tag=2, multiple=True))  # credit, as RabbitMQ
+    pair.pump()
+    assert _stream_deliveries(client) == [(3, 3, b"s3")]
+    pair.owner.publish(1, "log", b"s4")
+    pair.owner.methods()
+    _synced(pair.one)
+    pair.pump()
+    assert _stream_deliveries(client) == [(4, 4, b"s4")]
+    client.send(2, commands.Basic.Nack(delivery_tag=4))
+    (refused,) = client.methods()  # a stream's delivery cannot be nacked: 540
+    assert isinstance(refused, commands.Connection.Close) and refused.reply_code == 540
 
 
 def test_a_browser_of_another_workers_queue_gets_copies_of_what_its_selector_matches() -> None:
