@@ -158,6 +158,7 @@ def test_basic_get_from_another_workers_queue_is_answered_by_its_owner() -> None
     get_ok: Any = received[0][1]
     assert isinstance(get_ok, commands.Basic.GetOk)
     assert get_ok.message_count == 1 and received[-1][1].value == b"x"
+    assert get_ok.delivery_tag is not None
     client.send(1, commands.Basic.Ack(delivery_tag=get_ok.delivery_tag))
     client.send(1, commands.Basic.Get(queue="theirs", no_ack=True))
     client.send(1, commands.Basic.Get(queue="theirs"))
@@ -286,7 +287,7 @@ def test_a_get_from_a_queue_gone_on_its_owner_is_404_and_from_a_stream_540() -> 
     assert pair.requests == []  # nothing was asked of the owner
 
 
-STREAM = {"x-queue-type": "stream"}
+STREAM: dict[str, Any] = {"x-queue-type": "stream"}
 
 
 def _synced(broker: Broker) -> None:
@@ -336,14 +337,14 @@ def test_a_pinned_connection_consumes_another_workers_stream_from_an_offset(
 ) -> None:
     pair = _stream_pair(tmp_path)
     client = pair.client
-    client.send(1, commands.Basic.Consume(queue="log", arguments={"x-stream-offset": 1}))
+    offset: dict[str, Any] = {"x-stream-offset": 1}
+    client.send(1, commands.Basic.Consume(queue="log", arguments=offset))
     (refused,) = client.methods()  # checked here, as for a stream of this worker: 406
     assert isinstance(refused, commands.Channel.Close) and refused.reply_code == 406
     assert pair.requests == []
     client.open_channel(2)
     client.send(2, commands.Basic.Qos(prefetch_count=2))
     client.methods()
-    offset = {"x-stream-offset": 1}
     client.send(2, commands.Basic.Consume(queue="log", consumer_tag="s", arguments=offset))
     pair.pump()
     assert _stream_deliveries(client) == [(1, 1, b"s1"), (2, 2, b"s2")]  # prefetch 2
@@ -366,7 +367,7 @@ def test_a_browser_of_another_workers_queue_gets_copies_of_what_its_selector_mat
         pair.owner.publish(1, "theirs", body, headers={"color": color})
     pair.owner.methods()
     client = pair.client
-    browse = {"x-browse": True, "x-selector": "color = 'red'"}
+    browse: dict[str, Any] = {"x-browse": True, "x-selector": "color = 'red'"}
     client.send(
         1, commands.Basic.Consume(queue="theirs", consumer_tag="b", no_ack=True, arguments=browse)
     )
@@ -386,7 +387,7 @@ def test_a_browser_of_another_workers_queue_gets_copies_of_what_its_selector_mat
     assert pair.requests == []
 
     client.open_channel(2)
-    bad = {"x-browse": True, "x-selector": "color = "}
+    bad: dict[str, Any] = {"x-browse": True, "x-selector": "color = "}
     client.send(2, commands.Basic.Consume(queue="theirs", no_ack=True, arguments=bad))
     pair.pump()
     (close,) = client.methods()  # the owner parses the selector: 406 from there
@@ -421,5 +422,5 @@ def test_a_global_qos_limits_the_channel_over_its_local_and_remote_consumers() -
     assert [body for _tag, body, _r in _deliveries(client)] == [b"r4"]
     client.send(1, commands.Channel.Close(reply_code=200, class_id=0, method_id=0))
     pair.pump()  # unacked (r3, r4) and kept (r5): all back on the owner
-    assert sorted(entry.message.body for entry in pair.queue.ready) == [b"r3", b"r4", b"r5"]
+    assert sorted(entry.message.body or b"" for entry in pair.queue.ready) == [b"r3", b"r4", b"r5"]
     assert not pair.queue.consumers
