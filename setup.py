@@ -34,6 +34,7 @@ PACKAGES = ("amqpd", "exchanges", "confirms", "persistence")
 MYPYC_MODULES: tuple[str, ...] = (
     # wire
     "amqpd/wire/codec.py",
+    "amqpd/wire/content_header.py",
     "amqpd/wire/errors.py",
     "amqpd/wire/properties.py",
     "amqpd/wire/forwarding.py",  # records between workers (stage 2: one per crossing message)

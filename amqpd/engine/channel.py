@@ -54,7 +54,7 @@ from amqpd.model.sender_selected import has_sender_selected_headers, sender_sele
 from amqpd.model.statistics import MessageStats
 from amqpd.model.stream_delivery import StreamRun
 from amqpd.model.vhost import VirtualHost
-from amqpd.wire import codec
+from amqpd.wire import codec, content_header
 from amqpd.wire.errors import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
@@ -329,7 +329,7 @@ class Channel:
                 self.close_with_error(header_error)
                 return
         assert pending.peek is not None
-        if pending.peek.flags & codec.FLAG_REPLY_TO:
+        if pending.peek.flags & content_header.FLAG_REPLY_TO:
             try:
                 self.reply_to.rewrite(message)
             except AMQPError as exc:  # a channel error in RabbitMQ, not a connection one

@@ -26,7 +26,7 @@ from amqpd.model.queue import Queue
 from amqpd.model.queue_args import parse_expiration
 from amqpd.model.replica import has_remote, local_only
 from amqpd.model.vhost import VirtualHost
-from amqpd.wire import codec
+from amqpd.wire import codec, content_header
 from amqpd.wire.errors import PRECONDITION_FAILED, UNEXPECTED_FRAME, AMQPError
 
 
@@ -48,7 +48,7 @@ class PendingPublish:
         self.args = args
         self.exchange = exchange
         self.header: bytes | None = None
-        self.peek: codec.HeaderPeek | None = None
+        self.peek: content_header.HeaderPeek | None = None
         # the usual body fits one frame: a list only for the frames after the first
         self.first_body = b""
         self.more_bodies: list[bytes] | None = None
@@ -61,7 +61,7 @@ class PendingPublish:
         Raises:
             AMQPError: 505 UNEXPECTED_FRAME for a header of another class.
         """
-        peek = codec.peek_header(payload)
+        peek = content_header.peek_header(payload)
         if peek.class_id != codec.BASIC_CLASS:
             raise AMQPError(
                 UNEXPECTED_FRAME,

@@ -31,7 +31,8 @@ from amqpd.model.statistics import NodeStatistics
 from amqpd.model.stream import StreamLogs, StreamQueue
 from amqpd.model.stream_dedup import rebuild_stream_window
 from amqpd.model.vhost import VirtualHost
-from amqpd.wire.codec import HeaderPeek, encode_shortstr, peek_header
+from amqpd.wire.codec import encode_shortstr
+from amqpd.wire.content_header import HeaderPeek, peek_header
 from amqpd.wire.errors import CONNECTION_FORCED
 from persistence.records import QueueKey, RecoveredState
 

@@ -18,7 +18,8 @@ from typing import Any
 
 from amqpd.model.message import Message
 from amqpd.model.sender_selected import sender_selected_keys
-from amqpd.wire.codec import encode_shortstr, peek_header
+from amqpd.wire.codec import encode_shortstr
+from amqpd.wire.content_header import peek_header
 from amqpd.wire.properties import EXPIRATION, RawProperties
 
 

@@ -33,7 +33,7 @@ from typing import Any
 from amqpd.model.message import Message
 from amqpd.model.ports import JournalPort
 from amqpd.model.queue_args import InvalidQueueArgument, amqp_type_name
-from amqpd.wire.codec import decode_headers_table
+from amqpd.wire.content_header import decode_headers_table
 from amqpd.wire.properties import RawProperties
 
 __all__ = ["DEFAULT_WINDOW", "Deduplicator", "parse_dedup_arguments"]

@@ -52,7 +52,8 @@ from typing import TYPE_CHECKING, Final
 from amqpd.model.message import Clock, Message
 from amqpd.model.queue import Queue
 from amqpd.model.queue_args import parse_expiration
-from amqpd.wire.codec import encode_shortstr, peek_header
+from amqpd.wire.codec import encode_shortstr
+from amqpd.wire.content_header import peek_header
 from amqpd.wire.properties import RawProperties
 from exchanges.delayed import DELAY_HEADER, delay_of
 from persistence.records import MessageRecord

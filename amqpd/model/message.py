@@ -6,7 +6,7 @@ import math
 
 from pamqp.common import FieldTable
 
-from amqpd.wire.codec import decode_headers_table
+from amqpd.wire.content_header import decode_headers_table
 
 
 class Message:

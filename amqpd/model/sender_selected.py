@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from amqpd.model.message import Message
 from amqpd.model.queue_args import amqp_type_name
-from amqpd.wire.codec import peek_header
+from amqpd.wire.content_header import peek_header
 from amqpd.wire.errors import PRECONDITION_FAILED, AMQPError
 from amqpd.wire.properties import RawProperties
 

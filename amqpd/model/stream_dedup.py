@@ -29,7 +29,7 @@ from amqpd.model.dedup import Deduplicator
 from amqpd.model.message import Message
 from amqpd.model.ports import JournalPort
 from amqpd.model.stream import StreamLogPort, StreamQueue
-from amqpd.wire.codec import peek_header
+from amqpd.wire.content_header import peek_header
 from persistence.stream.format import StoredEntry
 
 __all__ = ["StreamDeduplicator", "rebuild_stream_window", "with_stream_dedup"]

@@ -10,7 +10,7 @@ worker holding target queues it appends one `FORWARD` record to that worker's ou
 buffer with `encode_forward` (every record of one chunk read from publishers goes out in one
 write: measured at 0.33 µs of CPU per crossing message at 100 or more per chunk, docs/
 multicore.md). The record carries what the publishing worker already parsed (the flags and
-fields `codec.peek_header` read, the expiration in milliseconds), so the owner builds its
+fields `content_header.peek_header` read, the expiration in milliseconds), so the owner builds its
 `Message` without decoding the publish again, and the raw content header and body unchanged,
 as every queue keeps them.
 

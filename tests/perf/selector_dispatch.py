@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from amqpd.model.message import Message, QueueEntry
 from amqpd.model.queue import Consumer, Queue
 from amqpd.model.selective import consumer_selector
-from amqpd.wire.codec import encode_shortstr, peek_header
+from amqpd.wire.codec import encode_shortstr
+from amqpd.wire.content_header import peek_header
 
 
 class _Sink:

@@ -19,7 +19,7 @@ from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 from pamqp.heartbeat import Heartbeat
 
-from amqpd.wire import codec
+from amqpd.wire import codec, content_header
 from amqpd.wire.errors import FRAME_ERROR, SYNTAX_ERROR, AMQPError
 
 CODEC = settings(deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow])
@@ -349,7 +349,7 @@ def test_peek_header_matches_pamqp(properties: commands.Basic.Properties, body_s
     reference.unmarshal(payload)
     props = reference.properties
 
-    peek = codec.peek_header(payload)
+    peek = content_header.peek_header(payload)
 
     assert peek.class_id == 60 == reference.class_id
     assert peek.body_size == body_size == reference.body_size
@@ -360,7 +360,7 @@ def test_peek_header_matches_pamqp(properties: commands.Basic.Properties, body_s
     if props.headers is None:
         assert peek.headers_raw is None
     else:
-        assert codec.decode_headers_table(peek.headers_raw) == props.headers
+        assert content_header.decode_headers_table(peek.headers_raw) == props.headers
 
 
 @CODEC
@@ -371,7 +371,7 @@ def test_truncated_header_is_502(
     payload = ContentHeader(0, 10, properties).marshal()
     cut = data.draw(st.integers(0, len(payload) - 1), label="cut")
     with pytest.raises(AMQPError) as info:
-        codec.peek_header(payload[:cut])
+        content_header.peek_header(payload[:cut])
     assert info.value.reply_code == SYNTAX_ERROR
 
 
@@ -380,7 +380,7 @@ def test_peek_header_skips_continuation_flag_words() -> None:
     payload = ContentHeader(0, 5, properties).marshal()
     flags = struct.unpack_from(">H", payload, 12)[0]
     extended = payload[:12] + struct.pack(">HH", flags | 1, 0) + payload[14:]
-    peek = codec.peek_header(extended)
+    peek = content_header.peek_header(extended)
     assert (peek.delivery_mode, peek.priority, peek.expiration) == (2, 7, "60000")
 
 

@@ -10,7 +10,7 @@ import pytest
 from amqpd.model.dedup import Deduplicator, parse_dedup_arguments
 from amqpd.model.message import Message
 from amqpd.model.queue_args import InvalidQueueArgument
-from amqpd.wire import codec
+from amqpd.wire import content_header
 from persistence.journal import Journal
 from persistence.records import OpKind
 
@@ -21,7 +21,7 @@ def message(message_id: str | None = None, headers: dict[str, Any] | None = None
     props = pika.BasicProperties(message_id=message_id, headers=headers, delivery_mode=2)
     header = b"".join(props.encode())  # the property flags and values
     raw = b"\x00\x3c\x00\x00" + (5).to_bytes(8, "big") + header
-    peek = codec.peek_header(raw)
+    peek = content_header.peek_header(raw)
     return Message("", "q", b"", b"\x01q", raw, b"hello", True, None, None, peek.headers_raw)
 
 

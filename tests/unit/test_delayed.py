@@ -17,7 +17,8 @@ from amqpd.model.broker import Broker
 from amqpd.model.delayed import FIRE_BUDGET, DelayedHub, DelayedMessages, due_of
 from amqpd.model.message import Clock, Message
 from amqpd.model.queue import Queue
-from amqpd.wire.codec import encode_shortstr, peek_header
+from amqpd.wire.codec import encode_shortstr
+from amqpd.wire.content_header import peek_header
 from exchanges.delayed import DelayedRouter, argument_problem, delay_of
 from exchanges.registry import EXCHANGE_TYPES, create_router
 from persistence.journal import Journal

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pamqp.commands import Basic
 from pamqp.header import ContentHeader
 
-from amqpd.wire import codec
+from amqpd.wire import codec, content_header
 from amqpd.wire.forwarding import (
     NO_EXPIRY,
     NO_PRIORITY,
@@ -72,7 +72,7 @@ def test_a_forwarded_publish_carries_what_the_owner_needs_to_enqueue_it() -> Non
         delivery_mode=2, priority=7, expiration="60000", headers={"k": "v", "n": 1}
     )
     header = raw_header(properties, len(body))
-    peek = codec.peek_header(header)
+    peek = content_header.peek_header(header)
     out = bytearray()
     encode_forward(
         out,
@@ -102,7 +102,7 @@ def test_a_forwarded_publish_carries_what_the_owner_needs_to_enqueue_it() -> Non
     assert record.routing_key_raw == shortstr("key")
     assert record.expiration == "60000"
     assert record.headers_raw == peek.headers_raw
-    assert codec.decode_headers_table(record.headers_raw or b"") == {"k": "v", "n": 1}
+    assert content_header.decode_headers_table(record.headers_raw or b"") == {"k": "v", "n": 1}
     assert record.header == header  # raw, byte for byte: consumers get what was published
     assert record.body == body
     assert reader.buffered == 0

@@ -14,7 +14,8 @@ from pamqp.header import ContentHeader
 
 from amqpd.model.message import Message, QueueEntry
 from amqpd.model.queue import Consumer, Queue
-from amqpd.wire.codec import encode_shortstr, peek_header
+from amqpd.wire.codec import encode_shortstr
+from amqpd.wire.content_header import peek_header
 
 
 class Sink:

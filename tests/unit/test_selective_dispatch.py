@@ -13,7 +13,8 @@ from amqpd.model.message import Message, QueueEntry
 from amqpd.model.queue import Consumer, Queue
 from amqpd.model.selective import consumer_selector, entry_lookup
 from amqpd.model.selector import compile_selector
-from amqpd.wire.codec import encode_shortstr, peek_header
+from amqpd.wire.codec import encode_shortstr
+from amqpd.wire.content_header import peek_header
 from amqpd.wire.errors import AMQPError
 
 
