@@ -100,6 +100,7 @@ class ChannelHost(TopologyOwner, Protocol):
     def confirms_pending(self, channel: Channel) -> None: ...
     def confirms_released(self, channel: Channel) -> None: ...
     def flush_confirms(self) -> None: ...
+    def close(self, reply_code: int, reply_text: str, class_id: int, method_id: int) -> None: ...
 
 
 class Channel:
@@ -127,7 +128,7 @@ class Channel:
             reply_queues,
             self.send_method,
             self.send_if_open,
-            self.close_with_error,
+            self.fail_later,
         )
         self.consuming = ConsumerMethods(self)
         self._handlers: dict[int, Callable[[Any], None]] = {
@@ -278,6 +279,14 @@ class Channel:
                 method_id=error.method_id,
             )
         )
+
+    def fail_later(self, error: AMQPError) -> None:
+        """An error found after its method was handled (another worker refused it): close
+        what raising it in `handle_method` would have closed (a hard one: the connection)."""
+        if self.state is ChannelState.OPEN and error.closes_connection:
+            self.conn.close(error.reply_code, error.reply_text, error.class_id, error.method_id)
+        else:
+            self.close_with_error(error)
 
     def _on_channel_close(self) -> None:
         self.release()

@@ -280,7 +280,7 @@ class RemoteConsumers:
                 self._ids.pop(consumer, None)
                 channel.consumers.pop(consumer.tag, None)
                 if channel.state is ChannelState.OPEN:
-                    channel.close_with_error(AMQPError(event[2], event[3], 60, 20))
+                    channel.fail_later(AMQPError(event[2], event[3], 60, 20))
         elif kind == "cancelled":
             self._cancelled(event[1])
         elif kind == "answer":
@@ -315,7 +315,7 @@ class RemoteConsumers:
         channel, stub = waiting
         if kind == "get-refused":
             if channel.state is ChannelState.OPEN:
-                channel.close_with_error(AMQPError(event[2], event[3], 60, 70))
+                channel.fail_later(AMQPError(event[2], event[3], 60, 70))
             return
         open_ = channel.state is ChannelState.OPEN
         if kind == "get-empty":
@@ -347,7 +347,7 @@ class RemoteConsumers:
         if channel.state is not ChannelState.OPEN:
             return
         if kind == "browse-refused":
-            channel.close_with_error(AMQPError(event[2], event[3], 60, 20))
+            channel.fail_later(AMQPError(event[2], event[3], 60, 20))
             return
         if not nowait:
             channel.send_method(codec.build(spec.Basic.ConsumeOk, consumer_tag=tag))

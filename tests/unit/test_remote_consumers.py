@@ -424,3 +424,23 @@ def test_a_global_qos_limits_the_channel_over_its_local_and_remote_consumers() -
     pair.pump()  # unacked (r3, r4) and kept (r5): all back on the owner
     assert sorted(entry.message.body or b"" for entry in pair.queue.ready) == [b"r3", b"r4", b"r5"]
     assert not pair.queue.consumers
+
+
+def test_another_workers_stream_refuses_no_ack_and_purge_as_a_local_stream(
+    tmp_path: Path,
+) -> None:
+    pair = _stream_pair(tmp_path)
+    client = pair.client
+    client.send(1, commands.Basic.Consume(queue="log", no_ack=True))
+    (refused,) = client.methods()  # checked here: nothing asked of the owner
+    assert isinstance(refused, commands.Connection.Close) and refused.reply_code == 540
+    assert pair.requests == []
+
+    pair = _stream_pair(tmp_path / "again")
+    client = pair.client
+    client.send(1, commands.Queue.Purge(queue="log"))
+    pair.pump()  # the owner's stream refuses it, as one here would
+    (refused,) = client.methods()
+    assert isinstance(refused, commands.Connection.Close) and refused.reply_code == 540
+    assert "queue.purge" in refused.reply_text
+    assert len(list(pair.queue.ready)) == 0 and pair.one.vhosts["/"].queues["log"]
