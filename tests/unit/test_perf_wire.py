@@ -161,6 +161,82 @@ def test_delivery_parser(stamps: list[int], size: int, chunk: int, frame_max: in
     assert isinstance(decode_method(method), commands.Basic.ConsumeOk)
 
 
+def mixed_delivery(tag: int, stamp: int, key: str, size: int, redelivered: bool) -> bytes:
+    method = commands.Basic.Deliver(
+        consumer_tag="perf-0",
+        delivery_tag=tag,
+        redelivered=redelivered,
+        exchange="perf.direct",
+        routing_key=key,
+    )
+    body = stamp.to_bytes(8, "big") + bytes(max(size - 8, 0)) if size >= 8 else bytes(size)
+    parts = [frame.marshal(method, 1), frame.marshal(ContentHeader(0, len(body)), 1)]
+    parts += [frame.marshal(ContentBody(body[i : i + 60]), 1) for i in range(0, len(body), 60)]
+    return b"".join(parts)
+
+
+messages = st.tuples(
+    st.integers(0, 2),  # stamp
+    st.sampled_from(["q-1", "q-22"]),  # two routing keys: two record lengths
+    st.sampled_from([0, 5, 8, 40, 100]),  # 100: two body frames, no record runs
+    st.booleans(),  # redelivered: same length, another byte
+    st.sampled_from([None, "consume-ok", "cancel"]),  # another method frame after it
+)
+
+
+@settings(deadline=None, max_examples=150)
+@given(
+    stream_of=st.lists(messages, min_size=1, max_size=60),
+    cuts=st.lists(st.integers(1, 4000), max_size=8),
+)
+def test_delivery_parser_record_runs_match_frame_by_frame(
+    stream_of: list[tuple[int, str, int, bool, str | None]], cuts: list[int]
+) -> None:
+    """Runs of same-shaped deliveries are taken as records; anything else in between
+    (another routing key or body size, a method frame) goes frame by frame: the counts,
+    tags, stamps and methods are those of the frames, however the stream is cut."""
+    stream = b""
+    extras: list[type] = []
+    for tag, (stamp, key, size, redelivered, extra) in enumerate(stream_of, 1):
+        stream += mixed_delivery(tag, stamp, key, size, redelivered)
+        if extra == "consume-ok":
+            stream += frame.marshal(commands.Basic.ConsumeOk(consumer_tag="perf-0"), 1)
+            extras.append(commands.Basic.ConsumeOk)
+        elif extra == "cancel":
+            stream += frame.marshal(commands.Basic.Cancel(consumer_tag="perf-0"), 1)
+            extras.append(commands.Basic.Cancel)
+    parser = DeliveryParser(keep_tags=True)
+    counts: dict[int, int] = {}
+    points = sorted({0, len(stream), *(c * 7 % (len(stream) + 1) for c in cuts)})
+    for start, end in itertools.pairwise(points):
+        parser.feed(stream[start:end])
+        for stamp, n in parser.take_stamps():
+            counts[stamp] = counts.get(stamp, 0) + n
+    assert parser.deliveries == len(stream_of)
+    assert parser.last_tag == len(stream_of)
+    assert parser.take_tags() == list(range(1, len(stream_of) + 1))
+    expected: dict[int, int] = {}
+    for stamp, _key, size, _redelivered, _extra in stream_of:
+        if size >= 8:
+            expected[stamp] = expected.get(stamp, 0) + 1
+    assert counts == expected
+    assert [type(decode_method(m)) for m in parser.take_methods()] == extras
+
+
+def test_delivery_parser_takes_a_run_of_records_at_once() -> None:
+    """After one delivery parsed frame by frame, a chunk of same-shaped deliveries is
+    taken as one run of records (the layout is kept), with its tags and stamps."""
+    parser = DeliveryParser(keep_tags=True)
+    parser.feed(mixed_delivery(1, 7, "q-1", 40, False))
+    assert parser._layout is not None
+    run = b"".join(mixed_delivery(t, 9 if t % 2 else 8, "q-1", 40, t == 5) for t in range(2, 402))
+    parser.feed(run)
+    assert parser._layout is not None
+    assert parser.deliveries == 401 and parser.last_tag == 401
+    assert parser.take_tags() == list(range(1, 402))
+    assert dict(parser.take_stamps()) == {7: 1, 8: 200, 9: 200}
+
+
 def test_ack_frames_every_n_like_perftest() -> None:
     # 120 deliveries in a chunk after 30 earlier ones, ack every 50: acks at 50, 100, 150
     raw = ack_frames(1, [], previous=30, count=150, every=50, tag_offset=0)
