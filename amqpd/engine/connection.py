@@ -450,11 +450,7 @@ class Connection:
             until = self._flow_until = now + FLOW_MAX_PAUSE
         if now < until:
             for queue in list(queues):
-                if (
-                    queue.deleted
-                    or len(queue.ready) <= FLOW_BACKLOG // 2
-                    or not queue.consumers_active()
-                ):
+                if queue.deleted or not queue.behind(FLOW_BACKLOG // 2):
                     queues.discard(queue)
             if queues:
                 return FLOW_POLL

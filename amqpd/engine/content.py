@@ -24,7 +24,7 @@ from amqpd.model.exchange import Exchange
 from amqpd.model.message import Message
 from amqpd.model.queue import Queue
 from amqpd.model.queue_args import parse_expiration
-from amqpd.model.replica import has_remote, local_only
+from amqpd.model.replica import has_remote, local_noting_floods
 from amqpd.model.vhost import VirtualHost
 from amqpd.wire import codec, content_header
 from amqpd.wire.errors import PRECONDITION_FAILED, UNEXPECTED_FRAME, AMQPError
@@ -168,7 +168,7 @@ def route_and_enqueue(
         return queues
     if vhost.replica is not None and has_remote(queues):
         # a spread vhost (model/replica.py): the caller forwards the other workers' copies
-        here = local_only(queues)
+        here = local_noting_floods(queues, flow_queues)
         if here and not enqueue_routed(
             message, here, publish.expiration_ms, publish.promised, flow_queues
         ):

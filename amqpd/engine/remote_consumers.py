@@ -264,9 +264,9 @@ class RemoteConsumers:
         channel.deliver(consumer, consumer.queue, entry)
         self._owed[consumer_id] = self._owed.get(consumer_id, 0) + 1
 
-    def event(self, worker: int, payload: bytes) -> None:
-        """A CONTROL record from ``worker``: an answer or event (served_consumers.py)."""
-        event = pickle.loads(payload)
+    def event(self, worker: int, event: tuple[Any, ...]) -> None:
+        """A CONTROL record from ``worker``, unpickled: an answer or event
+        (served_consumers.py)."""
         kind = event[0]
         if kind == "consume-ok":
             found = self._consumers.get(event[1])

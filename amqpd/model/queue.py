@@ -256,6 +256,11 @@ class Queue:
         """Whether consumers are attached and settled something within FLOW_ACTIVE s."""
         return bool(self.consumers) and self.clock.now - self.consumer_progress_at < FLOW_ACTIVE
 
+    def behind(self, backlog: int) -> bool:
+        """Whether more than ``backlog`` messages wait for consumers that are active: a
+        publisher feeding this queue is paused (engine/connection.py `read_delay`)."""
+        return len(self.ready) > backlog and self.consumers_active()
+
     def watch(self) -> None:
         """Ask the broker for ticks (TTL expiry, x-expires)."""
         if self.watch_set is not None:

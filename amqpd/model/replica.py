@@ -167,7 +167,7 @@ class RemoteQueue(Queue):
     """A queue of a spread vhost that worker ``worker`` owns: what this worker knows of it
     (its name and declaration), to route to it and to check redeclarations."""
 
-    __slots__ = ("port", "worker")
+    __slots__ = ("flooding", "port", "worker")
 
     def __init__(
         self,
@@ -184,9 +184,15 @@ class RemoteQueue(Queue):
         )
         self.worker = worker
         self.port: ConsumingPort | None = None  # set by its vhost (`VirtualHost.remote`)
+        # its owner said it is far behind its consumers (engine/flood_watch.py)
+        self.flooding = False
 
     def __repr__(self) -> str:
         return f"<RemoteQueue {self.name!r} in vhost {self.vhost_name!r} on worker {self.worker}>"
+
+    def behind(self, backlog: int) -> bool:
+        """The owner's word (engine/flood_watch.py), not this stub's empty ``ready``."""
+        return self.flooding
 
     # -- what a channel does with the owner's deliveries (see the module's docstring) ------
     def delivered(self, entry: QueueEntry) -> None:
@@ -269,6 +275,19 @@ def has_remote(queues: list[Queue]) -> bool:
 def local_only(queues: list[Queue]) -> list[Queue]:
     """The queues of ``queues`` that live here."""
     return [queue for queue in queues if type(queue) is not RemoteQueue]
+
+
+def local_noting_floods(queues: list[Queue], flow_queues: set[Queue]) -> list[Queue]:
+    """The queues of ``queues`` that live here; the others whose owner reported them far
+    behind (`RemoteQueue.flooding`) go into ``flow_queues``, as a local queue far behind
+    does at its enqueue."""
+    here: list[Queue] = []
+    for queue in queues:
+        if type(queue) is not RemoteQueue:
+            here.append(queue)
+        elif queue.flooding:
+            flow_queues.add(queue)
+    return here
 
 
 def remote_by_worker(queues: list[Queue]) -> dict[int, list[str]]:

@@ -59,7 +59,7 @@ class Pair:
                 if isinstance(record, Delivery):
                     self.remote.delivered(1, record)
                 else:
-                    self.remote.event(1, record.payload)  # type: ignore[union-attr]
+                    self.remote.event(1, pickle.loads(record.payload))  # type: ignore[union-attr]
             holds, self.port0.holds = self.port0.holds, []
             for held in holds:  # every other worker applied what was sent: replies go
                 held.decided(True)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import time
 from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
@@ -38,6 +39,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
+from amqpd.engine.flood_watch import CHECK_EVERY, FloodWatch
 from amqpd.engine.served_consumers import ServedConsumers
 from amqpd.model.broker import Broker
 from amqpd.model.forwarded import InboundLink
@@ -61,11 +63,13 @@ class _Link:
     """One peer's connection: its `InboundLink`, the consumers it holds on this worker's
     queues, and the event that wakes its writer."""
 
-    __slots__ = ("inbound", "served", "wake")
+    __slots__ = ("flooding", "floods", "inbound", "served", "wake")
 
     def __init__(self) -> None:
         self.inbound = InboundLink()
         self.served = ServedConsumers(self._wake)
+        self.floods = FloodWatch()  # which of this worker's queues the peer must spare
+        self.flooding = anyio.Event()  # set when the peer was told of a new one
         self.wake = anyio.Event()
 
     def _wake(self) -> None:
@@ -116,6 +120,7 @@ class ForwardInbox:
         try:
             async with stream, anyio.create_task_group() as group:
                 group.start_soon(self._answer, link, stream)
+                group.start_soon(self._watch_floods, link)
                 await self._read(link, stream)
                 group.cancel_scope.cancel()
         except* (ForwardingError, ValueError, anyio.BrokenResourceError) as exc:
@@ -154,10 +159,29 @@ class ForwardInbox:
                     self._flow,
                     broker.reply_queues,
                 )
+            floods = link.floods
+            if self._flow and floods.note(self._flow):
+                link.flooding.set()
+                link.wake.set()
             self._flow.clear()
+            if floods.reported and floods.check():
+                link.wake.set()
             self._after_core()
             if link.inbound.answer_due:
                 link.wake.set()
+
+    async def _watch_floods(self, link: _Link) -> None:
+        """While the peer is told some queues here are flooding, look every CHECK_EVERY s
+        whether they caught up: a paused publisher sends nothing that would show it."""
+        floods, clock = link.floods, self._broker.clock
+        while True:
+            await link.flooding.wait()
+            link.flooding = anyio.Event()
+            while floods.reported:
+                await anyio.sleep(CHECK_EVERY)
+                clock.now = max(clock.now, time.time())
+                if floods.check():
+                    link.wake.set()
 
     def _apply(self, name: str, payload: bytes) -> None:
         """Make another worker's change to the spread vhost ``name`` here."""
@@ -188,5 +212,6 @@ class ForwardInbox:
             out = bytearray()
             link.inbound.take_answer(out)
             link.served.take(out)
+            link.floods.take(out)
             if out:
                 await stream.send(bytes(out))

@@ -183,9 +183,28 @@ class SpreadLinks:
         for record in records:
             if isinstance(record, Delivery):
                 consuming.delivered(peer, record)
+                continue
+            event = pickle.loads(record.payload)
+            if event[0] == "flow":  # engine/flood_watch.py
+                self._flooding(event[1], event[2], event[3])
             else:
-                consuming.event(peer, record.payload)
+                consuming.event(peer, event)
         self._after_core()
+
+    def _flooding(self, vhost_name: str, queue_name: str, flooding: bool) -> None:
+        """Its owner says another worker's queue is (or no longer is) far behind."""
+        vhost = self._broker.vhosts.get(vhost_name)
+        stub = None if vhost is None else vhost.remote.get(queue_name)
+        if stub is not None:
+            stub.flooding = flooding
+
+    def _floods_lost(self, peer: int) -> None:
+        """A lost link: nothing of ``peer``'s is flooding any more (its snapshot, when it
+        comes back, makes new stubs)."""
+        for vhost in self._broker.vhosts.values():
+            for stub in vhost.remote.values():
+                if stub.worker == peer:
+                    stub.flooding = False
 
     def _write_changes(self) -> None:
         if not self._changes:
@@ -209,6 +228,7 @@ class SpreadLinks:
     def _settled(self, peer: int, through: int | None) -> None:
         if through is None:  # the link was lost: nothing held waits for it (module doc)
             self.consuming.lost(peer)
+            self._floods_lost(peer)
             self._through[peer] = 0  # the next connection starts again at id 1
             for waits, _decision in self._holds:
                 waits.pop(peer, None)
