@@ -92,6 +92,7 @@ MYPYC_MODULES: tuple[str, ...] = (
     "amqpd/model/vhost.py",
     # engine
     "amqpd/engine/channel.py",
+    "amqpd/engine/channel_batches.py",  # a channel's confirms and commit-oks at a batch
     "amqpd/engine/channel_modes.py",
     "amqpd/engine/connection.py",
     "amqpd/engine/connection_open.py",

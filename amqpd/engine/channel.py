@@ -34,12 +34,13 @@ from typing import Any, Protocol
 from pamqp import commands as spec
 from pamqp.base import Frame as Method
 
+from amqpd.engine.channel_batches import confirm_written, refuse_unwritten
 from amqpd.engine.channel_modes import Mode, ModeMethods, RemoteCommit
 from amqpd.engine.consuming import ConsumerMethods
 from amqpd.engine.content import PendingPublish, route_and_enqueue
 from amqpd.engine.permissions import check_method
 from amqpd.engine.reply_to import DirectReplyTo
-from amqpd.engine.spread_publish import forward_confirmed, publish_destination, settle_joined
+from amqpd.engine.spread_publish import forward_confirmed, publish_destination
 from amqpd.engine.stream_consuming import refuse_stream_settlement
 from amqpd.engine.topology import HeldReply, MoveConnection, Topology, TopologyOwner
 from amqpd.engine.transaction import BufferedPublish, Transaction
@@ -59,7 +60,6 @@ from amqpd.wire.errors import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
     COMMAND_INVALID,
-    INTERNAL_ERROR,
     NO_ROUTE,
     NOT_IMPLEMENTED,
     UNEXPECTED_FRAME,
@@ -142,7 +142,7 @@ class Channel:
         self._held_cancels: list[Method] | None = None  # see _on_queue_delete
         # confirms that also wait for other workers' copies (a spread vhost): seq -> the
         # decision their join reaches, for those whose local copy waits for a storage batch
-        self._joined: dict[int, Decision] = {}
+        self.joined: dict[int, Decision] = {}
 
     # ------------------------------------------------------------------------------------
     # Frame entry points (called by Connection)
@@ -307,7 +307,7 @@ class Channel:
         self.stats = MessageStats()  # (release may run twice: closing, then connection close)
         if self.confirm is not None:
             self.conn.confirms_released(self)
-        self._joined.clear()
+        self.joined.clear()
 
     # ------------------------------------------------------------------------------------
     # Publishing
@@ -364,7 +364,7 @@ class Channel:
             if queues and self.vhost.replica is not None and has_remote(queues):
                 joined = forward_confirmed(self, publish, queues, seq, batch)
                 if joined is not None:
-                    self._joined[seq] = joined
+                    self.joined[seq] = joined
                 return
             confirm.track(seq, waiting=batch is not None or queues is None)
             if queues is None:
@@ -431,36 +431,16 @@ class Channel:
     # Storage batches (the model's BatchWaiter)
     # ------------------------------------------------------------------------------------
     def batch_committed(self, batch: int, confirms: list[int], commit_oks: int) -> None:
-        """The storage batch ``batch`` is durable: ack ``confirms``, send the commit-oks."""
-        if self.state is not ChannelState.OPEN:
-            return
-        if self._joined and confirms:
-            confirms = settle_joined(self.vhost, self._joined, confirms, True)
-        if confirms and self.confirm is not None:
-            self.confirm.ack(confirms)
-            self.conn.confirms_pending(self)
-        for _ in range(commit_oks):
-            self.send_method(spec.Tx.CommitOk())
-        self.conn.flush_confirms()
+        """The storage batch ``batch`` is durable (engine/channel_batches.py)."""
+        if self.state is ChannelState.OPEN:
+            confirm_written(self, confirms, commit_oks)
 
     def batch_failed(
         self, batch: int, confirms: list[int], commit_oks: int, error: Exception
     ) -> None:
-        """The storage batch ``batch`` could not be written: nack its confirms and fail a
-        tx.commit waiting on it (the broker cannot take responsibility for those)."""
-        if self.state is not ChannelState.OPEN:
-            return
-        if self._joined and confirms:
-            confirms = settle_joined(self.vhost, self._joined, confirms, False)
-        if confirms and self.confirm is not None:
-            for seq in confirms:
-                self.confirm.reject(seq)
-            self.conn.confirms_pending(self)
-            self.conn.flush_confirms()
-        if commit_oks:
-            self.close_with_error(
-                AMQPError(INTERNAL_ERROR, f"tx.commit failed: storage error: {error}", 90, 20)
-            )
+        """The storage batch ``batch`` could not be written (engine/channel_batches.py)."""
+        if self.state is ChannelState.OPEN:
+            refuse_unwritten(self, confirms, commit_oks, error)
 
     # ------------------------------------------------------------------------------------
     # Delivery (the model's consumer sink, called by queues)
