@@ -21,6 +21,7 @@ from pamqp import commands as spec
 from pamqp.base import Frame as Method
 
 from amqpd.engine.reply_to import REPLY_TO_QUEUE, remote_reply_queue
+from amqpd.model.declare_checks import check_queue_equivalent
 from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.replica import RemoteQueue
 from amqpd.model.vhost import VirtualHost
@@ -107,16 +108,17 @@ class Topology:
         port.ask(queue, request, lambda one, two: self._answer(answer(one, two)), refuse)
         return True
 
-    def _answer(self, method: Method) -> None:
+    def _answer(self, method: Method, refused: Callable[[], None] | None = None) -> None:
         """Reply to a method that may have changed the topology: in a spread vhost, once
-        every other worker applied the change (model/replica.py)."""
+        every other worker applied the change (model/replica.py); ``refused`` instead of
+        the reply when another worker refused it."""
         replica = self.vhost.replica
         owner = self._owner
         if replica is None or owner.replaying:
             self._reply(method)
         else:
             owner.held_replies += 1
-            replica.hold(HeldReply(self._reply_later, method, owner))
+            replica.hold(HeldReply(self._reply_later, method, owner, refused))
 
     def handlers(self) -> dict[int, Callable[[Any], None]]:
         """Method index -> handler, for the channel's dispatch table (queue.delete is the
@@ -213,9 +215,17 @@ class Topology:
         if method.queue.startswith(REPLY_TO_QUEUE):
             self._declare_reply_to(method)
             return
-        if self.vhost.remote and method.queue:
+        vhost = self.vhost
+        if vhost.remote and method.queue:
             self._move_if_elsewhere(method.queue)  # its counts are there
-        queue = self.vhost.declare_queue(
+        new = (
+            vhost.replica is not None
+            and not method.passive
+            and bool(method.queue)  # a server-named queue's name is new everywhere
+            and method.queue not in vhost.queues
+            and method.queue not in vhost.remote
+        )
+        queue = vhost.declare_queue(
             method.queue,
             method.passive,
             method.durable,
@@ -245,8 +255,36 @@ class Topology:
                     queue=queue.name,
                     message_count=queue.message_count,
                     consumer_count=len(queue.consumers),
-                )
+                ),
+                self._declared_elsewhere(method) if new else None,
             )
+
+    def _declared_elsewhere(self, method: spec.Queue.Declare) -> Callable[[], None]:
+        """What a new queue's held declare-ok becomes when a lower-numbered worker declared
+        the same queue differently at the same moment (model/replica_apply.py): the 405 or
+        406 the second declaration gets from RabbitMQ, its text from that worker's queue
+        when its declaration arrived here already."""
+        vhost, owner, fail_later = self.vhost, self._owner, self._fail_later
+        name, durable, auto_delete = method.queue, method.durable, method.auto_delete
+        exclusive, arguments = method.exclusive, dict(method.arguments or {})
+
+        def refused() -> None:
+            if fail_later is None:
+                return
+            error = precondition_failed(
+                f"queue '{name}' in vhost '{vhost.name}' was declared differently by another "
+                "connection at the same moment"
+            )
+            stub = vhost.remote.get(name)
+            if stub is not None:
+                try:
+                    vhost.check_exclusive_access(stub, owner if exclusive else None, strict=True)
+                    check_queue_equivalent(vhost.name, stub, durable, auto_delete, arguments)
+                except AMQPError as exc:
+                    error = exc
+            fail_later(AMQPError(error.reply_code, error.text, 50, 10))
+
+        return refused
 
     def _declare_reply_to(self, method: spec.Queue.Declare) -> None:
         """RabbitMQ answers a declare (passive or not) of the direct reply-to pseudo-queue or
@@ -343,18 +381,26 @@ class Topology:
 
 
 class HeldReply:
-    """A topology method's reply, sent once the other workers applied its change."""
+    """A topology method's reply, sent once the other workers applied its change (or
+    ``refused`` called when one refused it: amqpd/model/replica_apply.py)."""
 
-    __slots__ = ("_method", "_owner", "_send")
+    __slots__ = ("_method", "_owner", "_refused", "_send")
 
     def __init__(
-        self, send: Callable[[Method], None], method: Method, owner: TopologyOwner
+        self,
+        send: Callable[[Method], None],
+        method: Method,
+        owner: TopologyOwner,
+        refused: Callable[[], None] | None = None,
     ) -> None:
         self._send = send
         self._method = method
         self._owner = owner
+        self._refused = refused
 
     def decided(self, ok: bool) -> None:
-        # not ok: a worker went away; it gets the topology again when it comes back
         self._owner.held_replies -= 1
-        self._send(self._method)
+        if not ok and self._refused is not None:
+            self._refused()
+        else:  # a worker that went away gets the topology again when it comes back
+            self._send(self._method)

@@ -122,6 +122,11 @@ class InboundLink:
         self._received = publish_id
         self._needed = publish_id
 
+    def refuse_change(self, publish_id: int) -> None:
+        """The TOPOLOGY record ``publish_id`` (accepted last) was refused: its SETTLED
+        answer names it among the refused (model/replica_apply.py)."""
+        self._refused.append(publish_id)
+
     @property
     def answer_due(self) -> bool:
         """Whether an id the sender waits for is not answered yet (`take_answer` may have

@@ -10,6 +10,13 @@ arrives, gives its queue up if nothing used it yet (no message ever enqueued, no
 ever) and sends the winner's change on, so every other worker ends with a stub of the
 winner's queue whichever change it got last. A queue already used is kept (a warning
 names it): giving it up would drop what it holds.
+
+When the two declarations differ (durability, auto-delete, exclusivity, an equivalence
+argument), the lower-numbered worker also *refuses* the other's change (`apply_change`
+returns True; the link reports its publish id among the refused in its SETTLED answer), and
+the declarer, whose declare-ok is held until then, closes the channel with 406 instead: as
+RabbitMQ answers the second of two differing declarations (amqpd/engine/topology.py
+`HeldReply`, amqpd/shell/workers/spread.py).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
+from amqpd.model.declare_checks import check_queue_equivalent
 from amqpd.model.exchange import Exchange
 from amqpd.model.queue import Queue
 from amqpd.model.replica import Change, RemoteQueue, binding_change, exchange_change, queue_change
@@ -49,8 +57,14 @@ def snapshot(vhost: VirtualHost, worker: int) -> Change:
 
 
 # -- applying changes ----------------------------------------------------------------------
-def apply_change(vhost: VirtualHost, change: Change) -> None:
-    """Make another worker's ``change`` here (idempotent; nothing is sent on)."""
+class _Refused(Exception):
+    """The change declares a queue this worker keeps with a different declaration."""
+
+
+def apply_change(vhost: VirtualHost, change: Change) -> bool:
+    """Make another worker's ``change`` here (idempotent; nothing is sent on); whether it is
+    refused: it declares a queue that this worker declared at the same moment and keeps,
+    differently (see the module's docstring)."""
     op = change[0]
     handler = _APPLY.get(op)
     if handler is None:
@@ -58,13 +72,17 @@ def apply_change(vhost: VirtualHost, change: Change) -> None:
     replica = vhost.replica
     here = -1 if replica is None else replica.worker
     vhost.replica = None  # what another worker changed is not sent back to the others
+    refused = False
     try:
         send_on = handler(vhost, change, here)
+    except _Refused:
+        send_on, refused = [], True
     finally:
         vhost.replica = replica
     if replica is not None:
         for item in send_on:  # a queue given up here: the winner's change, sent on
             replica.changed(vhost.name, item)
+    return refused
 
 
 def _apply_own_queue(vhost: VirtualHost, change: Change) -> None:
@@ -101,6 +119,8 @@ def _apply_queue(vhost: VirtualHost, change: Change, here: int) -> list[Change]:
         return []
     mine = vhost.queues.get(name)
     if mine is not None:  # declared here meanwhile (see the module's docstring)
+        if worker > here and not _equivalent(vhost, mine, change):
+            raise _Refused
         if worker > here or not _unused(mine):
             if worker < here:
                 log.warning(
@@ -138,6 +158,18 @@ def _stub(vhost: VirtualHost, change: Change) -> RemoteQueue:
     stub.port = vhost.consuming
     vhost.topology.value += 1
     return stub
+
+
+def _equivalent(vhost: VirtualHost, queue: Queue, change: Change) -> bool:
+    """Whether ``change`` declares ``queue`` as it is (a redeclaration RabbitMQ accepts)."""
+    _, _name, _worker, durable, exclusive, auto_delete, arguments = change
+    if exclusive or queue.exclusive_owner is not None:
+        return False  # RabbitMQ: 405 for the second declarer
+    try:
+        check_queue_equivalent(vhost.name, queue, durable, auto_delete, arguments)
+    except AMQPError:
+        return False
+    return True
 
 
 def _unused(queue: Queue) -> bool:
@@ -208,7 +240,8 @@ def _apply_snapshot(vhost: VirtualHost, change: Change, here: int) -> list[Chang
         vhost.drop_remote(stub)
     send_on: list[Change] = []
     for item in changes:
-        send_on += _APPLY[item[0]](vhost, item, here)
+        with suppress(_Refused):  # a snapshot: nobody waits for its answer
+            send_on += _APPLY[item[0]](vhost, item, here)
     return send_on
 
 

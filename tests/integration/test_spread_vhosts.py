@@ -376,25 +376,28 @@ def test_a_transaction_over_two_workers_commits_both_copies(tmp_path: Path) -> N
         b.close()
 
 
-def _declare_together(pair: tuple[pika.BlockingConnection, ...], name: str) -> None:
-    """Each connection of ``pair`` declares queue ``name`` from its own thread, at once."""
+def _declare_together(
+    pair: tuple[pika.BlockingConnection, ...], name: str, durable: tuple[bool, ...] = (True, True)
+) -> list[BaseException | None]:
+    """Each connection of ``pair`` declares queue ``name`` (``durable`` or not, in order)
+    from its own thread, at once; what each raised."""
     start = threading.Barrier(len(pair))
-    errors: list[BaseException] = []
+    errors: list[BaseException | None] = [None] * len(pair)
 
-    def declare(connection: pika.BlockingConnection) -> None:
+    def declare(index: int) -> None:
         try:
-            channel = connection.channel()
+            channel = pair[index].channel()
             start.wait(30)
-            channel.queue_declare(name, durable=True)
-        except BaseException as exc:  # reported below, from the test's thread
-            errors.append(exc)
+            channel.queue_declare(name, durable=durable[index])
+        except BaseException as exc:  # reported to the test's thread
+            errors[index] = exc
 
-    threads = [threading.Thread(target=declare, args=(c,)) for c in pair]
+    threads = [threading.Thread(target=declare, args=(i,)) for i in range(len(pair))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(60)
-    assert errors == []
+    return errors
 
 
 def test_a_queue_declared_on_both_workers_at_once_is_one_queue(tmp_path: Path) -> None:
@@ -405,7 +408,7 @@ def test_a_queue_declared_on_both_workers_at_once_is_one_queue(tmp_path: Path) -
     with _node(tmp_path) as (broker, data):
         for name in names:
             pair = _two_workers(broker.port)  # a fresh pair: a declaring connection moves
-            _declare_together(pair, name)
+            assert _declare_together(pair, name) == [None, None]
             for connection in pair:
                 connection.close()
         rows = json.loads(_ctl(data, "list-queues", "name", "--format", "json", "-q"))
@@ -450,3 +453,29 @@ def test_a_connection_that_cannot_move_reads_another_workers_stream(tmp_path: Pa
         assert got == [(i, b"e%d" % i) for i in range(5)]
         a.close()
         b.close()
+
+
+def test_differing_declarations_at_the_same_moment_refuse_the_second_with_406(
+    tmp_path: Path,
+) -> None:
+    """One client declares a queue durable, another on the other worker transient, at the
+    same moment: as in RabbitMQ, one of them has the queue and the other gets 406 (whichever
+    order the workers heard them in; model/replica_apply.py)."""
+    names = [f"differ-{i}" for i in range(8)]
+    with _node(tmp_path) as (broker, data):
+        winners: dict[str, bool] = {}
+        for name in names:
+            pair = _two_workers(broker.port)
+            errors = _declare_together(pair, name, durable=(True, False))
+            refused = [e for e in errors if e is not None]
+            assert len(refused) == 1, errors
+            error = refused[0]
+            assert isinstance(error, pika.exceptions.ChannelClosedByBroker)
+            assert error.reply_code == 406
+            assert f"queue '{name}' in vhost '/'" in error.reply_text
+            winners[name] = errors[0] is None  # the durable declaration won
+            for connection in pair:
+                connection.close()
+        rows = json.loads(_ctl(data, "list-queues", "name", "durable", "--format", "json", "-q"))
+        listed = {row["name"]: row["durable"] for row in rows if row["name"].startswith("differ-")}
+        assert listed == winners  # each once, declared as its winner declared it

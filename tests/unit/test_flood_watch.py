@@ -138,7 +138,7 @@ def test_the_owners_events_set_and_clear_the_stubs_flag_and_a_lost_link_clears_i
     tell("flow", "/", "theirs", True)
     tell("flow", "/", "unknown", True)  # deleted meanwhile: nothing to do
     tell("flow", "no-such-vhost", "theirs", True)
-    links._settled(2, None)  # another worker's link
+    links._settled(2, None, [])  # another worker's link
     assert stub.flooding
-    links._settled(1, None)  # the owner's link is lost
+    links._settled(1, None, [])  # the owner's link is lost
     assert not stub.flooding

@@ -68,3 +68,30 @@ def test_many_routing_results_keep_a_bounded_number_of_plans(tmp_path: Path) -> 
         _forward(links, [_stub(f"q{index}", 1)])
     assert len(_sent(links, 1)) == PLANS_KEPT * 2 + 1
     assert len(links._plans) <= PLANS_KEPT
+
+
+class _Decision:
+    def __init__(self, log: list[tuple[str, bool]], name: str) -> None:
+        self._log, self._name = log, name
+
+    def decided(self, ok: bool) -> None:
+        self._log.append((self._name, ok))
+
+
+def test_a_held_reply_is_refused_only_for_its_own_refused_change(tmp_path: Path) -> None:
+    links = _links(tmp_path)
+    log: list[tuple[str, bool]] = []
+    links.changed("/", ("queue", "tasks", 0, False, False, False, {}))
+    links.hold(_Decision(log, "declare"))  # wrote the change: the refusal of it is its own
+    links.hold(_Decision(log, "passive"))  # waits for the same record, changed nothing
+    change_id = links.forwarder.outboxes[1].last_change_id
+    assert change_id == links.forwarder.outboxes[2].last_change_id
+    links._settled(1, change_id, [change_id])  # worker 1 refused the declaration
+    assert log == []  # worker 2 has not applied it yet
+    links._settled(2, change_id, [])
+    assert log == [("declare", False), ("passive", True)]
+    links.changed("/", ("queue", "other", 0, False, False, False, {}))
+    links.hold(_Decision(log, "next"))
+    links._settled(1, None, [])  # a lost link counts as through, refusing nothing
+    links._settled(2, change_id + 1, [])
+    assert log[-1] == ("next", True)

@@ -350,3 +350,60 @@ def test_a_queue_used_before_the_other_declare_arrived_is_kept(
     assert v1.queues["tasks"].message_count == 1
     assert "declared on workers 0 and 1 at the same moment" in caplog.text
     assert port1.changes == []
+
+
+def test_the_lower_worker_refuses_a_differing_declaration_made_at_the_same_moment() -> None:
+    zero, port0 = _spread_broker(0)
+    one, port1 = _spread_broker(1)
+    v0, v1 = zero.vhosts["/"], one.vhosts["/"]
+    _declare_on(v0, "tasks")  # durable
+    v1.declare_queue("tasks", False, False, False, False, {}, None)  # transient
+    v1.declare_queue("same", False, True, False, False, {}, None)
+    _declare_on(v0, "same")
+    from_zero, from_one = port0.take_changes(), port1.take_changes()
+    assert [apply_change(v0, change) for change in from_one] == [True, False]
+    assert v0.queues["tasks"].durable  # kept as it was
+    # the higher worker refuses nothing of the lower's: it gives its own up
+    assert [apply_change(v1, change) for change in from_zero] == [False, False]
+    assert v1.remote["tasks"].durable and v1.remote["same"].worker == 0
+    # an exclusive queue is never another connection's to redeclare (RabbitMQ: 405)
+    v0.declare_queue("mine", False, False, False, False, {}, None)
+    assert apply_change(v0, ("queue", "mine", 1, False, True, False, {}))
+    # a snapshot's queues refuse nothing: nobody waits for its answer
+    assert not apply_change(v0, ("snapshot", 1, [("queue", "tasks", 1, False, False, False, {})]))
+
+
+@pytest.mark.parametrize("theirs_arrived", [False, True])
+def test_a_refused_declaration_closes_the_channel_with_406(theirs_arrived: bool) -> None:
+    zero, port0 = _spread_broker(0)
+    one, port1 = _spread_broker(1)
+    _declare_on(zero.vhosts["/"], "tasks")  # durable, on worker 0
+    client = _client(one)
+    client.send(1, commands.Queue.Declare(queue="tasks", durable=False))
+    assert client.methods() == []  # held until worker 0 applied it
+    if theirs_arrived:
+        _mirror(port0, one.vhosts["/"])
+    port1.holds.pop().decided(False)  # worker 0 refused it
+    (close,) = client.methods()
+    assert isinstance(close, commands.Channel.Close)
+    assert (close.reply_code, close.class_id, close.method_id) == (406, 50, 10)
+    if theirs_arrived:  # RabbitMQ's text, from worker 0's declaration
+        assert close.reply_text == (
+            "PRECONDITION_FAILED - inequivalent arg 'durable' for queue 'tasks' in vhost '/': "
+            "received 'false' but current is 'true'"
+        )
+    else:
+        assert close.reply_text == (
+            "PRECONDITION_FAILED - queue 'tasks' in vhost '/' was declared differently by "
+            "another connection at the same moment"
+        )
+
+
+def test_a_held_reply_of_anything_but_a_new_queue_is_sent_even_if_not_ok() -> None:
+    one, port1 = _spread_broker(1)
+    one.vhosts["/"].declare_queue("tasks", False, True, False, False, {}, None)
+    client = _client(one)
+    client.send(1, commands.Queue.Bind(queue="tasks", exchange="amq.direct", routing_key="k"))
+    port1.holds.pop().decided(False)  # a worker went away: it gets the topology later
+    (reply,) = client.methods()
+    assert isinstance(reply, commands.Queue.BindOk)

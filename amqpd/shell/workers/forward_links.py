@@ -143,7 +143,8 @@ class ForwardInbox:
             while (record := reader.next_record()) is not None:
                 if isinstance(record, TopologyChange):
                     link.inbound.accept_change(record.publish_id)
-                    self._apply(reader.vhost, record.payload)
+                    if self._apply(reader.vhost, record.payload):
+                        link.inbound.refuse_change(record.publish_id)
                     continue
                 if isinstance(record, Control):
                     self._serve(link, record.payload)
@@ -183,19 +184,21 @@ class ForwardInbox:
                 if floods.check():
                     link.wake.set()
 
-    def _apply(self, name: str, payload: bytes) -> None:
-        """Make another worker's change to the spread vhost ``name`` here."""
+    def _apply(self, name: str, payload: bytes) -> bool:
+        """Make another worker's change to the spread vhost ``name`` here; whether it is
+        refused (model/replica_apply.py)."""
         try:
             change = pickle.loads(payload)
             if change[0] == SNAPSHOT_END:  # that worker's snapshots are all here (spread.py)
                 if self.on_snapshot is not None:
                     self.on_snapshot(change[1])
-                return
+                return False
             vhost = self._broker.vhosts.get(name)
             if vhost is not None:  # else deleted meanwhile
-                apply_change(vhost, change)
+                return apply_change(vhost, change)
         except Exception:  # a bug, not the peer's fault: the link and the others go on
             log.exception("cannot apply a topology change of vhost %r", name)
+        return False
 
     def _serve(self, link: _Link, payload: bytes) -> None:
         """A request of the peer's consumers of this worker's queues."""

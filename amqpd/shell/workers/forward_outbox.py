@@ -64,11 +64,12 @@ READ_SIZE = 65536
 RETRY_S = 0.1  # between attempts to reach a peer that is not listening (yet)
 
 Decided = Callable[[list[tuple[Hashable, bool]]], None]
-SettledThrough = Callable[[int, int | None], None]  # peer, through (None: the link was lost)
+# peer, through (None: the link was lost), the refused ids up to it
+SettledThrough = Callable[[int, int | None, list[int]], None]
 Served = Callable[[int, list[Delivery | Control]], None]  # peer, a chunk's consuming records
 
 
-def _ignore_settled(peer: int, through: int | None) -> None:
+def _ignore_settled(peer: int, through: int | None, refused: list[int]) -> None:
     return None
 
 
@@ -214,7 +215,7 @@ class _Outbox:
                     decided = self._joins.settled(self.peer, record.through, record.refused)
                     if decided:
                         self._on_decided(decided)
-                    self._on_settled(self.peer, record.through)
+                    self._on_settled(self.peer, record.through, record.refused)
                 if served:
                     self._on_served(self.peer, served)
         except (anyio.EndOfStream, anyio.BrokenResourceError, ForwardingError) as exc:
@@ -229,7 +230,7 @@ class _Outbox:
         decided = self._joins.lost(self.peer)
         if decided:
             self._on_decided(decided)
-        self._on_settled(self.peer, None)
+        self._on_settled(self.peer, None, [])
 
 
 class Forwarder:

@@ -11,7 +11,10 @@ topology reply) at the end of a FIFO with, per link, the publish id of the last 
 written so far; every SETTLED answer raises that link's "applied through" mark, and the
 FIFO's head is released while every link it waits for is through (a link lost counts as
 through: the worker at its other end gets everything again as a snapshot when it comes
-back). Releasing in FIFO order keeps a channel's held replies in the order sent.
+back). Releasing in FIFO order keeps a channel's held replies in the order sent. A hold
+whose own change a peer refused (the SETTLED answer names its id: a queue that worker
+declared at the same moment, differently; amqpd/model/replica_apply.py) is decided not ok,
+so its channel gets RabbitMQ's 406 instead of the -ok.
 
 `forward` sends one copy of a publish to each worker owning some of its target queues; a
 confirm waiting for them is joined by the forwarder's `ShardConfirms` (a nack as soon as
@@ -60,6 +63,20 @@ PLANS_KEPT = 256  # routing results whose forwarding plan is kept (then all are 
 Plan = list[tuple[int, int, bytes]]
 
 
+class _Hold:
+    """A decision waiting for the links: per link, the id of the last record it waits for;
+    ``own``: those are its own change's (written by its `hold`), so a refusal of that id is
+    its refusal."""
+
+    __slots__ = ("decision", "own", "refused", "waits")
+
+    def __init__(self, waits: dict[int, int], decision: Decision, own: bool) -> None:
+        self.waits = waits
+        self.decision = decision
+        self.own = own
+        self.refused = False
+
+
 class SpreadLinks:
     """The `ReplicaPort` of this worker's spread vhosts."""
 
@@ -83,7 +100,7 @@ class SpreadLinks:
         self._changes: list[tuple[str, Change]] = []
         self._plans: dict[tuple[Queue, ...], Plan] = {}
         self._through = dict.fromkeys(peers, 0)  # per link: every id up to it applied
-        self._holds: deque[tuple[dict[int, int], Decision]] = deque()
+        self._holds: deque[_Hold] = deque()
         self._snapshots: set[int] = set()  # the workers whose snapshot arrived here
         self._progress = anyio.Event()  # set (and replaced) when a link or snapshot came
 
@@ -113,13 +130,14 @@ class SpreadLinks:
         self._plans.clear()
 
     def hold(self, decision: Decision) -> None:
+        own = bool(self._changes)
         self._write_changes()
         waits = {  # the peer answers every TOPOLOGY record (forward_links.py)
             peer: outbox.last_change_id
             for peer, outbox in self.forwarder.outboxes.items()
             if outbox.last_change_id > self._through[peer]
         }
-        self._holds.append((waits, decision))
+        self._holds.append(_Hold(waits, decision, own))
         self._release(wake=False)  # called by the engine: its caller flushes
 
     def forward(
@@ -225,26 +243,31 @@ class SpreadLinks:
         outbox.wake()
         self._progress.set()
 
-    def _settled(self, peer: int, through: int | None) -> None:
+    def _settled(self, peer: int, through: int | None, refused: list[int]) -> None:
         if through is None:  # the link was lost: nothing held waits for it (module doc)
             self.consuming.lost(peer)
             self._floods_lost(peer)
             self._through[peer] = 0  # the next connection starts again at id 1
-            for waits, _decision in self._holds:
-                waits.pop(peer, None)
+            for hold in self._holds:
+                hold.waits.pop(peer, None)
         else:
             self._through[peer] = through
+            if refused:
+                no = set(refused)
+                for hold in self._holds:
+                    if hold.own and hold.waits.get(peer) in no:
+                        hold.refused = True
         self._release(wake=True)
 
     def _release(self, wake: bool) -> None:
         released = False
         holds = self._holds
         while holds:
-            waits, decision = holds[0]
-            if any(self._through[peer] < last for peer, last in waits.items()):
+            hold = holds[0]
+            if any(self._through[peer] < last for peer, last in hold.waits.items()):
                 break
             holds.popleft()
-            decision.decided(True)
+            hold.decision.decided(not hold.refused)
             released = True
         if released and wake:
             self._after_core()
