@@ -73,6 +73,7 @@ MYPYC_MODULES: tuple[str, ...] = (
     "amqpd/model/federation_exchange.py",
     "amqpd/model/forwarded.py",  # stage 2: a forwarded publish, enqueued by its owner
     "amqpd/model/message.py",
+    "amqpd/model/outbound.py",  # stage 2: the copies of publishes for other workers' queues
     "amqpd/model/paging.py",
     "amqpd/model/policies.py",
     "amqpd/model/priority.py",

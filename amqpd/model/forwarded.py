@@ -31,7 +31,7 @@ publishes sends nothing back.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from amqpd.model.enqueue import enqueue_routed, storage_batch
 from amqpd.model.message import Message
@@ -42,6 +42,9 @@ from amqpd.wire.forwarding import PERSISTENT, PROMISED, Forwarded, encode_settle
 if TYPE_CHECKING:
     from amqpd.model.batches import BatchWaits
     from amqpd.model.ports import JournalPort
+
+
+NAMES_KEPT: Final = 1024  # distinct target lists whose decoded names are kept per link
 
 
 def forwarded_message(record: Forwarded) -> Message:
@@ -65,9 +68,19 @@ def forwarded_message(record: Forwarded) -> Message:
 class InboundLink:
     """The records one other worker forwards here, and the answers it is owed."""
 
-    __slots__ = ("_decided", "_needed", "_received", "_refused", "_reported", "_waiting")
+    __slots__ = (
+        "_decided",
+        "_names",
+        "_needed",
+        "_received",
+        "_refused",
+        "_reported",
+        "_waiting",
+    )
 
     def __init__(self) -> None:
+        # a record's queue names (raw) -> decoded: once per routing result, not per message
+        self._names: dict[bytes, list[str]] = {}
         self._waiting: deque[int] = deque()  # ids that wait for a batch, ascending
         self._decided: set[int] = set()  # ids in _waiting decided already
         self._refused: list[int] = []  # refused ids not yet reported
@@ -86,14 +99,24 @@ class InboundLink:
     ) -> list[Queue] | None:
         """Enqueue ``record``'s message into its queues of ``vhost`` (or, for a direct
         reply-to address, ``reply_queues``: the broker's); the queues that hold it, or None
-        when one refused it (then it is in none)."""
+        when one refused it (then it is in none).
+
+        Raises:
+            ValueError: its publish id is not above the previous one's.
+            ForwardingError: a target queue's name is not UTF-8.
+        """
         publish_id = record.publish_id
         if publish_id <= self._received:
             raise ValueError(f"publish id {publish_id} after {self._received}")
         self._received = publish_id
         message = forwarded_message(record)
         queues: list[Queue] = []
-        for name in record.queues:
+        names = self._names.get(record.names)
+        if names is None:
+            if len(self._names) >= NAMES_KEPT:
+                self._names.clear()
+            names = self._names[record.names] = record.queues
+        for name in names:
             queue = vhost.queues.get(name)
             if queue is None and reply_queues is not None:
                 queue = reply_queues.get(name)  # amq.* names: never a queue's

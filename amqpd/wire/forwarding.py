@@ -64,6 +64,7 @@ __all__ = [
     "RecordReader",
     "Settled",
     "TopologyChange",
+    "decode_queue_names",
     "encode_control",
     "encode_delivery",
     "encode_forward",
@@ -112,20 +113,23 @@ class ForwardingError(Exception):
 
 
 class Forwarded:
-    """One message forwarded to the worker that owns ``queues`` (their names, in routing
-    order); the fields the owner's `Message` needs, parsed by the publishing worker."""
+    """One message forwarded to the worker that owns its ``count`` target queues (``names``:
+    their names in routing order, as `queue_names` encodes them: decoded by the receiver,
+    once per distinct routing result, `queues`); the fields the owner's `Message` needs,
+    parsed by the publishing worker."""
 
     __slots__ = (
         "body",
+        "count",
         "exchange_raw",
         "expiration",
         "expiration_ms",
         "flags",
         "header",
         "headers_raw",
+        "names",
         "priority",
         "publish_id",
-        "queues",
         "routing_key_raw",
     )
 
@@ -135,7 +139,8 @@ class Forwarded:
         flags: int,
         priority: int,
         expiration_ms: int,
-        queues: list[str],
+        count: int,
+        names: bytes,
         exchange_raw: bytes,
         routing_key_raw: bytes,
         expiration: str | None,
@@ -147,13 +152,23 @@ class Forwarded:
         self.flags = flags
         self.priority = priority
         self.expiration_ms = expiration_ms
-        self.queues = queues
+        self.count = count
+        self.names = names
         self.exchange_raw = exchange_raw  # wire shortstrs, length byte included
         self.routing_key_raw = routing_key_raw
         self.expiration = expiration  # the property as sent (x-death keeps it)
         self.headers_raw = headers_raw  # the headers table's bytes, no length prefix
         self.header = header
         self.body = body
+
+    @property
+    def queues(self) -> list[str]:
+        """The target queues' names.
+
+        Raises:
+            ForwardingError: a name is not UTF-8.
+        """
+        return decode_queue_names(self.names, self.count)
 
 
 class Settled:
@@ -233,6 +248,24 @@ def queue_names(queues: list[str]) -> bytes:
         parts.append(bytes((len(raw),)))
         parts.append(raw)
     return b"".join(parts)
+
+
+def decode_queue_names(names: bytes, count: int) -> list[str]:
+    """The ``count`` names `queue_names` encoded in ``names`` (bounds checked by the reader).
+
+    Raises:
+        ForwardingError: a name is not UTF-8.
+    """
+    queues: list[str] = []
+    pos = 0
+    try:
+        for _ in range(count):
+            size = names[pos]
+            queues.append(names[pos + 1 : pos + 1 + size].decode())
+            pos += 1 + size
+    except (IndexError, UnicodeDecodeError) as exc:
+        raise ForwardingError(f"bad queue names in a forward record: {exc}") from None
+    return queues
 
 
 def _optional(value: bytes | None) -> bytes:
@@ -468,11 +501,9 @@ def _decode_forward(buf: bytes, start: int, end: int) -> Forwarded:
     header_size = _u32(buf, start + 28)
     pos = start + 32
     try:
-        queues: list[str] = []
-        for _ in range(count):
-            size = buf[pos]
-            queues.append(buf[pos + 1 : pos + 1 + size].decode())
-            pos += 1 + size
+        for _ in range(count):  # the names stay raw: see Forwarded
+            pos += 1 + buf[pos]
+        names = buf[start + 32 : pos]
         stop = pos + 1 + buf[pos]
         exchange_raw = buf[pos:stop]
         pos = stop
@@ -501,7 +532,8 @@ def _decode_forward(buf: bytes, start: int, end: int) -> Forwarded:
         flags,
         priority,
         expiration_ms,
-        queues,
+        count,
+        names,
         exchange_raw,
         routing_key_raw,
         expiry,

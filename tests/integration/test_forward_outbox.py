@@ -16,9 +16,10 @@ from pamqp.commands import Basic
 from pamqp.header import ContentHeader
 
 from amqpd.model.message import Message
+from amqpd.model.queue import Queue
+from amqpd.model.replica import RemoteQueue
 from amqpd.shell.workers.forward_outbox import Forwarder
 from amqpd.wire.codec import encode_shortstr
-from amqpd.wire.forwarding import queue_names
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.test_forward_links import _runtime
 from tests.integration.test_workers import _add_v1, _channel, _wait_for, _workers
@@ -40,6 +41,7 @@ class Publisher:
         self.changed = anyio.Event()
         self.forwarder = Forwarder({1: link}, self._decided)
         self._next = 0
+        self._stubs: dict[str, RemoteQueue] = {}
 
     def _decided(self, decided: list[tuple[Hashable, bool]]) -> None:
         for key, ok in decided:
@@ -49,9 +51,12 @@ class Publisher:
 
     def publish(self, queues: list[str], body: bytes) -> int:
         self._next += 1
-        names = (len(queues), queue_names(queues))
+        stubs: list[Queue] = [
+            self._stubs.setdefault(name, RemoteQueue(name, "v1", 1, True, False, False, {}))
+            for name in queues
+        ]
         message = _message(queues[0], body)
-        self.forwarder.forward(1, "v1", self._next, True, message, None, True, names)
+        self.forwarder.copies.forward("v1", message, None, True, stubs, self._next, False)
         return self._next
 
     async def until_decided(self, keys: range | list[int]) -> dict[int, bool]:

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from pamqp.commands import Basic
 from pamqp.header import ContentHeader
 
+from amqpd.model.broker import Broker
+from amqpd.model.forwarded import InboundLink
 from amqpd.wire import codec, content_header
 from amqpd.wire.forwarding import (
     NO_EXPIRY,
@@ -276,3 +278,18 @@ def test_a_queue_name_longer_than_a_short_string_is_refused_at_the_sender() -> N
     assert queue_names(["q" * 255, ""]) == b"\xff" + b"q" * 255 + b"\x00"
     with pytest.raises(ValueError, match="at most 255 bytes"):
         queue_names(["q", "é" * 128])
+
+
+def test_a_queue_name_that_is_not_utf8_is_refused_where_it_is_read() -> None:
+    out = bytearray()
+    forward(out, 1, ["ok"], b"body")
+    data = bytes(out).replace(b"\x02ok", b"\x02\xff\xfe")  # the name, no longer UTF-8
+    reader = RecordReader()
+    reader.feed(data)
+    record = reader.next_record()
+    assert isinstance(record, Forwarded) and record.body == b"body"  # framing still sound
+    with pytest.raises(ForwardingError, match="bad queue names"):
+        _ = record.queues
+    broker = Broker()
+    with pytest.raises(ForwardingError, match="bad queue names"):
+        InboundLink().accept(record, broker.vhosts["/"], None, broker.batch_waits, set())

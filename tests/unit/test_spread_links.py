@@ -8,10 +8,11 @@ from pathlib import Path
 
 from amqpd.model.broker import Broker
 from amqpd.model.message import Message
+from amqpd.model.outbound import PLANS_KEPT
 from amqpd.model.queue import Queue
 from amqpd.model.replica import RemoteQueue
 from amqpd.shell.workers.role import WorkerRole
-from amqpd.shell.workers.spread import PLANS_KEPT, SpreadLinks
+from amqpd.shell.workers.spread import SpreadLinks
 from amqpd.wire.forwarding import Forwarded, RecordReader
 
 
@@ -67,7 +68,7 @@ def test_many_routing_results_keep_a_bounded_number_of_plans(tmp_path: Path) -> 
     for index in range(PLANS_KEPT * 2 + 1):
         _forward(links, [_stub(f"q{index}", 1)])
     assert len(_sent(links, 1)) == PLANS_KEPT * 2 + 1
-    assert len(links._plans) <= PLANS_KEPT
+    assert len(links.forwarder.copies._plans) <= PLANS_KEPT
 
 
 class _Decision:

@@ -4,10 +4,11 @@ that other workers own go out as records, and the owners' answers come back as c
 
 Theory of operation. A `Forwarder` holds one `_Outbox` per other worker and the worker's
 `ShardConfirms` (confirms/shards.py), shared by every link because one publish may have
-copies on several workers (and one here). The engine's side calls `Forwarder.forward` for
-each copy (the `Message` as routed, the target queues' names): the record is appended to
-that worker's buffer (with a VHOST record first when the vhost changes) under the link's
-next publish id, and the join learns which key waits for it. `flush` (once per chunk read
+copies on several workers (and one here). The engine's side calls `Forwarder.copies`
+(amqpd/model/outbound.py `Forwarding`, compiled) once per publish routed to other workers'
+queues: each owner's record is appended to that worker's `OutboundRecords` (with a VHOST
+record first when the vhost changes) under the link's next publish id, and the join learns
+which key waits for it. `flush` (once per chunk read
 from clients, from the server's ``after_core``) wakes the writers, so a chunk of publishes
 costs one write per peer, not one per message.
 
@@ -40,22 +41,8 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from amqpd.model.message import Message
-from amqpd.wire.forwarding import (
-    NO_EXPIRY,
-    NO_PRIORITY,
-    PERSISTENT,
-    PROMISED,
-    Control,
-    Delivery,
-    ForwardingError,
-    RecordReader,
-    Settled,
-    encode_control,
-    encode_forward,
-    encode_topology,
-    encode_vhost,
-)
+from amqpd.model.outbound import Forwarding, OutboundRecords
+from amqpd.wire.forwarding import Control, Delivery, ForwardingError, RecordReader, Settled
 from confirms.shards import ShardConfirms
 
 log = logging.getLogger(__name__)
@@ -101,63 +88,27 @@ class _Outbox:
         self._on_settled = on_settled
         self._on_connected = on_connected
         self._on_served = on_served
-        self.buffer = bytearray()
-        self._next_id = 1
-        self._vhost: str | None = None
+        self.records = OutboundRecords(peer)  # what is not written yet (compiled)
         self._wake = anyio.Event()
         self.connected = False
-        self.last_change_id = 0  # the id of the last TOPOLOGY record on this connection
 
-    def append(
-        self,
-        vhost: str,
-        key: Hashable,
-        sole: bool,
-        message: Message,
-        expiration_ms: int | None,
-        promised: bool,
-        names: tuple[int, bytes],
-    ) -> None:
-        self._use_vhost(vhost)
-        publish_id = self._next_id
-        self._next_id = publish_id + 1
-        flags = (PERSISTENT if message.persistent else 0) | (PROMISED if promised else 0)
-        priority = NO_PRIORITY if message.priority is None else message.priority
-        encode_forward(
-            self.buffer,
-            publish_id,
-            flags,
-            priority,
-            NO_EXPIRY if expiration_ms is None else expiration_ms,
-            names[0],
-            names[1],
-            message.exchange_raw,
-            message.routing_key_raw,
-            message.expiration,
-            message.headers_raw,
-            message.header,
-            message.payload,
-        )
-        if key is not None:  # else nobody waits: the owner does not answer it on its own
-            self._joins.forwarded(self.peer, publish_id, key, sole)
+    @property
+    def buffer(self) -> bytearray:
+        """The records not written yet."""
+        return self.records.buffer
 
-    def _use_vhost(self, vhost: str) -> None:
-        if vhost != self._vhost:
-            encode_vhost(self.buffer, vhost)
-            self._vhost = vhost
+    @property
+    def last_change_id(self) -> int:
+        """The id of the last TOPOLOGY record on this connection."""
+        return self.records.last_change_id
 
     def append_change(self, vhost: str, payload: bytes) -> int:
         """A TOPOLOGY record of ``vhost``; its publish id (settled once applied)."""
-        self._use_vhost(vhost)
-        publish_id = self._next_id
-        self._next_id = publish_id + 1
-        encode_topology(self.buffer, publish_id, payload)
-        self.last_change_id = publish_id
-        return publish_id
+        return self.records.append_change(vhost, payload)
 
     def append_control(self, payload: bytes) -> None:
         """A CONTROL record: a request of consuming across workers (no publish id)."""
-        encode_control(self.buffer, payload)
+        self.records.append_control(payload)
 
     def wake(self) -> None:
         if self.buffer:
@@ -193,8 +144,9 @@ class _Outbox:
                 await self._wake.wait()
                 self._wake = anyio.Event()
                 continue
-            data = bytes(self.buffer)
-            self.buffer.clear()
+            buffer = self.records.buffer
+            data = bytes(buffer)
+            buffer.clear()
             await stream.send(data)
 
     async def _read(self, stream: anyio.abc.SocketStream, scope: anyio.CancelScope) -> None:
@@ -223,10 +175,7 @@ class _Outbox:
             scope.cancel()
 
     def _lost(self) -> None:
-        self.buffer.clear()
-        self._next_id = 1
-        self.last_change_id = 0
-        self._vhost = None
+        self.records.reset()
         decided = self._joins.lost(self.peer)
         if decided:
             self._on_decided(decided)
@@ -249,23 +198,10 @@ class Forwarder:
             peer: _Outbox(peer, path, self.joins, on_decided, on_settled, on_connected, on_served)
             for peer, path in peers.items()
         }
-
-    def forward(
-        self,
-        peer: int,
-        vhost: str,
-        key: Hashable,
-        sole: bool,
-        message: Message,
-        expiration_ms: int | None,
-        promised: bool,
-        names: tuple[int, bytes],
-    ) -> None:
-        """One copy of publish ``key`` (``message``, as routed in ``vhost``) for worker
-        ``peer``'s queues: ``names`` is their count and `queue_names`; ``sole``: the publish's
-        only copy (else `ShardConfirms.expect` was called for it on ``joins``);
-        ``promised``: its publisher waits for a confirm or a tx.commit-ok."""
-        self.outboxes[peer].append(vhost, key, sole, message, expiration_ms, promised, names)
+        # the copies of publishes, written to the outboxes' records (compiled)
+        self.copies = Forwarding(
+            {peer: outbox.records for peer, outbox in self.outboxes.items()}, self.joins
+        )
 
     def connected(self, peer: int) -> bool:
         """Whether the link to ``peer`` is up now."""

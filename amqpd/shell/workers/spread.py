@@ -16,7 +16,8 @@ whose own change a peer refused (the SETTLED answer names its id: a queue that w
 declared at the same moment, differently; amqpd/model/replica_apply.py) is decided not ok,
 so its channel gets RabbitMQ's 406 instead of the -ok.
 
-`forward` sends one copy of a publish to each worker owning some of its target queues; a
+`forward` sends one copy of a publish to each worker owning some of its target queues
+(amqpd/model/outbound.py `Forwarding`, compiled: the per-publish part); a
 confirm waiting for them is joined by the forwarder's `ShardConfirms` (a nack as soon as
 one copy is refused). Decisions reach their `Decision` (a channel's `RemoteConfirm`), then
 the server's ``after_core`` flushes what they produced.
@@ -47,20 +48,15 @@ from amqpd.engine.remote_consumers import RemoteConsumers
 from amqpd.model.broker import Broker
 from amqpd.model.message import Message
 from amqpd.model.queue import Queue
-from amqpd.model.replica import Change, Decision, remote_by_worker
+from amqpd.model.replica import Change, Decision
 from amqpd.model.replica_apply import SNAPSHOT_END, snapshot
 from amqpd.shell.workers.forward_outbox import Forwarder, _Outbox
 from amqpd.shell.workers.role import WorkerRole
-from amqpd.wire.forwarding import Control, Delivery, queue_names
+from amqpd.wire.forwarding import Control, Delivery
 
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT = 10.0  # seconds a starting worker waits for the others' links and snapshots
-PLANS_KEPT = 256  # routing results whose forwarding plan is kept (then all are forgotten)
-
-# Where a routing result's copies go: (owner worker, how many of its queues, their names as
-# a FORWARD record carries them), per owner.
-Plan = list[tuple[int, int, bytes]]
 
 
 class _Hold:
@@ -98,7 +94,7 @@ class SpreadLinks:
         )
         self.consuming = RemoteConsumers(self._request)
         self._changes: list[tuple[str, Change]] = []
-        self._plans: dict[tuple[Queue, ...], Plan] = {}
+        self._copies = self.forwarder.copies
         self._through = dict.fromkeys(peers, 0)  # per link: every id up to it applied
         self._holds: deque[_Hold] = deque()
         self._snapshots: set[int] = set()  # the workers whose snapshot arrived here
@@ -127,7 +123,7 @@ class SpreadLinks:
     # -- ReplicaPort -----------------------------------------------------------------------
     def changed(self, vhost: str, change: Change) -> None:
         self._changes.append((vhost, change))
-        self._plans.clear()
+        self._copies.forget_plans()
 
     def hold(self, decision: Decision) -> None:
         own = bool(self._changes)
@@ -150,33 +146,9 @@ class SpreadLinks:
         decision: Decision | None,
         local: bool,
     ) -> None:
-        self._write_changes()
-        plan = self._plan(targets)
-        key = cast(Hashable, decision)  # compared by identity
-        sole = decision is None or (len(plan) == 1 and not local)
-        if not sole:
-            self.forwarder.joins.expect(key, len(plan) + (1 if local else 0))
-        for peer, count, names in plan:
-            self.forwarder.forward(
-                peer, vhost, key, sole, message, expiration_ms, promised, (count, names)
-            )
-
-    def _plan(self, targets: list[Queue]) -> Plan:
-        """Where ``targets``' copies go, worked out once per routing result: a fanout's
-        publishes route to the same queues again and again. Forgotten at every topology
-        change of this worker, and all at once past PLANS_KEPT results; a queue another
-        worker deleted or moved gets a new stub here, so a kept plan never names it."""
-        key = tuple(targets)
-        plan = self._plans.get(key)
-        if plan is None:
-            if len(self._plans) >= PLANS_KEPT:
-                self._plans.clear()
-            plan = [
-                (peer, len(names), queue_names(names))
-                for peer, names in remote_by_worker(targets).items()
-            ]
-            self._plans[key] = plan
-        return plan
+        if self._changes:
+            self._write_changes()
+        self._copies.forward(vhost, message, expiration_ms, promised, targets, decision, local)
 
     def local_done(self, decision: Decision, ok: bool) -> None:
         # called by the engine (a storage batch reported): its caller flushes
