@@ -105,3 +105,15 @@ class Client:
     def open_channel(self, number: int = 1) -> None:
         self.send(number, commands.Channel.Open())
         assert isinstance(self.methods()[-1], commands.Channel.OpenOk)
+
+    def consume_actively(self, queue: str = "q", channel: int = 1) -> None:
+        """Declare ``queue`` with a consumer (tag "c", prefetch 1) that has settled one
+        delivery: an *active* consumer, as flow control counts them."""
+        self.send(
+            channel,
+            commands.Queue.Declare(queue=queue),
+            commands.Basic.Qos(prefetch_count=1),
+            commands.Basic.Consume(queue=queue, consumer_tag="c"),
+        )
+        self.publish(channel, queue, b"first")
+        self.send(channel, commands.Basic.Ack(delivery_tag=1))

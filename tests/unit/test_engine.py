@@ -338,14 +338,7 @@ def test_publisher_flooding_a_consumed_queue_is_flagged_for_flow_control() -> No
     client = Client(broker, now=1000.0)
     client.handshake()
     client.open_channel()
-    client.send(
-        1,
-        commands.Queue.Declare(queue="q"),
-        commands.Basic.Qos(prefetch_count=1),
-        commands.Basic.Consume(queue="q", consumer_tag="c"),
-    )
-    client.publish(1, "q", b"first")
-    client.send(1, commands.Basic.Ack(delivery_tag=1))  # the consumer makes progress
+    client.consume_actively("q")  # the consumer makes progress
     chunk = b"".join(Client.encode_publish(1, "q", b"x") for _ in range(FLOW_BACKLOG + 1))
     client.feed(chunk)
     assert not client.conn.flow_queues  # a backlog of FLOW_BACKLOG: not yet

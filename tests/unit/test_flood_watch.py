@@ -44,14 +44,7 @@ def _consumed_queue() -> tuple[Client, Queue]:
     client = Client(Broker(), now=100.0)
     client.handshake()
     client.open_channel()
-    client.send(
-        1,
-        commands.Queue.Declare(queue="q"),
-        commands.Basic.Qos(prefetch_count=1),
-        commands.Basic.Consume(queue="q", consumer_tag="c"),
-    )
-    client.publish(1, "q", b"first")
-    client.send(1, commands.Basic.Ack(delivery_tag=1))
+    client.consume_actively("q")
     return client, client.broker.vhosts["/"].queues["q"]
 
 

@@ -55,14 +55,7 @@ def test_a_flooding_publisher_waits_until_its_queue_catches_up_or_at_most_a_whil
     client = Client(broker, now=1000.0)
     client.handshake()
     client.open_channel()
-    client.send(
-        1,
-        commands.Queue.Declare(queue="q"),
-        commands.Basic.Qos(prefetch_count=1),
-        commands.Basic.Consume(queue="q", consumer_tag="c"),
-    )
-    client.publish(1, "q", b"first")
-    client.send(1, commands.Basic.Ack(delivery_tag=1))  # an active consumer
+    client.consume_actively("q")
     assert client.conn.read_delay(client.now) is None
     chunk = b"".join(Client.encode_publish(1, "q", b"x") for _ in range(FLOW_BACKLOG + 2))
     client.feed(chunk)
