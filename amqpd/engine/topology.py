@@ -21,7 +21,7 @@ from pamqp import commands as spec
 from pamqp.base import Frame as Method
 
 from amqpd.engine.reply_to import REPLY_TO_QUEUE, remote_reply_queue
-from amqpd.model.declare_checks import check_queue_equivalent
+from amqpd.model.declare_checks import check_exchange_equivalent, check_queue_equivalent
 from amqpd.model.queue import ExclusiveOwner, Queue
 from amqpd.model.replica import RemoteQueue
 from amqpd.model.vhost import VirtualHost
@@ -173,7 +173,13 @@ class Topology:
 
     # -- exchanges -----------------------------------------------------------------------
     def _exchange_declare(self, method: spec.Exchange.Declare) -> None:
-        self.vhost.declare_exchange(
+        vhost = self.vhost
+        new = (
+            vhost.replica is not None
+            and not method.passive
+            and method.exchange not in (vhost.exchanges)
+        )
+        vhost.declare_exchange(
             method.exchange,
             method.exchange_type,
             method.passive,
@@ -183,7 +189,38 @@ class Topology:
             dict(method.arguments or {}),
         )
         if not method.nowait:
-            self._answer(spec.Exchange.DeclareOk())
+            self._answer(
+                spec.Exchange.DeclareOk(),
+                self._exchange_declared_elsewhere(method) if new else None,
+            )
+
+    def _exchange_declared_elsewhere(self, method: spec.Exchange.Declare) -> Callable[[], None]:
+        """What a new exchange's held declare-ok becomes when another worker declared it
+        differently at the same moment and kept its own (model/replica_apply.py): 406, its
+        text from that declaration when it has replaced this one here already."""
+        vhost, fail_later = self.vhost, self._fail_later
+        name, type_name, durable = method.exchange, method.exchange_type, method.durable
+        auto_delete, internal = method.auto_delete, method.internal
+        arguments = dict(method.arguments or {})
+
+        def refused() -> None:
+            if fail_later is None:
+                return
+            error = precondition_failed(
+                f"exchange '{name}' in vhost '{vhost.name}' was declared differently by "
+                "another connection at the same moment"
+            )
+            existing = vhost.exchanges.get(name)
+            if existing is not None:
+                try:
+                    check_exchange_equivalent(
+                        vhost.name, existing, type_name, durable, auto_delete, internal, arguments
+                    )
+                except AMQPError as exc:
+                    error = exc
+            fail_later(AMQPError(error.reply_code, error.text, 40, 10))
+
+        return refused
 
     def _exchange_delete(self, method: spec.Exchange.Delete) -> None:
         self.vhost.delete_exchange(method.exchange, method.if_unused)

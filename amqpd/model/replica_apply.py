@@ -17,6 +17,14 @@ returns True; the link reports its publish id among the refused in its SETTLED a
 the declarer, whose declare-ok is held until then, closes the channel with 406 instead: as
 RabbitMQ answers the second of two differing declarations (amqpd/engine/topology.py
 `HeldReply`, amqpd/shell/workers/spread.py).
+
+Exchanges have no owner: every worker holds each one. Of two differing declarations of
+the same exchange made at the same moment on two workers, the one that sorts first
+(`_exchange_key`: type, flags, arguments) wins on every worker whatever order the changes
+arrive in: a worker holding the other replaces it (its bindings kept, moved to the winner;
+not when it is an x-delayed-message exchange holding messages, kept with a warning), and
+a worker holding the winner refuses the other's change, so that declarer gets the 406.
+A snapshot never replaces an exchange: it may be older than what this worker holds.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
-from amqpd.model.declare_checks import check_queue_equivalent
+from amqpd.model.declare_checks import check_exchange_equivalent, check_queue_equivalent
 from amqpd.model.exchange import Exchange
 from amqpd.model.queue import Queue
 from amqpd.model.replica import Change, RemoteQueue, binding_change, exchange_change, queue_change
@@ -95,7 +103,8 @@ def _apply_own_queue(vhost: VirtualHost, change: Change) -> None:
         vhost.declare_queue(name, False, durable, False, auto_delete, arguments, None)
 
 
-def _apply_exchange(vhost: VirtualHost, change: Change, here: int) -> list[Change]:
+def _add_exchange(vhost: VirtualHost, change: Change, here: int) -> list[Change]:
+    """An exchange of a snapshot: made unless this worker has one of that name."""
     _, name, type_name, durable, auto_delete, internal, arguments = change
     if name not in vhost.exchanges:
         # refused here as it would not have been there: nothing to mirror
@@ -104,6 +113,66 @@ def _apply_exchange(vhost: VirtualHost, change: Change, here: int) -> list[Chang
                 name, type_name, False, durable, auto_delete, internal, arguments
             )
     return []
+
+
+def _apply_exchange(vhost: VirtualHost, change: Change, here: int) -> list[Change]:
+    mine = vhost.exchanges.get(change[1])
+    if mine is None or _exchange_equivalent(vhost, mine, change):
+        return _add_exchange(vhost, change, here)
+    if _exchange_key(exchange_change(mine)) <= _exchange_key(change):
+        raise _Refused  # declared differently here at the same moment: see the docstring
+    if mine.delayed is not None and mine.delayed.count:
+        log.warning(
+            "exchange '%s' in vhost '%s' was declared differently on two workers at the same "
+            "moment; worker %d keeps its own, which holds delayed messages (delete the "
+            "exchange and declare it again to have one)",
+            mine.name,
+            vhost.name,
+            here,
+        )
+        return []
+    _replace_exchange(vhost, mine, change)
+    return []
+
+
+def _exchange_equivalent(vhost: VirtualHost, exchange: Exchange, change: Change) -> bool:
+    _, _name, type_name, durable, auto_delete, internal, arguments = change
+    try:
+        check_exchange_equivalent(
+            vhost.name, exchange, type_name, durable, auto_delete, internal, arguments
+        )
+    except AMQPError:
+        return False
+    return True
+
+
+def _exchange_key(change: Change) -> str:
+    """What orders two declarations of one exchange alike on every worker."""
+    _, _name, type_name, durable, auto_delete, internal, arguments = change
+    return repr((type_name, durable, auto_delete, internal, sorted(arguments.items())))
+
+
+def _replace_exchange(vhost: VirtualHost, mine: Exchange, change: Change) -> None:
+    """``mine`` gives way to another worker's declaration; the bindings stay."""
+    outgoing = [(dest, key, dict(args)) for dest, key, args in mine.router.bindings()]
+    incoming = [
+        (source, key, dict(args))
+        for source in vhost.exchanges.values()
+        for dest, key, args in source.router.bindings()
+        if dest is mine
+    ]
+    vhost.delete_exchange(mine.name, False)
+    _add_exchange(vhost, change, -1)
+    winner = vhost.exchanges.get(mine.name)
+    if winner is None:
+        return
+    for destination, key, arguments in outgoing:
+        if isinstance(destination, Queue | Exchange):
+            with suppress(AMQPError):
+                vhost.bind(winner, destination, key, arguments)
+    for source, key, arguments in incoming:
+        with suppress(AMQPError):
+            vhost.bind(source, winner, key, arguments)
 
 
 def _apply_exchange_delete(vhost: VirtualHost, change: Change, here: int) -> list[Change]:
@@ -240,6 +309,9 @@ def _apply_snapshot(vhost: VirtualHost, change: Change, here: int) -> list[Chang
         vhost.drop_remote(stub)
     send_on: list[Change] = []
     for item in changes:
+        if item[0] == "exchange":
+            _add_exchange(vhost, item, here)  # never replacing: see the docstring
+            continue
         with suppress(_Refused):  # a snapshot: nobody waits for its answer
             send_on += _APPLY[item[0]](vhost, item, here)
     return send_on

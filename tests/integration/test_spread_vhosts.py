@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -376,28 +376,39 @@ def test_a_transaction_over_two_workers_commits_both_copies(tmp_path: Path) -> N
         b.close()
 
 
-def _declare_together(
-    pair: tuple[pika.BlockingConnection, ...], name: str, durable: tuple[bool, ...] = (True, True)
+def _at_once(
+    pair: tuple[pika.BlockingConnection, ...], *actions: Callable[[BlockingChannel], object]
 ) -> list[BaseException | None]:
-    """Each connection of ``pair`` declares queue ``name`` (``durable`` or not, in order)
-    from its own thread, at once; what each raised."""
+    """Each connection of ``pair`` does its action on a new channel from its own thread, at
+    once; what each raised."""
     start = threading.Barrier(len(pair))
     errors: list[BaseException | None] = [None] * len(pair)
 
-    def declare(index: int) -> None:
+    def run(index: int) -> None:
         try:
             channel = pair[index].channel()
             start.wait(30)
-            channel.queue_declare(name, durable=durable[index])
+            actions[index](channel)
         except BaseException as exc:  # reported to the test's thread
             errors[index] = exc
 
-    threads = [threading.Thread(target=declare, args=(i,)) for i in range(len(pair))]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(pair))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(60)
     return errors
+
+
+def _declare_together(
+    pair: tuple[pika.BlockingConnection, ...], name: str, durable: tuple[bool, ...] = (True, True)
+) -> list[BaseException | None]:
+    """Each connection of ``pair`` declares queue ``name`` (``durable`` or not, in order)
+    from its own thread, at once; what each raised."""
+    return _at_once(
+        pair,
+        *[lambda channel, flag=flag: channel.queue_declare(name, durable=flag) for flag in durable],
+    )
 
 
 def test_a_queue_declared_on_both_workers_at_once_is_one_queue(tmp_path: Path) -> None:
@@ -453,6 +464,37 @@ def test_a_connection_that_cannot_move_reads_another_workers_stream(tmp_path: Pa
         assert got == [(i, b"e%d" % i) for i in range(5)]
         a.close()
         b.close()
+
+
+def _exchange_types(where: Path) -> dict[str, str]:
+    rows = json.loads(_ctl(where, "list-exchanges", "name", "type", "--format", "json", "-q"))
+    return {row["name"]: row["type"] for row in rows if row["name"].startswith("differ-")}
+
+
+def test_differing_exchange_declarations_at_the_same_moment_leave_one_exchange(
+    tmp_path: Path,
+) -> None:
+    """One client declares an exchange fanout, another on the other worker direct, at the
+    same moment: one gets 406 and both workers end with the same exchange, so a publish
+    routes alike on either (model/replica_apply.py: the declaration that sorts first wins)."""
+    names = [f"differ-x{i}" for i in range(6)]
+    with _node(tmp_path) as (broker, data):
+        for name in names:
+            pair = _two_workers(broker.port)
+            errors = _at_once(
+                pair,
+                lambda channel, name=name: channel.exchange_declare(name, "fanout", durable=True),
+                lambda channel, name=name: channel.exchange_declare(name, "direct", durable=True),
+            )
+            refused = [e for e in errors if e is not None]
+            assert len(refused) == 1, errors
+            assert isinstance(refused[0], pika.exceptions.ChannelClosedByBroker)
+            assert refused[0].reply_code == 406
+            for connection in pair:
+                connection.close()
+        on_zero, on_one = _exchange_types(data), _exchange_types(data / "shard-1")
+        assert set(on_zero) == set(names)
+        assert on_zero == on_one  # the same exchange on both workers
 
 
 def test_differing_declarations_at_the_same_moment_refuse_the_second_with_406(

@@ -407,3 +407,59 @@ def test_a_held_reply_of_anything_but_a_new_queue_is_sent_even_if_not_ok() -> No
     port1.holds.pop().decided(False)  # a worker went away: it gets the topology later
     (reply,) = client.methods()
     assert isinstance(reply, commands.Queue.BindOk)
+
+
+def _exchange_on(vhost: VirtualHost, name: str, type_name: str) -> None:
+    vhost.declare_exchange(name, type_name, False, True, False, False, {})
+
+
+def test_of_two_differing_exchange_declarations_the_same_one_wins_everywhere() -> None:
+    zero, port0 = _spread_broker(0)
+    one, port1 = _spread_broker(1)
+    v0, v1 = zero.vhosts["/"], one.vhosts["/"]
+    _exchange_on(v0, "events", "fanout")
+    _exchange_on(v1, "events", "direct")  # neither knew of the other's
+    queue = _declare_on(v0, "audit")
+    v0.bind(v0.get_exchange("events"), queue, "k", {})
+    from_zero, from_one = port0.take_changes(), port1.take_changes()
+    # "direct" sorts before "fanout": worker 0 gives its exchange up, keeping its binding
+    assert [apply_change(v0, change) for change in from_one] == [False]
+    assert v0.get_exchange("events").type_name == "direct"
+    assert v0.route(v0.get_exchange("events"), _to_exchange("events", "k")) == [queue]
+    # worker 1 holds the winner: worker 0's declaration is refused (its declarer: 406)
+    assert [apply_change(v1, change) for change in from_zero] == [True, False, False]
+    assert v1.get_exchange("events").type_name == "direct"
+    assert v1.route(v1.get_exchange("events"), _to_exchange("events", "k")) == [v1.remote["audit"]]
+    # a third worker ends the same, in either order
+    for order in (from_zero + from_one, from_one + from_zero):
+        two, _port2 = _spread_broker(2)
+        for change in order:
+            apply_change(two.vhosts["/"], change)
+        assert two.vhosts["/"].get_exchange("events").type_name == "direct"
+    # a snapshot (perhaps older than this worker's state) never replaces an exchange
+    stale = ("snapshot", 1, [("exchange", "events", "topic", True, False, False, {})])
+    apply_change(v0, stale)
+    assert v0.get_exchange("events").type_name == "direct"
+
+
+def test_a_refused_exchange_declaration_closes_the_channel_with_406() -> None:
+    zero, port0 = _spread_broker(0)
+    one, port1 = _spread_broker(1)
+    _exchange_on(zero.vhosts["/"], "events", "direct")
+    client = _client(one)
+    client.send(1, commands.Exchange.Declare(exchange="events", exchange_type="fanout"))
+    assert client.methods() == []  # held until worker 0 applied it
+    _mirror(port0, one.vhosts["/"])  # worker 0's declaration wins here too
+    port1.holds.pop().decided(False)  # and worker 0 refused this one
+    (close,) = client.methods()
+    assert isinstance(close, commands.Channel.Close)
+    assert (close.reply_code, close.class_id, close.method_id) == (406, 40, 10)
+    assert close.reply_text == (
+        "PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'events' in vhost '/': "
+        "received 'fanout' but current is 'direct'"
+    )
+
+
+def _to_exchange(exchange: str, key: str) -> Message:
+    raw, rk = exchange.encode(), key.encode()
+    return Message(exchange, key, bytes([len(raw)]) + raw, bytes([len(rk)]) + rk, b"", b"x", False)
