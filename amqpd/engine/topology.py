@@ -177,7 +177,7 @@ class Topology:
         new = (
             vhost.replica is not None
             and not method.passive
-            and method.exchange not in (vhost.exchanges)
+            and method.exchange not in vhost.exchanges
         )
         vhost.declare_exchange(
             method.exchange,

@@ -66,13 +66,13 @@ def snapshot(vhost: VirtualHost, worker: int) -> Change:
 
 # -- applying changes ----------------------------------------------------------------------
 class _Refused(Exception):
-    """The change declares a queue this worker keeps with a different declaration."""
+    """The change declares a queue or exchange this worker keeps, declared differently."""
 
 
 def apply_change(vhost: VirtualHost, change: Change) -> bool:
     """Make another worker's ``change`` here (idempotent; nothing is sent on); whether it is
-    refused: it declares a queue that this worker declared at the same moment and keeps,
-    differently (see the module's docstring)."""
+    refused: it declares a queue or exchange that was declared differently here at the same
+    moment and that this worker keeps (see the module's docstring)."""
     op = change[0]
     handler = _APPLY.get(op)
     if handler is None:
