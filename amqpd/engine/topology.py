@@ -198,29 +198,19 @@ class Topology:
         """What a new exchange's held declare-ok becomes when another worker declared it
         differently at the same moment and kept its own (model/replica_apply.py): 406, its
         text from that declaration when it has replaced this one here already."""
-        vhost, fail_later = self.vhost, self._fail_later
+        vhost = self.vhost
         name, type_name, durable = method.exchange, method.exchange_type, method.durable
         auto_delete, internal = method.auto_delete, method.internal
         arguments = dict(method.arguments or {})
 
-        def refused() -> None:
-            if fail_later is None:
-                return
-            error = precondition_failed(
-                f"exchange '{name}' in vhost '{vhost.name}' was declared differently by "
-                "another connection at the same moment"
-            )
+        def check() -> None:
             existing = vhost.exchanges.get(name)
             if existing is not None:
-                try:
-                    check_exchange_equivalent(
-                        vhost.name, existing, type_name, durable, auto_delete, internal, arguments
-                    )
-                except AMQPError as exc:
-                    error = exc
-            fail_later(AMQPError(error.reply_code, error.text, 40, 10))
+                check_exchange_equivalent(
+                    vhost.name, existing, type_name, durable, auto_delete, internal, arguments
+                )
 
-        return refused
+        return self._refusal(f"exchange '{name}'", check, 40)
 
     def _exchange_delete(self, method: spec.Exchange.Delete) -> None:
         self.vhost.delete_exchange(method.exchange, method.if_unused)
@@ -301,25 +291,36 @@ class Topology:
         the same queue differently at the same moment (model/replica_apply.py): the 405 or
         406 the second declaration gets from RabbitMQ, its text from that worker's queue
         when its declaration arrived here already."""
-        vhost, owner, fail_later = self.vhost, self._owner, self._fail_later
+        vhost, owner = self.vhost, self._owner
         name, durable, auto_delete = method.queue, method.durable, method.auto_delete
         exclusive, arguments = method.exclusive, dict(method.arguments or {})
+
+        def check() -> None:
+            stub = vhost.remote.get(name)
+            if stub is not None:
+                vhost.check_exclusive_access(stub, owner if exclusive else None, strict=True)
+                check_queue_equivalent(vhost.name, stub, durable, auto_delete, arguments)
+
+        return self._refusal(f"queue '{name}'", check, 50)
+
+    def _refusal(self, what: str, check: Callable[[], None], class_id: int) -> Callable[[], None]:
+        """Closing the channel for a declaration (of ``what``, method 10 of ``class_id``)
+        another worker refused: with the error ``check`` raises against what this worker
+        holds now (the other declaration, once it arrived), else a plain 406."""
+        vhost, fail_later = self.vhost, self._fail_later
 
         def refused() -> None:
             if fail_later is None:
                 return
             error = precondition_failed(
-                f"queue '{name}' in vhost '{vhost.name}' was declared differently by another "
+                f"{what} in vhost '{vhost.name}' was declared differently by another "
                 "connection at the same moment"
             )
-            stub = vhost.remote.get(name)
-            if stub is not None:
-                try:
-                    vhost.check_exclusive_access(stub, owner if exclusive else None, strict=True)
-                    check_queue_equivalent(vhost.name, stub, durable, auto_delete, arguments)
-                except AMQPError as exc:
-                    error = exc
-            fail_later(AMQPError(error.reply_code, error.text, 50, 10))
+            try:
+                check()
+            except AMQPError as exc:
+                error = exc
+            fail_later(AMQPError(error.reply_code, error.text, class_id, 10))
 
         return refused
 
