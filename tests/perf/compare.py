@@ -788,8 +788,18 @@ def snapshot(code: str, work_dir: Path, folder: str = "src") -> tuple[Path, str]
             )
         label = f"working tree on top of {sha} (uncommitted changes included)"
     env = dict(os.environ, PYTHONPATH=str(src))
-    subprocess.run([sys.executable, "-c", "import amqpd.__main__"], cwd=src, env=env, check=True)
-    return src, label
+    version = subprocess.run(
+        [sys.executable, "-m", "amqpd", "--version"],
+        cwd=src,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    # "amqpd 0.1.0 (mypyc-compiled core, N modules)" or "(pure Python: ...)": a stale build
+    # runs interpreted, which a report must say
+    build = version[version.find("(") + 1 : version.rfind(")")] if "(" in version else version
+    return src, f"{label}, {build}"
 
 
 def _cpu_model() -> str:
