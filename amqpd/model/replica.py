@@ -30,7 +30,9 @@ exists is left alone, a stub of a queue this worker owns is never made.
 bindings between them, its own queues and their bindings. It is sent to a peer each time a
 link to it comes up (a worker started or restarted), and the peer replaces every stub of
 that worker with it, so a restarted worker's queues are found again and a deleted one's
-stub goes (both in amqpd/model/replica_apply.py).
+stub goes (both in amqpd/model/replica_apply.py). A worker restarted while the others
+served (*rejoining*) missed what they changed meanwhile, so there the others' exchanges and
+bindings win over what it recovered from its store.
 
 A connection that cannot move to a queue's worker consumes from its stub (or gets from it):
 the stub's `ConsumingPort` (amqpd/engine/remote_consumers.py) asks the owner to serve the
@@ -60,7 +62,7 @@ if TYPE_CHECKING:
 # ("queue-delete", name, owner worker)
 # ("purge", name): queue.purge of another worker's queue by a connection that cannot move
 # ("bind" | "unbind", source, "queue" | "exchange", destination, routing key, arguments)
-# ("snapshot", worker, [changes])
+# ("snapshot", worker, [changes], rejoining, [bindings to the recipient's queues])
 Change = tuple[Any, ...]
 
 
@@ -77,6 +79,9 @@ class ReplicaPort(Protocol):
 
     worker: int  # this worker's index
     workers: int  # how many workers the node has
+    # restarted while the others served, and not yet ready: the others' exchanges and
+    # bindings are the node's (amqpd/model/replica_apply.py "rejoining")
+    rejoining: bool
 
     @property
     def consuming(self) -> ConsumingPort | None:

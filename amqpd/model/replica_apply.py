@@ -25,6 +25,18 @@ arrive in: a worker holding the other replaces it (its bindings kept, moved to t
 not when it is an x-delayed-message exchange holding messages, kept with a warning), and
 a worker holding the winner refuses the other's change, so that declarer gets the 406.
 A snapshot never replaces an exchange: it may be older than what this worker holds.
+
+A worker restarted while the others served (after kill -9, say: amqpd/shell/workers/
+supervisor.py) is *rejoining* until it has every other worker's snapshot. It missed what
+they changed while it was down (an exchange deleted, a binding removed: their changes to it
+were lost with the link), and its store still holds what it had. So, as a RabbitMQ node
+rejoining its cluster takes the metadata store's view: its snapshot gives the others its
+own queues only (its exchanges and bindings are left out there: `_apply_snapshot`), and a
+snapshot from a worker that stayed up is adopted (`_adopt_snapshot`): this worker's
+exchanges and bindings it does not have are deleted (from the store too), the ones it has
+are made, including the bindings to this worker's own queues (a snapshot carries those of
+its recipient's queues, ``yours``). Two workers restarted at the same moment (neither up
+while the other was down) merge as at a node's start.
 """
 
 from __future__ import annotations
@@ -46,10 +58,14 @@ log = logging.getLogger(__name__)
 SNAPSHOT_END = "snapshot-end"  # (SNAPSHOT_END, worker): that worker's snapshots are all sent
 
 
-def snapshot(vhost: VirtualHost, worker: int) -> Change:
-    """What ``worker`` (this one) holds of ``vhost``: its exchanges and the bindings between
-    them, its own queues and their bindings."""
+def snapshot(
+    vhost: VirtualHost, worker: int, peer: int | None = None, rejoining: bool = False
+) -> Change:
+    """What ``worker`` (this one) holds of ``vhost``, for worker ``peer``: its exchanges and
+    the bindings between them, its own queues and their bindings; and the bindings to
+    ``peer``'s queues (used there when it is rejoining: see the module's docstring)."""
     changes: list[Change] = []
+    yours: list[Change] = []
     for exchange in vhost.exchanges.values():
         if exchange.name and not exchange.name.startswith("amq."):
             changes.append(exchange_change(exchange))
@@ -58,10 +74,12 @@ def snapshot(vhost: VirtualHost, worker: int) -> Change:
     for exchange in vhost.exchanges.values():
         for destination, key, arguments in exchange.router.bindings():
             if isinstance(destination, RemoteQueue):
+                if destination.worker == peer:
+                    yours.append(binding_change("bind", exchange, destination, key, arguments))
                 continue  # its owner's snapshot carries it
             if isinstance(destination, Queue | Exchange):
                 changes.append(binding_change("bind", exchange, destination, key, arguments))
-    return ("snapshot", worker, changes)
+    return ("snapshot", worker, changes, rejoining, yours)
 
 
 # -- applying changes ----------------------------------------------------------------------
@@ -75,14 +93,20 @@ def apply_change(vhost: VirtualHost, change: Change) -> bool:
     moment and that this worker keeps (see the module's docstring)."""
     op = change[0]
     handler = _APPLY.get(op)
-    if handler is None:
+    if handler is None and op != "snapshot":
         raise ValueError(f"unknown topology change {op!r}")
     replica = vhost.replica
     here = -1 if replica is None else replica.worker
     vhost.replica = None  # what another worker changed is not sent back to the others
     refused = False
     try:
-        send_on = handler(vhost, change, here)
+        if handler is not None:
+            send_on = handler(vhost, change, here)
+        elif replica is not None and replica.rejoining and not change[3]:
+            send_on = _adopt_snapshot(vhost, change, here)  # they stayed up, this one not
+        else:  # the other rejoins while this one stayed up, or neither or both (a start)
+            rejoining = replica is not None and replica.rejoining
+            send_on = _apply_snapshot(vhost, change, here, change[3] and not rejoining)
     except _Refused:
         send_on, refused = [], True
     finally:
@@ -303,18 +327,66 @@ def _apply_binding(vhost: VirtualHost, change: Change, here: int) -> list[Change
     return []
 
 
-def _apply_snapshot(vhost: VirtualHost, change: Change, here: int) -> list[Change]:
-    _, worker, changes = change
+def _apply_snapshot(vhost: VirtualHost, change: Change, here: int, rejoining: bool) -> list[Change]:
+    """Another worker's snapshot; ``rejoining``: it was down while this one served."""
+    _, worker, changes, _rejoining, _yours = change
+    owned = {item[1] for item in changes if item[0] == "queue"}
     for stub in [stub for stub in vhost.remote.values() if stub.worker == worker]:
-        vhost.drop_remote(stub)
+        if not rejoining or stub.name not in owned:
+            vhost.drop_remote(stub)  # a rejoining worker's queue kept: its bindings stay
     send_on: list[Change] = []
     for item in changes:
         if item[0] == "exchange":
-            _add_exchange(vhost, item, here)  # never replacing: see the docstring
+            if not rejoining:
+                _add_exchange(vhost, item, here)  # never replacing: see the docstring
             continue
+        if rejoining and item[0] != "queue":
+            continue  # what it recovered, perhaps changed here meanwhile: the docstring
         with suppress(_Refused):  # a snapshot: nobody waits for its answer
             send_on += _APPLY[item[0]](vhost, item, here)
     return send_on
+
+
+def _adopt_snapshot(vhost: VirtualHost, change: Change, here: int) -> list[Change]:
+    """This worker is rejoining: the snapshot of ``worker``, which stayed up, holds the
+    node's exchanges and bindings (see the module's docstring)."""
+    _, worker, changes, _rejoining, yours = change
+    for stub in [stub for stub in vhost.remote.values() if stub.worker == worker]:
+        vhost.drop_remote(stub)
+    exchanges = {item[1]: item for item in changes if item[0] == "exchange"}
+    for name in list(vhost.exchanges):
+        if name and not name.startswith("amq.") and name not in exchanges:
+            vhost.delete_exchange(name, False)  # deleted while this worker was down
+    for item in exchanges.values():
+        mine = vhost.exchanges.get(item[1])
+        if mine is not None and not _exchange_equivalent(vhost, mine, item):
+            _replace_exchange(vhost, mine, item)
+        else:
+            _add_exchange(vhost, item, here)
+    send_on: list[Change] = []
+    for item in changes:
+        if item[0] == "queue":
+            with suppress(_Refused):
+                send_on += _apply_queue(vhost, item, here)
+    bindings = [item for item in (*changes, *yours) if item[0] == "bind"]
+    for item in bindings:  # made first: an auto-delete exchange keeps the ones it has
+        _apply_binding(vhost, item, here)
+    wanted = {_binding_key(item) for item in bindings}
+    for exchange in [exchange for exchange in vhost.exchanges.values() if exchange.name]:
+        for destination, key, arguments in list(exchange.router.bindings()):
+            if isinstance(destination, RemoteQueue) or not isinstance(
+                destination, Queue | Exchange
+            ):
+                continue  # another worker's queue: its owner's snapshot has its bindings
+            item = binding_change("unbind", exchange, destination, key, arguments)
+            if _binding_key(item) not in wanted and exchange.name in vhost.exchanges:
+                _apply_binding(vhost, item, here)  # removed while this worker was down
+    return send_on
+
+
+def _binding_key(change: Change) -> str:
+    _, source, kind, destination, key, arguments = change
+    return repr((source, kind, destination, key, sorted(arguments.items())))
 
 
 _APPLY: dict[str, Callable[[VirtualHost, Change, int], list[Change]]] = {
@@ -324,6 +396,5 @@ _APPLY: dict[str, Callable[[VirtualHost, Change, int], list[Change]]] = {
     "queue-delete": _apply_queue_delete,
     "bind": _apply_binding,
     "unbind": _apply_binding,
-    "snapshot": _apply_snapshot,
     "purge": _apply_purge,
 }

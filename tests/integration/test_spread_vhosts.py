@@ -521,3 +521,107 @@ def test_differing_declarations_at_the_same_moment_refuse_the_second_with_406(
         rows = json.loads(_ctl(data, "list-queues", "name", "durable", "--format", "json", "-q"))
         listed = {row["name"]: row["durable"] for row in rows if row["name"].startswith("differ-")}
         assert listed == winners  # each once, declared as its winner declared it
+
+
+def _shared_topology(where: Path) -> tuple[set[str], set[tuple[str, str, str]]]:
+    """The ``gone-`` / ``kept-`` exchanges one worker holds, and the bindings from them."""
+    exchanges = json.loads(_ctl(where, "list-exchanges", "name", "--format", "json", "-q"))
+    bindings = json.loads(
+        _ctl(
+            where,
+            "list-bindings",
+            "source_name",
+            "destination_name",
+            "routing_key",
+            "--format",
+            "json",
+            "-q",
+        )
+    )
+    ours = ("gone-", "kept-")
+    return (
+        {row["name"] for row in exchanges if row["name"].startswith(ours)},
+        {
+            (row["source_name"], row["destination_name"], row["routing_key"])
+            for row in bindings
+            if row["source_name"].startswith(ours)
+        },
+    )
+
+
+@pytest.mark.parametrize("down", [0, 1])
+def test_what_was_deleted_while_a_worker_was_down_stays_deleted(tmp_path: Path, down: int) -> None:
+    """An exchange deleted and bindings removed while a worker was being restarted after
+    kill -9 stay deleted on every worker once it is back, and after the node restarts: the
+    restarted worker takes the exchanges and bindings from the workers that stayed up,
+    whose changes it missed, as a RabbitMQ node rejoining its cluster takes the metadata
+    store's (model/replica_apply.py). Worker 0 (the front) and worker 1 each in turn."""
+    with _node(tmp_path) as (broker, data):
+        a, b = _two_workers(broker.port)
+        ca, cb = a.channel(), b.channel()
+        ca.queue_declare("probe-a")
+        a_on = 0 if "probe-a" in _queues_on(data, 0) else 1
+        up, on_down = (ca, cb) if a_on != down else (cb, ca)
+        for name in ("gone-x", "kept-x", "kept-y"):
+            up.exchange_declare(name, "direct", durable=True)
+        up.queue_declare("kept-up", durable=True)  # on the worker that stays up
+        on_down.queue_declare("kept-down", durable=True)  # on the one killed
+        for queue in ("kept-up", "kept-down"):
+            up.queue_bind(queue, "kept-x", "stays")
+            up.queue_bind(queue, "kept-x", "unbound")
+        up.exchange_bind("kept-y", "kept-x", "e2e")
+        before = _shared_topology(data)
+        assert before == _shared_topology(data / "shard-1")  # replicated everywhere
+
+        pid = _workers(broker.proc.pid)[down]
+        os.kill(pid, signal.SIGKILL)
+        # at once, before the killed worker is back: it misses these
+        up.exchange_delete("gone-x")
+        up.exchange_unbind("kept-y", "kept-x", "e2e")
+        for queue in ("kept-up", "kept-down"):
+            up.queue_unbind(queue, "kept-x", "unbound")
+        with suppress(Exception):
+            a.close()
+        with suppress(Exception):
+            b.close()
+        _wait_for(lambda: _workers(broker.proc.pid).get(down) not in (None, pid), "restart")
+        # a declare-ok on each worker: each has applied what the other sent before it, the
+        # restarted worker's snapshot (sent first when their link came up) included
+        _wait_for(lambda: _connects(broker.port), "the front back")
+        pair = _two_workers(broker.port)
+        for index, connection in enumerate(pair):
+            connection.channel().queue_declare(f"probe-after-{index}")
+            connection.close()
+
+        expected = (
+            {"kept-x", "kept-y"},
+            {("kept-x", "kept-up", "stays"), ("kept-x", "kept-down", "stays")},
+        )
+        assert _shared_topology(data) == expected
+        assert _shared_topology(data / "shard-1") == expected
+        # a publish from either worker routes as the node's bindings say
+        for _ in range(2):
+            connection = _connect(broker.port)
+            channel = connection.channel()
+            channel.confirm_delivery()
+            channel.basic_publish("kept-x", "unbound", b"dropped", PERSISTENT)
+            channel.basic_publish("kept-x", "stays", b"kept", PERSISTENT)
+            connection.close()
+
+        broker.stop()
+        broker.restart()
+        assert _shared_topology(data) == expected  # and so each worker stored it
+        assert _shared_topology(data / "shard-1") == expected
+        connection = _connect(broker.port)
+        channel = connection.channel()
+        for queue in ("kept-up", "kept-down"):
+            assert _drain(channel, queue, 5) == [b"kept", b"kept"]
+        connection.close()
+
+
+def _connects(port: int) -> bool:
+    try:
+        _connect(port).close()
+    except pika.exceptions.AMQPConnectionError:
+        return False
+    return True

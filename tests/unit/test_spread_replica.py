@@ -13,6 +13,7 @@ from pamqp import commands
 
 from amqpd.engine.reply_to import remote_reply_queue
 from amqpd.model.broker import Broker
+from amqpd.model.exchange import Exchange
 from amqpd.model.message import Message
 from amqpd.model.queue import Queue
 from amqpd.model.replica import (
@@ -34,6 +35,7 @@ class Port:
     def __init__(self, worker: int) -> None:
         self.worker = worker
         self.workers = 2
+        self.rejoining = False
         self.changes: list[tuple[str, Change]] = []
         self.holds: list[Decision] = []
         self.forwarded: list[tuple[Message, dict[int, list[str]], Decision | None, bool]] = []
@@ -370,7 +372,9 @@ def test_the_lower_worker_refuses_a_differing_declaration_made_at_the_same_momen
     v0.declare_queue("mine", False, False, False, False, {}, None)
     assert apply_change(v0, ("queue", "mine", 1, False, True, False, {}))
     # a snapshot's queues refuse nothing: nobody waits for its answer
-    assert not apply_change(v0, ("snapshot", 1, [("queue", "tasks", 1, False, False, False, {})]))
+    assert not apply_change(
+        v0, ("snapshot", 1, [("queue", "tasks", 1, False, False, False, {})], False, [])
+    )
 
 
 @pytest.mark.parametrize("theirs_arrived", [False, True])
@@ -437,7 +441,7 @@ def test_of_two_differing_exchange_declarations_the_same_one_wins_everywhere() -
             apply_change(two.vhosts["/"], change)
         assert two.vhosts["/"].get_exchange("events").type_name == "direct"
     # a snapshot (perhaps older than this worker's state) never replaces an exchange
-    stale = ("snapshot", 1, [("exchange", "events", "topic", True, False, False, {})])
+    stale = ("snapshot", 1, [("exchange", "events", "topic", True, False, False, {})], False, [])
     apply_change(v0, stale)
     assert v0.get_exchange("events").type_name == "direct"
 
@@ -463,3 +467,70 @@ def test_a_refused_exchange_declaration_closes_the_channel_with_406() -> None:
 def _to_exchange(exchange: str, key: str) -> Message:
     raw, rk = exchange.encode(), key.encode()
     return Message(exchange, key, bytes([len(raw)]) + raw, bytes([len(rk)]) + rk, b"", b"x", False)
+
+
+def _bindings(vhost: VirtualHost) -> set[tuple[str, str, str]]:
+    return {
+        (exchange.name, destination.name, key)
+        for exchange in vhost.exchanges.values()
+        if exchange.name and not exchange.name.startswith("amq.")
+        for destination, key, _args in exchange.router.bindings()
+        if isinstance(destination, Queue | Exchange)
+    }
+
+
+def test_a_rejoining_worker_takes_what_the_others_changed_while_it_was_down() -> None:
+    """Worker 1 restarted after a crash: its store still has an exchange and bindings
+    worker 0 removed meanwhile (those changes were lost with the link). Worker 0 keeps its
+    view of them when worker 1's snapshot arrives, and worker 1 adopts it from worker 0's;
+    its own queues stay its own, with the bindings worker 0 has to them."""
+    zero, port0 = _spread_broker(0)
+    one, port1 = _spread_broker(1)
+    v0, v1 = zero.vhosts["/"], one.vhosts["/"]
+    for name in ("gone", "kept", "added"):
+        v0.declare_exchange(name, "direct", False, True, False, False, {})
+    mine = v1.declare_queue("q1", False, True, False, False, {}, None)
+    theirs = v0.declare_queue("q0", False, True, False, False, {}, None)
+    _mirror(port0, v1)
+    _mirror(port1, v0)
+    for queue in (theirs, v0.remote["q1"]):
+        v0.bind(v0.get_exchange("kept"), queue, "stays", {})
+        v0.bind(v0.get_exchange("kept"), queue, "unbound", {})
+    v0.bind(v0.get_exchange("kept"), v0.get_exchange("gone"), "e2e", {})
+    _mirror(port0, v1)
+    assert _bindings(v1) == _bindings(v0)
+
+    # worker 1 is down: what worker 0 changes meanwhile never reaches it
+    v0.delete_exchange("gone", False)
+    for queue in (theirs, v0.remote["q1"]):
+        v0.unbind(v0.get_exchange("kept"), queue, "unbound", {})
+    v0.bind(v0.get_exchange("added"), v0.remote["q1"], "new", {})
+    port0.take_changes()
+    # ... and worker 1 comes back with what it had (its store), rejoining
+    port1.rejoining = True
+    apply_change(v0, snapshot(v1, 1, 0, rejoining=True))
+    assert "gone" not in v0.exchanges
+    assert v0.remote["q1"].worker == 1
+    expected = {
+        ("kept", "q0", "stays"),
+        ("kept", "q1", "stays"),
+        ("added", "q1", "new"),
+    }
+    assert _bindings(v0) == expected
+    apply_change(v1, snapshot(v0, 0, 1))
+    assert set(v1.exchanges) == set(v0.exchanges)
+    assert _bindings(v1) == expected
+    assert v1.queues["q1"] is mine  # its own queue, with what it holds
+    assert port1.take_changes() == []  # adopted, not sent back
+
+
+def test_workers_restarted_together_merge_as_at_a_nodes_start() -> None:
+    zero, port0 = _spread_broker(0)
+    one, port1 = _spread_broker(1)
+    v0, v1 = zero.vhosts["/"], one.vhosts["/"]
+    v0.declare_exchange("from-zero", "direct", False, True, False, False, {})
+    v1.declare_exchange("from-one", "direct", False, True, False, False, {})
+    port0.rejoining = port1.rejoining = True
+    apply_change(v0, snapshot(v1, 1, 0, rejoining=True))
+    apply_change(v1, snapshot(v0, 0, 1, rejoining=True))
+    assert {"from-zero", "from-one"} <= set(v0.exchanges) & set(v1.exchanges)

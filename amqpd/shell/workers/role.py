@@ -3,7 +3,8 @@
 The supervisor (amqpd/shell/workers/supervisor.py) starts each worker with the same command
 line and three variables: ``AMQPD_WORKER_INDEX`` (0..N-1), ``AMQPD_WORKER_COUNT`` and
 ``AMQPD_WORKER_DIR`` (a private runtime directory for the Unix sockets between workers: a
-short path, whatever the data directory's length). Worker 0 is the front: the public
+short path, whatever the data directory's length); a fourth, ``AMQPD_WORKER_REJOINING``,
+when it restarts one that died. Worker 0 is the front: the public
 listeners (AMQP, AMQPS, management, Prometheus, the admin socket) and the data directory
 itself; worker K >= 1 keeps its store in ``DATA/shard-K`` and is reached through its sockets
 in the runtime directory only.
@@ -20,6 +21,8 @@ INDEX_VARIABLE = "AMQPD_WORKER_INDEX"
 COUNT_VARIABLE = "AMQPD_WORKER_COUNT"
 DIR_VARIABLE = "AMQPD_WORKER_DIR"
 READY_FD_VARIABLE = "AMQPD_WORKER_READY_FD"
+# set when the supervisor restarts a worker that died (the others kept serving)
+REJOINING_VARIABLE = "AMQPD_WORKER_REJOINING"
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +32,9 @@ class WorkerRole:
     index: int
     count: int
     runtime: Path
+    # restarted after it died while the others served: their topology is the node's
+    # (amqpd/model/replica_apply.py "rejoining")
+    rejoining: bool = False
 
     @property
     def front(self) -> bool:
@@ -58,7 +64,7 @@ class WorkerRole:
 
     def with_index(self, index: int) -> WorkerRole:
         """Worker ``index`` of the same node."""
-        return WorkerRole(index, self.count, self.runtime)
+        return WorkerRole(index, self.count, self.runtime)  # (never rejoining: another's)
 
     def data_dir(self, data_dir: Path | None) -> Path | None:
         """This worker's data directory: the given one for worker 0, ``shard-K`` inside it
@@ -73,4 +79,9 @@ def from_environment(environ: Mapping[str, str] | None = None) -> WorkerRole | N
     env = os.environ if environ is None else environ
     if INDEX_VARIABLE not in env:
         return None
-    return WorkerRole(int(env[INDEX_VARIABLE]), int(env[COUNT_VARIABLE]), Path(env[DIR_VARIABLE]))
+    return WorkerRole(
+        int(env[INDEX_VARIABLE]),
+        int(env[COUNT_VARIABLE]),
+        Path(env[DIR_VARIABLE]),
+        bool(env.get(REJOINING_VARIABLE)),
+    )

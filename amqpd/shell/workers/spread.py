@@ -85,6 +85,7 @@ class SpreadLinks:
     ) -> None:
         self.worker = role.index
         self.workers = role.count
+        self.rejoining = role.rejoining  # until `ready` (amqpd/model/replica_apply.py)
         self._broker = broker
         self._spread = spread
         self._after_core = after_core
@@ -113,6 +114,7 @@ class SpreadLinks:
                 self._progress = anyio.Event()
         if scope.cancelled_caught:
             log.warning("worker %d starts without every other worker's topology", self.worker)
+        self.rejoining = False  # what arrives from now on is merged, as at a node's start
 
     def snapshot_applied(self, worker: int) -> None:
         """Worker ``worker``'s snapshot was applied here (amqpd/shell/workers/
@@ -209,7 +211,8 @@ class SpreadLinks:
         """A link came up: this worker's part of every spread vhost goes first."""
         for name, vhost in self._broker.vhosts.items():
             if self._spread(name):
-                outbox.append_change(name, pickle.dumps(snapshot(vhost, self.worker)))
+                described = snapshot(vhost, self.worker, outbox.peer, self.rejoining)
+                outbox.append_change(name, pickle.dumps(described))
         # the end of this worker's snapshots: the peer may take connections
         outbox.append_change("", pickle.dumps((SNAPSHOT_END, self.worker)))
         outbox.wake()

@@ -16,7 +16,10 @@ byte once it serves. States::
 
 As RabbitMQ restarts a crashed queue process while the node stays up, a worker killed with
 kill -9 is restarted and recovers its store; its clients reconnect (their connection was on
-it), the other workers' clients notice nothing. Each worker's ready message names the ports
+it), the other workers' clients notice nothing. It is started *rejoining*
+(``AMQPD_WORKER_REJOINING``): of a spread vhost's exchanges and bindings, the others' (which
+kept serving) win over what its store recovered (amqpd/model/replica_apply.py), so what was
+deleted while it was down stays deleted. Each worker's ready message names the ports
 it bound; worker 0 restarted gets the same ones (``--port 0`` picks a port once per node).
 The restart limit mirrors an OTP supervisor's intensity: a worker that cannot stay up
 stops the node rather than loop.
@@ -50,6 +53,7 @@ from amqpd.shell.workers.role import (
     DIR_VARIABLE,
     INDEX_VARIABLE,
     READY_FD_VARIABLE,
+    REJOINING_VARIABLE,
 )
 
 log = logging.getLogger("amqpd.supervisor")
@@ -115,7 +119,7 @@ class Supervisor:
             shutil.rmtree(self.runtime, ignore_errors=True)
         return self.status
 
-    def _start(self, index: int) -> None:
+    def _start(self, index: int, rejoining: bool = False) -> None:
         ready_read, ready_write = os.pipe()
         env = dict(os.environ)
         env.update(
@@ -126,6 +130,8 @@ class Supervisor:
                 READY_FD_VARIABLE: str(ready_write),
             }
         )
+        if rejoining:  # the others served while it was down (amqpd/model/replica_apply.py)
+            env[REJOINING_VARIABLE] = "1"
         again = self.front_ports if index == 0 else []  # the same ports as before
         process = subprocess.Popen(
             [sys.executable, "-m", "amqpd", *self.argv, *again],
@@ -206,7 +212,7 @@ class Supervisor:
                 self._stop(1)
                 continue
             log.error("worker %d exited (%s); restarting it", index, _describe(code))
-            self._start(index)
+            self._start(index, rejoining=True)
             self.workers[index].deaths = worker.deaths
 
     def _stop(self, status: int) -> None:
