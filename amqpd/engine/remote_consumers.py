@@ -32,10 +32,18 @@ answered get-empty, a count it was asked for 0, and a browser waiting for it get
 copies (consume-ok, then basic.cancel).
 
 Global qos: the owner counts a channel's limit per consumer (it knows of no other), so a
-channel consuming on several workers may get more than its limit allows unacked; what
-arrives beyond it is kept here per consumer, in order, not counted as handed out (no
-credit back for it), and handed out as acks free room (the stub's ``dispatch``, `resume`);
-cancelling the consumer sends what was kept back to the owner's queue.
+channel consuming on several workers may get more than its limit allows unacked. As
+RabbitMQ's limiter blocks a queue's consumer when the channel is full and unblocks it when
+an ack frees room (rabbit_limiter), a delivery that finds no room here goes back *unsent*
+(`RemoteQueue.requeue`: at its place in the owner's queue, its redelivered flag and
+delivery count as they were, so the owner's other consumers can have it), which blocks the
+consumer there (served_consumers.py). Per consumer here: BLOCKED (every delivery arriving
+goes back unsent: those the owner sent before it blocked) --room again (`resume`): an
+"unblock" request--> UNBLOCKING (still sent back) --the owner's "unblocked" event, sent
+once every delivery it had sent came back or was credited, so none is out of order-->
+gone (deliveries handed out). A stream's deliveries (a log: taking one deprives nobody)
+are kept here instead, per consumer, in order, not counted as handed out (no credit back
+for them), and handed out as acks free room; cancelling the consumer drops them.
 
 `browse` is an ``x-browse`` consumer: the owner answers with copies of the ready messages
 its selector matches, sent as deliveries between the consume-ok and a server-side
@@ -113,8 +121,10 @@ class RemoteConsumers:
         self._owed: dict[int, int] = {}  # consumer id -> credit not yet given back
         self._requests: dict[int, list[list[Any]]] = {}  # per owner, in order
         self._live: dict[int, set[QueueEntry]] = {}  # per owner: deliveries it waits for
-        # per consumer id: deliveries held here while their channel's global qos is full
+        # per consumer id: a stream's deliveries held here while the global qos is full
         self._held: dict[int, deque[QueueEntry]] = {}
+        # per consumer id blocked on its owner: whether "unblock" was sent (module doc)
+        self._blocked: dict[int, bool] = {}
 
     def __len__(self) -> int:
         return len(self._consumers)
@@ -182,6 +192,7 @@ class RemoteConsumers:
             return
         del self._consumers[consumer_id]
         self._owed.pop(consumer_id, None)
+        self._blocked.pop(consumer_id, None)
         stub = cast(RemoteQueue, consumer.queue)
         held = self._held.pop(consumer_id, None)
         if held:  # never handed out: back to the owner's queue
@@ -191,6 +202,11 @@ class RemoteConsumers:
     def resume(self, stub: RemoteQueue) -> None:
         for consumer_id in list(self._held):
             self._hand_held(consumer_id)
+        for consumer_id, unblocking in list(self._blocked.items()):
+            consumer, channel, _nowait = self._consumers[consumer_id]
+            if not unblocking and channel.unacked.has_credit(consumer):
+                self._blocked[consumer_id] = True
+                self._request(cast(RemoteQueue, consumer.queue).worker, ["unblock", consumer_id])
         for consumer_id in list(self._owed):
             consumer, channel, _nowait = self._consumers[consumer_id]
             if consumer.queue is stub and not channel.conn.output_full:
@@ -248,10 +264,20 @@ class RemoteConsumers:
         if entry.stored:
             self._live.setdefault(worker, set()).add(entry)
         consumer_id = record.consumer_id
+        stub = cast(RemoteQueue, consumer.queue)
+        if (
+            entry.stored
+            and stub.settings.queue_type != "stream"
+            and (consumer_id in self._blocked or not channel.unacked.has_credit(consumer))
+        ):
+            # the channel's global qos is full (its other consumers hold it): back to the
+            # owner, which blocks the consumer until room frees (see the module's docstring)
+            self._blocked.setdefault(consumer_id, False)
+            stub.requeue([entry], unsent=True)
+            return
         held = self._held.get(consumer_id)
         if held is not None or not (consumer.no_ack or channel.unacked.has_credit(consumer)):
-            # the channel's global qos is full (its other consumers hold it): kept here
-            # until an ack frees it, not counted as handed out (no credit back for it)
+            # a stream's: kept here until an ack frees room, not counted as handed out
             if held is None:
                 held = self._held[consumer_id] = deque()
             held.append(entry)
@@ -283,6 +309,8 @@ class RemoteConsumers:
                     channel.fail_later(AMQPError(event[2], event[3], 60, 20))
         elif kind == "cancelled":
             self._cancelled(event[1])
+        elif kind == "unblocked":
+            self._blocked.pop(event[1], None)
         elif kind == "answer":
             asked = self._asks.pop(event[1], None)
             if asked is not None:
@@ -303,6 +331,7 @@ class RemoteConsumers:
         consumer, channel, _nowait = found
         self._ids.pop(consumer, None)
         self._owed.pop(consumer_id, None)
+        self._blocked.pop(consumer_id, None)
         held = self._held.pop(consumer_id, None)
         if held:  # the owner cancelled it (it requeued them) or is gone (they are lost)
             cast(RemoteQueue, consumer.queue).requeue(held)

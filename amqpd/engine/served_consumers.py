@@ -18,11 +18,13 @@ delivery this link no longer has (requeued when a consumer was cancelled meanwhi
 Requests (`handle`, pickled tuples from the peer):
 ``("consume", vhost, queue, consumer id, tag, no_ack, exclusive, prefetch, arguments)``,
 ``("cancel", consumer id)``, ``("credit", consumer id, count)``, ``("ack" | "requeue" |
-"discard", [tags])``, ``("get", request id, vhost, queue, no_ack)``, ``("ask", request id,
-vhost, queue, "count" | "purge" | "delete", ...)`` (engine/remote_consumers.py `ask`),
+"discard" | "unsent", [tags])``, ``("unblock", consumer id)``, ``("get", request id,
+vhost, queue, no_ack)``, ``("ask", request id, vhost, queue, "count" | "purge" |
+"delete", ...)`` (engine/remote_consumers.py `ask`),
 ``("browse", request id, vhost, queue, arguments)`` (an ``x-browse`` consumer).
 Answers and events (`out`, in order with the deliveries): ``("consume-ok", id)``,
 ``("refused", id, code, text)``, ``("cancelled", id)`` (the queue went away),
+``("unblocked", id)``,
 ``("get-ok", request id, tag, flags, delivery count, exchange, routing key, header, body,
 message count)``, ``("get-empty", request id)``, ``("get-refused", request id, code,
 text)``, ``("answer", request id, count, count)``, ``("ask-refused", request id, code,
@@ -37,7 +39,15 @@ are the stream's credit here.
 
 Flow: besides its prefetch, a consumer has at most WINDOW deliveries in flight to the
 peer; the peer gives credit back as it hands them to its client (and holds it while the
-client does not read), so a consumer without prefetch cannot flood the peer. `lost`
+client does not read), so a consumer without prefetch cannot flood the peer.
+
+Global qos (RabbitMQ's limiter across workers): a delivery the peer's channel had no room
+for comes back ``("unsent", [tags])``: put back at its place as it was (neither redelivered
+nor counted), and its consumer is *blocked* (no credit: the queue's other consumers get
+what it would have) --``("unblock", id)``: the channel has room--> unblocking --every
+delivery sent to it came back or was credited (`_in_flight` 0), so the next is in order-->
+served again, and ``("unblocked", id)`` tells the peer where the fresh deliveries start
+(engine/remote_consumers.py). `lost`
 (the link broke: the peer died) cancels every consumer and requeues what it had not
 settled, as RabbitMQ requeues a dead channel's deliveries.
 """
@@ -49,7 +59,7 @@ import pickle
 from collections.abc import Callable
 from typing import Any, Final
 
-from amqpd.engine.unacked import Settlement, UnackedStore
+from amqpd.engine.unacked import Settlement, Unacked, UnackedStore
 from amqpd.model.message import QueueEntry
 from amqpd.model.queue import Consumer, Queue
 from amqpd.model.selective import browse_entries, consumer_selector
@@ -74,6 +84,7 @@ _SETTLEMENTS: Final = {
     "ack": Settlement.ACK,
     "requeue": Settlement.REQUEUE,
     "discard": Settlement.DISCARD,
+    "unsent": Settlement.UNSENT,
 }
 
 
@@ -88,6 +99,7 @@ class ServedConsumers:
         self._consumers: dict[int, tuple[Consumer, VirtualHost]] = {}
         self._ids: dict[Consumer, int] = {}
         self._in_flight: dict[Consumer, int] = {}
+        self._blocked: dict[Consumer, bool] = {}  # whether the peer asked to unblock it
 
     def __len__(self) -> int:
         return len(self._consumers)
@@ -101,6 +113,11 @@ class ServedConsumers:
             self._settle(settlement, request[1])
         elif kind == "credit":
             self._credit(request[1], request[2])
+        elif kind == "unblock":
+            found = self._consumers.get(request[1])
+            if found is not None and found[0] in self._blocked:
+                self._blocked[found[0]] = True
+                self._unblocked(found[0])
         elif kind == "consume":
             self._consume(vhosts, *request[1:])
         elif kind == "cancel":
@@ -159,6 +176,7 @@ class ServedConsumers:
         """Stop serving ``consumer`` (its deliveries stay unacked until settled)."""
         self._ids.pop(consumer, None)
         self._in_flight.pop(consumer, None)
+        self._blocked.pop(consumer, None)
         queue = consumer.queue
         queue.remove_consumer(consumer)
         if queue.auto_delete and queue.had_consumer and not queue.consumers and not queue.deleted:
@@ -170,7 +188,17 @@ class ServedConsumers:
             return
         consumer = found[0]
         self._in_flight[consumer] = self._in_flight.get(consumer, 0) - count
+        if consumer in self._blocked:
+            self._unblocked(consumer)
         consumer.queue.dispatch()
+
+    def _unblocked(self, consumer: Consumer) -> None:
+        """Serve a consumer whose unblocking was asked for again once nothing sent to it is
+        still on its way (see the module's docstring)."""
+        if self._blocked[consumer] and self._in_flight.get(consumer, 0) <= 0:
+            del self._blocked[consumer]
+            self._event(("unblocked", self._ids[consumer]))
+            consumer.queue.dispatch()
 
     def _settle(self, settlement: Settlement, tags: list[int]) -> None:
         unacked = self._unacked
@@ -182,7 +210,13 @@ class ServedConsumers:
                 continue  # requeued already (see the module's docstring)
         if not records:
             return
+        if settlement is Settlement.UNSENT:
+            self._unsent(records)
         unacked.settle(records, settlement, records[0].queue.clock.now)
+        if settlement is Settlement.UNSENT:
+            for consumer in {record.consumer for record in records}:
+                if consumer in self._blocked:
+                    self._unblocked(consumer)
         if settlement is not Settlement.REQUEUE:  # (a requeue dispatches itself)
             for queue in {record.queue for record in records}:
                 queue.dispatch()
@@ -296,9 +330,24 @@ class ServedConsumers:
             else:
                 self._event(("answer", request_id, vhost.delete_queue(queue), 0))
 
+    def _unsent(self, records: list[Unacked]) -> None:
+        """Deliveries the peer's channel had no room for: not delivered after all (the
+        statistics too), and their consumers blocked (see the module's docstring)."""
+        for record in records:
+            consumer = record.consumer
+            if consumer is None:
+                continue
+            self._in_flight[consumer] = self._in_flight.get(consumer, 0) - 1
+            stats = record.queue.stats
+            stats.deliver -= 1
+            if record.entry.redelivered:
+                stats.redeliver -= 1
+            if consumer in self._ids:
+                self._blocked.setdefault(consumer, False)
+
     # -- ConsumerSink ----------------------------------------------------------------------
     def has_credit(self, consumer: Consumer) -> bool:
-        if self._in_flight.get(consumer, 0) >= WINDOW:
+        if self._in_flight.get(consumer, 0) >= WINDOW or consumer in self._blocked:
             return False
         return consumer.no_ack or self._unacked.has_credit(consumer)
 
@@ -378,6 +427,7 @@ class ServedConsumers:
             return
         self._consumers.pop(consumer_id, None)
         self._in_flight.pop(consumer, None)
+        self._blocked.pop(consumer, None)
         self._event(("cancelled", consumer_id))
 
     # -- the link --------------------------------------------------------------------------

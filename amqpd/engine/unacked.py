@@ -34,6 +34,7 @@ class Settlement(enum.Enum):
     ACK = "ack"  # basic.ack: done with
     REQUEUE = "requeue"  # nack / reject with requeue, recover, close: back into the queue
     DISCARD = "discard"  # nack / reject without requeue: dead-lettered if the queue has a DLX
+    UNSENT = "unsent"  # never reached the client (engine/served_consumers.py): back as it was
 
 
 class Unacked:
@@ -186,8 +187,8 @@ class UnackedStore:
             if record.queue is not queue:
                 queue = record.queue
                 queue.consumer_progress_at = now
-        if kind is Settlement.REQUEUE:
-            _requeue(records)
+        if kind is Settlement.REQUEUE or kind is Settlement.UNSENT:
+            _requeue(records, kind is Settlement.UNSENT)
         elif kind is Settlement.DISCARD:
             for record in records:
                 record.queue.discard(record.entry, "rejected")
@@ -219,9 +220,9 @@ def _tag(record: Unacked) -> int:
     return record.tag
 
 
-def _requeue(records: Iterable[Unacked]) -> None:
+def _requeue(records: Iterable[Unacked], unsent: bool = False) -> None:
     by_queue: dict[Queue, list[QueueEntry]] = {}
     for record in records:
         by_queue.setdefault(record.queue, []).append(record.entry)
     for queue, entries in by_queue.items():
-        queue.requeue(entries)
+        queue.requeue(entries, unsent)

@@ -416,16 +416,17 @@ class Queue:
         return self.settings.expires is not None or self._timed > 0 or self.read_failing
 
     # -- back ----------------------------------------------------------------------------
-    def requeue(self, entries: Iterable[QueueEntry]) -> None:
+    def requeue(self, entries: Iterable[QueueEntry], unsent: bool = False) -> None:
         """Put delivered entries back, marked redelivered: at their original positions
         (classic) or at the back (quorum, as RabbitMQ does). An entry delivered more than
-        x-delivery-limit times is dead-lettered (reason delivery_limit) instead."""
+        x-delivery-limit times is dead-lettered (reason delivery_limit) instead. ``unsent``:
+        they never reached a client (another worker's channel had no room): as they were."""
         if self.deleted:
             return
         back = sorted(entries, key=_by_seq)
         if self.groups is not None:
             self.groups.returned(self, back)
-        back = queue_limits.within_delivery_limit(self, back)
+        back = queue_limits.coming_back(self, back, unsent)
         if not back:
             return
         if self._selective:
@@ -433,7 +434,7 @@ class Queue:
         if self.groups is not None:
             self.groups.rewind(self.consumers, back[0].seq)
         for entry in back:
-            entry.redelivered = True
+            entry.redelivered = entry.redelivered or not unsent
             self.ready_bytes += entry.message.body_size
             if entry.stored:
                 self.residency.add(entry)

@@ -47,6 +47,7 @@ from amqpd.model.queue_args import QueueSettings
 
 __all__ = [
     "LimitedQueue",
+    "coming_back",
     "discard_head",
     "drop_head_over_limit",
     "expire",
@@ -185,6 +186,16 @@ def reconfigure(queue: LimitedQueue, settings: QueueSettings) -> None:
         deadline = queue.next_deadline()  # a policy's x-expires: announce its lease end
         if deadline is not None:
             queue.clock.wake(deadline)
+
+
+def coming_back(queue: LimitedQueue, back: list[QueueEntry], unsent: bool) -> list[QueueEntry]:
+    """The entries ``back`` that go back into the queue: those `within_delivery_limit`, or,
+    ``unsent`` (never handed to a client: Queue.requeue), all, as they were before."""
+    if not unsent:
+        return within_delivery_limit(queue, back)
+    for entry in back:
+        entry.delivery_count -= 1
+    return back
 
 
 def within_delivery_limit(queue: LimitedQueue, back: list[QueueEntry]) -> list[QueueEntry]:

@@ -215,15 +215,16 @@ class RemoteQueue(Queue):
             entry.stored = False
             self.port.settle(self.worker, "discard", [entry])
 
-    def requeue(self, entries: Iterable[QueueEntry]) -> None:
-        """Back into the owner's queue (nack, recover, a channel closed)."""
+    def requeue(self, entries: Iterable[QueueEntry], unsent: bool = False) -> None:
+        """Back into the owner's queue (nack, recover, a channel closed); ``unsent``: never
+        handed to the client (its channel's global qos was full), back as they were."""
         back = []
         for entry in entries:
             if entry.stored:
                 entry.stored = False
                 back.append(entry)
         if back and self.port is not None:
-            self.port.settle(self.worker, "requeue", back)
+            self.port.settle(self.worker, "unsent" if unsent else "requeue", back)
 
     def remove_consumer(self, consumer: Consumer) -> None:
         """basic.cancel, or its channel closed."""

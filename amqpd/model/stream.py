@@ -265,7 +265,7 @@ class StreamQueue(Queue):
                         self.journal.barrier()  # the committer writes it with the next batch
                         self.dirty.add(self)
 
-    def requeue(self, entries: Iterable[QueueEntry]) -> None:
+    def requeue(self, entries: Iterable[QueueEntry], unsent: bool = False) -> None:
         """A closed channel's unacked deliveries: nothing to put back in a log."""
 
     def discard(self, entry: QueueEntry, reason: str) -> None:

@@ -405,25 +405,64 @@ def test_a_global_qos_limits_the_channel_over_its_local_and_remote_consumers() -
     client.send(1, commands.Basic.Consume(queue="mine", consumer_tag="local"))
     client.send(1, commands.Basic.Consume(queue="theirs", consumer_tag="remote"))
     pair.pump()
-    # the owner sends two (its consumer counts the channel's limit), one is kept here
+    # the owner sent two (its consumer counts the channel's limit); the one without room
+    # went back unsent, as it was, and the owner blocked the consumer (RabbitMQ's limiter)
     assert [body for _tag, body, _r in _deliveries(client)] == [b"m1", b"r1"]
-    assert pair.queue.message_count == 1
-    client.send(1, commands.Basic.Ack(delivery_tag=1))  # m1: room for the one kept here
+    assert [(e.message.body, e.redelivered) for e in pair.queue.ready] == [
+        (b"r2", False),
+        (b"r3", False),
+    ]
+    assert pair.queue.ready[0].delivery_count == 0
+    client.send(1, commands.Basic.Ack(delivery_tag=1))  # m1: room again, r2 comes
     pair.pump()
-    assert [(tag, body) for tag, body, _r in _deliveries(client)] == [(3, b"r2")]
+    assert [(tag, body, r) for tag, body, r in _deliveries(client)] == [(3, b"r2", False)]
     client.send(1, commands.Basic.Ack(delivery_tag=2))  # r1: the owner sends r3
     pair.pump()
     assert [(tag, body) for tag, body, _r in _deliveries(client)] == [(4, b"r3")]
     assert mine.message_count == 0 and pair.queue.message_count == 0
 
     pair.publish(b"r4", b"r5")
-    client.send(1, commands.Basic.Ack(delivery_tag=3))  # r2: r4 comes, r5 is kept here
+    client.send(1, commands.Basic.Ack(delivery_tag=3))  # r2: r4 comes, r5 goes back
     pair.pump()
     assert [body for _tag, body, _r in _deliveries(client)] == [b"r4"]
+    assert [entry.message.body for entry in pair.queue.ready] == [b"r5"]
     client.send(1, commands.Channel.Close(reply_code=200, class_id=0, method_id=0))
-    pair.pump()  # unacked (r3, r4) and kept (r5): all back on the owner
-    assert sorted(entry.message.body or b"" for entry in pair.queue.ready) == [b"r3", b"r4", b"r5"]
+    pair.pump()  # unacked (r3, r4): back on the owner, redelivered; r5 as it was
+    ready = {entry.message.body: entry.redelivered for entry in pair.queue.ready}
+    assert ready == {b"r3": True, b"r4": True, b"r5": False}
     assert not pair.queue.consumers
+
+
+def test_what_a_full_channel_sends_back_goes_to_the_owners_other_consumers() -> None:
+    """The channel's global qos is full: what its consumer on another worker's queue cannot
+    take goes to the queue's other consumers meanwhile (RabbitMQ's limiter blocks that
+    consumer in the queue), and it gets the next ones in order once it has room."""
+    pair = Pair()
+    pair.zero.vhosts["/"].declare_queue("mine", False, True, False, False, {}, None)
+    client = pair.client
+    client.publish(1, "mine", b"m1")
+    client.send(1, commands.Basic.Qos(prefetch_count=2, global_=True))
+    client.send(1, commands.Basic.Consume(queue="mine", consumer_tag="local"))
+    client.send(1, commands.Basic.Consume(queue="theirs", consumer_tag="remote"))
+    pair.pump()
+    client.methods()
+    pair.publish(b"a", b"b", b"c")
+    pair.pump()  # the owner sends a and b (2 per consumer); b finds no room, goes back
+    assert [body for _tag, body, _r in _deliveries(client)] == [b"a"]
+    other = pair.owner  # a consumer on the owner's worker, with room
+    other.send(1, commands.Basic.Consume(queue="theirs", consumer_tag="there", no_ack=True))
+    assert [body for _tag, body, _r in _deliveries(other)] == [b"b", b"c"]
+    other.send(1, commands.Basic.Cancel(consumer_tag="there"))
+    other.methods()
+    pair.publish(b"d", b"e")
+    client.send(1, commands.Basic.Ack(delivery_tag=1))  # m1: room for one
+    pair.pump()
+    assert [body for _tag, body, _r in _deliveries(client)] == [b"d"]
+    client.send(1, commands.Basic.Ack(delivery_tag=2))  # a: room for the next
+    pair.pump()
+    assert [body for _tag, body, _r in _deliveries(client)] == [b"e"]
+    # b counted once (its delivery here), not also as sent to the full channel
+    assert pair.queue.stats.deliver == 3 and pair.queue.stats.redeliver == 0
 
 
 def test_another_workers_stream_refuses_no_ack_and_purge_as_a_local_stream(
@@ -444,3 +483,40 @@ def test_another_workers_stream_refuses_no_ack_and_purge_as_a_local_stream(
     assert isinstance(refused, commands.Connection.Close) and refused.reply_code == 540
     assert "queue.purge" in refused.reply_text
     assert len(list(pair.queue.ready)) == 0 and pair.one.vhosts["/"].queues["log"]
+
+
+def test_a_consumer_unblocked_while_deliveries_cross_gets_them_in_order() -> None:
+    """Room frees while deliveries sent before the owner blocked the consumer are still on
+    their way: they go back too, and the owner serves the consumer again only once all are
+    back, so it gets every message in the queue's order."""
+    pair = Pair()
+    pair.zero.vhosts["/"].declare_queue("mine", False, True, False, False, {}, None)
+    client = pair.client
+    client.publish(1, "mine", b"m1")
+    client.publish(1, "mine", b"m2")
+    client.send(1, commands.Basic.Qos(prefetch_count=3, global_=True))
+    client.send(1, commands.Basic.Consume(queue="mine", consumer_tag="local"))
+    client.send(1, commands.Basic.Consume(queue="theirs", consumer_tag="remote"))
+    pair.pump()
+    client.methods()
+    pair.publish(b"a", b"b", b"c", b"d")
+    out = bytearray()
+    pair.served.take(out)  # the owner sent a, b and c (3 per consumer), not read here yet
+    reader = RecordReader()
+    reader.feed(bytes(out))
+    records = []
+    while (record := reader.next_record()) is not None:
+        records.append(record)
+    assert len(records) == 3
+    pair.remote.delivered(1, records[0])  # a: the last room
+    pair.remote.delivered(1, records[1])  # b: none, back unsent (the owner blocks)
+    client.send(1, commands.Basic.Ack(delivery_tag=1))  # m1: room (unblock asked)
+    pair.remote.delivered(1, records[2])  # c: sent before the block, back too
+    assert [body for _tag, body, _r in _deliveries(client)] == [b"a"]
+    assert [entry.message.body for entry in pair.queue.ready] == [b"d"]
+    pair.pump()
+    assert [body for _tag, body, _r in _deliveries(client)] == [b"b"]
+    for tag in (2, 3, 4):  # m2, a, b
+        client.send(1, commands.Basic.Ack(delivery_tag=tag))
+    pair.pump()
+    assert [body for _tag, body, _r in _deliveries(client)] == [b"c", b"d"]
