@@ -625,3 +625,38 @@ def _connects(port: int) -> bool:
     except pika.exceptions.AMQPConnectionError:
         return False
     return True
+
+
+def test_a_global_qos_full_channel_leaves_another_workers_messages_to_others(
+    tmp_path: Path,
+) -> None:
+    """A pinned connection's channel (basic.qos global=true, 2) consumes a queue of its
+    own worker and one of the other's, and acks nothing: it holds two messages in all,
+    and what the other worker's queue sent it beyond that went back (RabbitMQ's limiter),
+    so that queue's own consumer there gets every other message, none redelivered."""
+    with _node(tmp_path) as (broker, _data):
+        a, b = _two_workers(broker.port)
+        ca, cb = a.channel(), b.channel()
+        ca.queue_declare("here")
+        ca.confirm_delivery()
+        ca.basic_publish("", "here", b"h")
+        cb.queue_declare("there")
+        cb.confirm_delivery()
+        for i in range(10):
+            cb.basic_publish("", "there", b"%d" % i)
+        limited = a.channel()
+        limited.basic_qos(prefetch_count=2, global_qos=True)
+        got: list[bytes] = []
+        limited.basic_consume("here", lambda _c, _m, _p, body: got.append(body))
+        limited.basic_consume("there", lambda _c, _m, _p, body: got.append(body))
+        _wait_for(lambda: (a.process_data_events(0.05), len(got) >= 2)[1], "two deliveries")
+        a.process_data_events(0.5)  # none more comes: the channel is full
+        assert got == [b"h", b"0"]
+        taken: list[tuple[bytes, bool]] = []
+        cb.basic_consume(
+            "there", lambda _c, m, _p, body: taken.append((body, m.redelivered)), auto_ack=True
+        )
+        _wait_for(lambda: (b.process_data_events(0.05), len(taken) >= 9)[1], "the other nine")
+        assert taken == [(b"%d" % i, False) for i in range(1, 10)]
+        a.close()
+        b.close()
