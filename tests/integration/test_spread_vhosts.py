@@ -17,13 +17,14 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pika
 import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
 from tests.integration.broker_process import BrokerProcess
-from tests.integration.test_workers import _ctl, _wait_for, _workers
+from tests.integration.test_workers import _ctl, _listener_port, _wait_for, _workers
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
@@ -660,3 +661,68 @@ def test_a_global_qos_full_channel_leaves_another_workers_messages_to_others(
         assert taken == [(b"%d" % i, False) for i in range(1, 10)]
         a.close()
         b.close()
+
+
+def test_the_management_api_and_prometheus_show_a_spread_vhost_as_one_node(
+    tmp_path: Path,
+) -> None:
+    """Operators see one broker when "/" is spread over both workers: every worker's
+    queues, connections and consumers once each, every exchange and binding once,
+    totals and Prometheus summed once; a queue another worker owns is purged and deleted
+    through the API like any other."""
+    data = tmp_path / "data"
+    http = ("--management-port", "0", "--prometheus-port", "0")
+    broker = BrokerProcess(data, extra=("--workers", "2", "--spread-vhosts", "/", *http))
+    api = httpx.Client(auth=("guest", "guest"), timeout=30)
+    try:
+        api.base_url = httpx.URL(f"http://127.0.0.1:{_listener_port(data, 'http')}/api")
+        a, b = _two_workers(broker.port)
+        ca, cb = a.channel(), b.channel()
+        ca.exchange_declare("spread-x", "direct", durable=True)
+        for channel, name in ((ca, "q-a"), (cb, "q-b")):
+            channel.queue_declare(name, durable=True)
+            channel.queue_bind(name, "spread-x", name)
+            channel.confirm_delivery()
+        on_one = _queue_names(data / "shard-1") & {"q-a", "q-b"}
+        assert len(on_one) == 1  # one queue on each worker
+        (far,) = on_one
+        near, near_channel = ("q-b", cb) if far == "q-a" else ("q-a", ca)
+        for name in ("q-a", "q-b"):
+            for _ in range(3):
+                ca.basic_publish("spread-x", name, b"m", PERSISTENT)
+        near_channel.basic_consume(near, lambda *_args: None, consumer_tag="watcher")
+
+        def listed() -> dict[str, tuple[int, int]]:
+            rows = api.get("/queues/%2F", params={"columns": "name,messages,messages_ready"})
+            return {q["name"]: (q["messages"], q["messages_ready"]) for q in rows.json()}
+
+        # the consumer's three are unacked (messages counts them, messages_ready does not)
+        _wait_for(lambda: listed() == {near: (3, 0), far: (3, 3)}, "the consumer's deliveries")
+        exchanges = [x["name"] for x in api.get("/exchanges/%2F").json()]
+        assert exchanges.count("spread-x") == 1 and exchanges.count("amq.direct") == 1
+        bindings = api.get("/exchanges/%2F/spread-x/bindings/source").json()
+        assert sorted(row["destination"] for row in bindings) == ["q-a", "q-b"]
+        assert len(api.get("/connections").json()) == 2
+        consumers = api.get("/consumers").json()
+        assert [(c["queue"]["name"], c["consumer_tag"]) for c in consumers] == [(near, "watcher")]
+        totals = api.get("/overview").json()["object_totals"]
+        assert (totals["queues"], totals["connections"], totals["consumers"]) == (2, 2, 1)
+        assert totals["exchanges"] == len(exchanges)
+        metrics = httpx.get(
+            f"http://127.0.0.1:{_listener_port(data, 'http/prometheus')}/metrics", timeout=30
+        ).text
+        assert "\nrabbitmq_queues 2.0\n" in metrics
+        assert "\nrabbitmq_consumers 1.0\n" in metrics
+
+        assert api.delete(f"/queues/%2F/{far}/contents").status_code == 204
+        _wait_for(lambda: listed()[far] == (0, 0), "the purge on worker 1")
+        assert api.delete(f"/queues/%2F/{far}").status_code == 204
+        _wait_for(lambda: far not in listed(), "the delete on worker 1")
+        assert far not in _queue_names(data / "shard-1")
+        a.close()
+        b.close()
+        broker.stop()
+    finally:
+        api.close()
+        if broker.proc.poll() is None:
+            broker.kill()
