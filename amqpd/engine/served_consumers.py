@@ -189,8 +189,9 @@ class ServedConsumers:
         consumer = found[0]
         self._in_flight[consumer] = self._in_flight.get(consumer, 0) - count
         if consumer in self._blocked:
-            self._unblocked(consumer)
-        consumer.queue.dispatch()
+            self._unblocked(consumer)  # (dispatches when it unblocks)
+        else:
+            consumer.queue.dispatch()
 
     def _unblocked(self, consumer: Consumer) -> None:
         """Serve a consumer whose unblocking was asked for again once nothing sent to it is
@@ -211,7 +212,7 @@ class ServedConsumers:
         if not records:
             return
         if settlement is Settlement.UNSENT:
-            self._unsent(records)
+            self._unsent(records)  # blocked first: the requeue below dispatches
         unacked.settle(records, settlement, records[0].queue.clock.now)
         if settlement is Settlement.UNSENT:
             for consumer in {record.consumer for record in records}:

@@ -417,10 +417,9 @@ class Queue:
 
     # -- back ----------------------------------------------------------------------------
     def requeue(self, entries: Iterable[QueueEntry], unsent: bool = False) -> None:
-        """Put delivered entries back, marked redelivered: at their original positions
-        (classic) or at the back (quorum, as RabbitMQ does). An entry delivered more than
-        x-delivery-limit times is dead-lettered (reason delivery_limit) instead. ``unsent``:
-        they never reached a client (another worker's channel had no room): as they were."""
+        """Put delivered entries back, marked redelivered (not when ``unsent``:
+        queue_limits.coming_back): at their original positions (classic) or at the back
+        (quorum, as RabbitMQ does), or dead-lettered past x-delivery-limit."""
         if self.deleted:
             return
         back = sorted(entries, key=_by_seq)

@@ -433,19 +433,28 @@ def test_a_global_qos_limits_the_channel_over_its_local_and_remote_consumers() -
     assert not pair.queue.consumers
 
 
-def test_what_a_full_channel_sends_back_goes_to_the_owners_other_consumers() -> None:
-    """The channel's global qos is full: what its consumer on another worker's queue cannot
-    take goes to the queue's other consumers meanwhile (RabbitMQ's limiter blocks that
-    consumer in the queue), and it gets the next ones in order once it has room."""
+def _sharing_a_global_qos(limit: int, local: list[bytes]) -> Pair:
+    """A pinned client whose channel (basic.qos global=true, ``limit``) consumes its own
+    worker's queue "mine", holding ``local`` unacked, and the owner's "theirs"."""
     pair = Pair()
     pair.zero.vhosts["/"].declare_queue("mine", False, True, False, False, {}, None)
     client = pair.client
-    client.publish(1, "mine", b"m1")
-    client.send(1, commands.Basic.Qos(prefetch_count=2, global_=True))
+    for body in local:
+        client.publish(1, "mine", body)
+    client.send(1, commands.Basic.Qos(prefetch_count=limit, global_=True))
     client.send(1, commands.Basic.Consume(queue="mine", consumer_tag="local"))
     client.send(1, commands.Basic.Consume(queue="theirs", consumer_tag="remote"))
     pair.pump()
     client.methods()
+    return pair
+
+
+def test_what_a_full_channel_sends_back_goes_to_the_owners_other_consumers() -> None:
+    """The channel's global qos is full: what its consumer on another worker's queue cannot
+    take goes to the queue's other consumers meanwhile (RabbitMQ's limiter blocks that
+    consumer in the queue), and it gets the next ones in order once it has room."""
+    pair = _sharing_a_global_qos(2, [b"m1"])
+    client = pair.client
     pair.publish(b"a", b"b", b"c")
     pair.pump()  # the owner sends a and b (2 per consumer); b finds no room, goes back
     assert [body for _tag, body, _r in _deliveries(client)] == [b"a"]
@@ -489,16 +498,8 @@ def test_a_consumer_unblocked_while_deliveries_cross_gets_them_in_order() -> Non
     """Room frees while deliveries sent before the owner blocked the consumer are still on
     their way: they go back too, and the owner serves the consumer again only once all are
     back, so it gets every message in the queue's order."""
-    pair = Pair()
-    pair.zero.vhosts["/"].declare_queue("mine", False, True, False, False, {}, None)
+    pair = _sharing_a_global_qos(3, [b"m1", b"m2"])
     client = pair.client
-    client.publish(1, "mine", b"m1")
-    client.publish(1, "mine", b"m2")
-    client.send(1, commands.Basic.Qos(prefetch_count=3, global_=True))
-    client.send(1, commands.Basic.Consume(queue="mine", consumer_tag="local"))
-    client.send(1, commands.Basic.Consume(queue="theirs", consumer_tag="remote"))
-    pair.pump()
-    client.methods()
     pair.publish(b"a", b"b", b"c", b"d")
     out = bytearray()
     pair.served.take(out)  # the owner sent a, b and c (3 per consumer), not read here yet
