@@ -13,12 +13,13 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from tests.ports import spare_port
 
 _DEADLINE = 120.0
 
@@ -30,12 +31,6 @@ def _bin_dir() -> Path:
             "PostgreSQL is not installed: apt-get install postgresql (scripts/test-all does)"
         )
     return Path(found[-1]).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PgCluster:
@@ -67,7 +62,7 @@ class PgCluster:
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         for _ in range(5):  # a port can be taken between picking and binding it
-            self.port = _free_port()
+            self.port = spare_port()
             if self._start(fsync):
                 return
         self.stop()

@@ -6,10 +6,8 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import random
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -19,9 +17,10 @@ from pathlib import Path
 import pika
 import pytest
 
+from tests.ports import spare_port
+
 RABBIT_START_TIMEOUT = 90.0
 BOOT_ATTEMPTS = 3
-PORT_LOW, PORT_HIGH = 20000, 32000  # below the ephemeral range
 
 
 def _rabbit_unavailable_reason() -> str | None:
@@ -35,28 +34,11 @@ def _rabbit_unavailable_reason() -> str | None:
 RABBIT_REASON = _rabbit_unavailable_reason()
 
 
-def _free_port() -> int:
-    """A free port below the kernel's ephemeral range (net.ipv4.ip_local_port_range starts at
-    32768 here), so no client connection's local port can take it between this check and the
-    node's bind; a node that still finds it taken exits at once and is booted again."""
-    for _ in range(200):
-        port = random.randrange(PORT_LOW, PORT_HIGH)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as sock:  # every pick taken: any free port will do
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class RabbitNode:
     """A private RabbitMQ node for this test session."""
 
     def __init__(self, prefix: str = "jms", plugins: tuple[str, ...] = ()) -> None:
-        self.port = _free_port()
+        self.port = spare_port()
         self.node = f"{prefix}{os.getpid()}@localhost"
         self.base = Path(tempfile.mkdtemp(prefix=f"{prefix}-rabbit-"))
         shutil.chown(self.base, "rabbitmq")
@@ -86,8 +68,8 @@ class RabbitNode:
     def _boot_attempts(self, keep_port: bool) -> None:
         for attempt in range(BOOT_ATTEMPTS):
             if attempt and not keep_port:
-                self.port = _free_port()
-            self.dist_port = _free_port()
+                self.port = spare_port()
+            self.dist_port = spare_port()
             self._launch()
             self.error = self._wait_ready()
             if self.error is None or not self.error.startswith("rabbitmq-server exited"):

@@ -8,7 +8,6 @@ listener tells the tests when a failover began and ended (no sleeps as synchroni
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
 import time
 import uuid
@@ -27,15 +26,10 @@ from interop.jms import (
 )
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.test_jms_brokers import BROKERS, rabbit_node
+from tests.ports import spare_port
 
 FAST = "initialReconnectDelay=20&maxReconnectDelay=200"
 WAIT = 60.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _amqp(port: int) -> str:
@@ -288,13 +282,13 @@ def test_gives_up_after_max_reconnect_attempts(tmp_path: Path) -> None:
 
 
 def test_startup_max_reconnect_attempts() -> None:
-    url = f"failover:({_amqp(_free_port())})?startupMaxReconnectAttempts=2&initialReconnectDelay=10"
+    url = f"failover:({_amqp(spare_port())})?startupMaxReconnectAttempts=2&initialReconnectDelay=10"
     with pytest.raises(JMSException, match="no broker reachable after 2 attempt"):
         ConnectionFactory(url).create_connection()
 
 
 def test_priority_backup_moves_back_to_the_primary(tmp_path: Path) -> None:
-    primary_port = _free_port()
+    primary_port = spare_port()
     (tmp_path / "primary").mkdir()
     with _brokers(tmp_path, 1) as (backup,):
         url = f"failover:({_amqp(primary_port)},{_amqp(backup.port)})?priorityBackup=true&{FAST}"

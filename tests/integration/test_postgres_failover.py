@@ -28,17 +28,12 @@ import pytest
 
 from interop.jms import AckMode, ConnectionFactory
 from tests.pg_cluster import PgCluster
+from tests.ports import spare_port
 
 pytestmark = pytest.mark.slow
 
 DEADLINE = 90.0  # generous: 2 shared cores
 LISTENING = re.compile(r"msg=\"listening on 127\.0\.0\.1:(\d+)\"")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PgBroker:
@@ -195,7 +190,7 @@ def test_broker_on_postgres_keeps_confirmed_messages_across_kill_9(
 
 def test_one_active_the_standby_takes_over_after_kill_9(pg_url: str, tmp_path: Path) -> None:
     active = PgBroker(pg_url, tmp_path / "a")
-    standby_port = free_port()
+    standby_port = spare_port()
     standby: PgBroker | None = None
     try:
         port = active.wait_listening()
@@ -355,7 +350,7 @@ def test_aio_pika_robust_connection_carries_on_through_a_failover(
 ) -> None:
     """Both brokers are configured with the same address: the standby binds it once the
     active is dead, so one URL serves an aio-pika robust connection across the failover."""
-    port = free_port()
+    port = spare_port()
     active = PgBroker(pg_url, tmp_path / "a", port=port)
     standby: PgBroker | None = None
     try:
@@ -447,7 +442,7 @@ def test_jms_failover_url_follows_the_active_to_the_standby(pg_url: str, tmp_pat
     standby: PgBroker | None = None
     try:
         first = active.wait_listening()
-        second = free_port()
+        second = spare_port()
         standby = PgBroker(pg_url, tmp_path / "b", port=second)
         standby.wait_for(r"standby: another amqpd holds the lock")
         urls = ",".join(f"amqp://guest:guest@127.0.0.1:{p}/%2F" for p in (first, second))

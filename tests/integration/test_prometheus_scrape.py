@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -17,17 +16,12 @@ import pytest
 
 from amqpd.model.broker import BrokerConfig
 from amqpd.shell.server import ServerConfig, background_server
+from tests.ports import spare_port
 
 pytestmark = pytest.mark.timeout(600)  # several waits, each with its own deadline
 
 PROMETHEUS = "/usr/bin/prometheus"
 DEADLINE = 120.0  # seconds: a busy machine, a first scrape, a TSDB head to open
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _config(metrics_port: int) -> str:
@@ -50,7 +44,7 @@ def _prometheus(tmp_path: Path, metrics_port: int) -> Iterator[str]:
     """Run Prometheus on a free loopback port until the block ends; yields its base URL."""
     config = tmp_path / "prometheus.yml"
     config.write_text(_config(metrics_port))
-    port = _free_port()
+    port = spare_port()
     log = (tmp_path / "prometheus.log").open("wb")
     process = subprocess.Popen(
         [

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,17 +16,12 @@ import pytest
 
 from interop.spark import ConfigError, wait_for_broker
 from tests.integration.broker_process import BrokerProcess
+from tests.ports import spare_port
 
 pytest.importorskip("pyspark", reason="the Spark connector needs pyspark (the spark extra)")
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"```python\n(# spark_example\.py\n.*?)```", re.DOTALL)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.mark.slow
@@ -36,7 +30,7 @@ def test_readme_spark_example_runs_as_written(tmp_path: Path) -> None:
     [script] = BLOCK.findall((ROOT / "README.md").read_text())
     assert 'master("local[2,4]")' in script and "wait_for_broker(url" in script
     (tmp_path / "spark_example.py").write_text(script)
-    port = _free_port()
+    port = spare_port()
     env = dict(os.environ, AMQP_URL=f"amqp://guest:guest@127.0.0.1:{port}/%2F")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
@@ -48,7 +42,12 @@ def test_readme_spark_example_runs_as_written(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    broker = BrokerProcess(tmp_path / "data", port=port)  # after the script started
+    try:
+        broker = BrokerProcess(tmp_path / "data", port=port)  # after the script started
+    except BaseException:
+        run.kill()
+        run.communicate()
+        raise
     try:
         out, err = run.communicate(timeout=240)
     finally:
@@ -58,7 +57,7 @@ def test_readme_spark_example_runs_as_written(tmp_path: Path) -> None:
 
 
 def test_wait_for_broker_returns_gives_up_and_refuses(tmp_path: Path) -> None:
-    closed = f"amqp://guest:secret@127.0.0.1:{_free_port()}/%2F"
+    closed = f"amqp://guest:secret@127.0.0.1:{spare_port()}/%2F"
     with pytest.raises(TimeoutError, match="no AMQP broker answered at amqp://guest:\\*\\*\\*@"):
         wait_for_broker(closed, timeout=0.5)
     broker = BrokerProcess(tmp_path / "data")
