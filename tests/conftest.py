@@ -64,11 +64,16 @@ class NodeUnderTest:
     """`server` under ``AMQPD_TEST_WORKERS=N``: ``amqpd --workers N`` as a subprocess."""
 
     port: int
+    management_port: int = 0  # 0: not listening (as `Server`'s)
+    prometheus_port: int = 0
 
 
 @contextmanager
 def node_under_test(
-    tmp_path_factory: pytest.TempPathFactory, tick_interval: float = 1.0
+    tmp_path_factory: pytest.TempPathFactory,
+    tick_interval: float = 1.0,
+    http: bool = False,
+    data_dir: Path | None = None,
 ) -> Iterator[Server | NodeUnderTest]:
     """A fresh broker: in this process (`running_server`); or, under
     ``AMQPD_TEST_WORKERS=N`` (scripts/test-all runs the tests that use only its port so once
@@ -78,14 +83,20 @@ def node_under_test(
     (``--spread-vhosts /``): connections go to the workers in turn, queues live where
     they were declared, consumers move to their queue's worker.
     ``tick_interval`` is the in-process broker's; the node's timers run on their deadlines
-    (amqpd/shell/server.py `_ticker`) with the default periodic tick."""
+    (amqpd/shell/server.py `_ticker`) with the default periodic tick.
+    ``http``: the management API and Prometheus listen too (on free ports:
+    ``management_port``, ``prometheus_port``; under workers, the node's one API).
+    ``data_dir``: its data (a test may have prepared it with the CLI); else memory only,
+    or a fresh directory for a node."""
     workers = int(os.environ.get("AMQPD_TEST_WORKERS") or 1)
     if workers == 1:
-        with running_server(tick_interval=tick_interval) as srv:
+        ports = {"management_port": 0, "prometheus_port": 0} if http else {}
+        config = ServerConfig(port=0, tick_interval=tick_interval, data_dir=data_dir, **ports)
+        with background_server(BrokerConfig(), config) as srv:
             yield srv
         return
-    data = tmp_path_factory.mktemp("node") / "data"
-    data.mkdir()
+    data = data_dir or tmp_path_factory.mktemp("node") / "data"
+    data.mkdir(exist_ok=True)
     spread = bool(os.environ.get("AMQPD_TEST_SPREAD"))
     if not spread:
         placement = {"workers": workers, "vhosts": {"/": workers - 1}}
@@ -96,7 +107,9 @@ def node_under_test(
         assert status is not None and status.ok, status
         if not spread:
             assert json.loads(status.text)["workers"][-1]["vhosts"] == ["/"]
-        yield NodeUnderTest(node.port)
+        yield NodeUnderTest(
+            node.port, node.http_ports.get("http", 0), node.http_ports.get("http/prometheus", 0)
+        )
         node.stop()
     finally:
         if node.proc.poll() is None:
@@ -107,6 +120,13 @@ def node_under_test(
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server | NodeUnderTest]:
     """A fresh broker for one test (`node_under_test`)."""
     with node_under_test(tmp_path_factory) as srv:
+        yield srv
+
+
+@pytest.fixture
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server | NodeUnderTest]:
+    """A fresh broker whose management API and Prometheus listen too (`node_under_test`)."""
+    with node_under_test(tmp_path_factory, http=True) as srv:
         yield srv
 
 

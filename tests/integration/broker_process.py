@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 
 LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
+# the HTTP listeners (--management-port, --prometheus-port) log theirs before the AMQP one
+HTTP_LISTENING = re.compile(r"listening for (http|http/prometheus) on 127\.0\.0\.1:(\d+)")
 
 
 class BrokerProcess:
@@ -30,6 +32,7 @@ class BrokerProcess:
         if workers and "--workers" not in extra:
             extra = ("--workers", workers, *extra)
         self.extra = extra
+        self.http_ports: dict[str, int] = {}  # "http" (management), "http/prometheus"
         self._start(port)
 
     def _start(self, port: int) -> None:
@@ -45,6 +48,10 @@ class BrokerProcess:
         )
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
+            http = HTTP_LISTENING.search(line)
+            if http:
+                self.http_ports[http.group(1)] = int(http.group(2))
+                continue
             match = LISTENING.search(line)
             if match:
                 self.port = int(match.group(1))

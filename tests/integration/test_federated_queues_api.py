@@ -13,19 +13,19 @@ import httpx
 import pika
 import pytest
 
-from amqpd.model.broker import BrokerConfig
-from amqpd.shell.server import Server, ServerConfig, background_server
+from amqpd.shell.server import Server
+from tests.conftest import NodeUnderTest
 from tests.integration.shovel_support import wait_for
 
 
 @pytest.fixture
-def server() -> Iterator[Server]:
-    with background_server(BrokerConfig(), ServerConfig(port=0, management_port=0)) as running:
-        yield running
+def server(http_server: Server | NodeUnderTest) -> Server | NodeUnderTest:
+    """A fresh broker with its management API (under AMQPD_TEST_WORKERS, a node's)."""
+    return http_server
 
 
 @pytest.fixture
-def api(server: Server) -> Iterator[httpx.Client]:
+def api(server: Server | NodeUnderTest) -> Iterator[httpx.Client]:
     with httpx.Client(
         base_url=f"http://127.0.0.1:{server.management_port}", auth=("guest", "guest"), timeout=60
     ) as client:
@@ -50,7 +50,7 @@ def _consumer_tags(api: httpx.Client, queue: str) -> list[str]:
 
 
 def test_a_queue_federated_from_another_queue_of_the_same_broker(
-    server: Server, api: httpx.Client
+    server: Server | NodeUnderTest, api: httpx.Client
 ) -> None:
     upstream = {"value": {"uri": "amqp://", "queue": "src", "consumer-tag": "fed-self"}}
     assert api.put("/api/parameters/federation-upstream/%2F/self", json=upstream).status_code in (
@@ -102,7 +102,7 @@ def test_a_queue_federated_from_another_queue_of_the_same_broker(
 
 
 def test_a_refused_upstream_declaration_is_shown_and_retried(
-    server: Server, api: httpx.Client
+    server: Server | NodeUnderTest, api: httpx.Client
 ) -> None:
     """The link declares the upstream queue like the local one (durable here); an upstream
     queue declared otherwise refuses that with 406: the link shows the error and retries
@@ -128,7 +128,9 @@ def test_a_refused_upstream_declaration_is_shown_and_retried(
     conn.close()
 
 
-def test_a_federated_queue_in_another_vhost(server: Server, api: httpx.Client) -> None:
+def test_a_federated_queue_in_another_vhost(
+    server: Server | NodeUnderTest, api: httpx.Client
+) -> None:
     """An upstream URI without a vhost means the local queue's vhost (here one whose name
     needs quoting), for the upstream connection and for the link's local one alike."""
     assert api.put("/api/vhosts/fed%20eu").status_code in (201, 204)
@@ -157,7 +159,7 @@ def test_a_federated_queue_in_another_vhost(server: Server, api: httpx.Client) -
 
 
 def test_an_unreachable_upstream_is_shown_as_rabbitmq_words_it(
-    server: Server, api: httpx.Client
+    server: Server | NodeUnderTest, api: httpx.Client
 ) -> None:
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))

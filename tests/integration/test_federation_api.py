@@ -12,19 +12,19 @@ import httpx
 import pika
 import pytest
 
-from amqpd.model.broker import BrokerConfig
-from amqpd.shell.server import Server, ServerConfig, background_server
+from amqpd.shell.server import Server
+from tests.conftest import NodeUnderTest
 from tests.integration.shovel_support import wait_for
 
 
 @pytest.fixture
-def server() -> Iterator[Server]:
-    with background_server(BrokerConfig(), ServerConfig(port=0, management_port=0)) as running:
-        yield running
+def server(http_server: Server | NodeUnderTest) -> Server | NodeUnderTest:
+    """A fresh broker with its management API (under AMQPD_TEST_WORKERS, a node's)."""
+    return http_server
 
 
 @pytest.fixture
-def api(server: Server) -> Iterator[httpx.Client]:
+def api(server: Server | NodeUnderTest) -> Iterator[httpx.Client]:
     with httpx.Client(
         base_url=f"http://127.0.0.1:{server.management_port}", auth=("guest", "guest"), timeout=60
     ) as client:
@@ -66,8 +66,10 @@ def test_parameters_policies_and_texts(api: httpx.Client) -> None:
     assert api.delete(path).status_code == 204
 
 
-def test_links_status_and_a_local_federation(server: Server, api: httpx.Client) -> None:
-    assert api.get("/api/cluster-name").json() == {"name": server.broker.statistics.node}
+def test_links_status_and_a_local_federation(
+    server: Server | NodeUnderTest, api: httpx.Client
+) -> None:
+    assert api.get("/api/cluster-name").json() == {"name": api.get("/api/overview").json()["node"]}
     assert api.put("/api/cluster-name", json={}).json()["reason"] == "[{key_missing,name}]"
     assert api.put("/api/cluster-name", json={"name": "here"}).status_code == 204
     assert api.get("/api/cluster-name").json() == {"name": "here"}
@@ -112,6 +114,7 @@ def test_links_status_and_a_local_federation(server: Server, api: httpx.Client) 
         return states == {**expected, "novhost": "error"}
 
     wait_for(settled, "one running link and three in error", timeout=60)
+    assert len(_links(api)) == 4  # each link runs once (a spread vhost too: on one worker)
     by_upstream = {item["upstream"]: item for item in _links(api)}
     running, failed = by_upstream["local"], by_upstream["nowhere"]
     assert set(running) == {
@@ -172,7 +175,9 @@ def test_overview_names_the_cluster_and_the_helper_type(api: httpx.Client) -> No
     ]
 
 
-def test_a_vhost_with_a_space_and_a_slash(server: Server, api: httpx.Client) -> None:
+def test_a_vhost_with_a_space_and_a_slash(
+    server: Server | NodeUnderTest, api: httpx.Client
+) -> None:
     """The link reaches its own vhost (and a host-less upstream URI names one) whatever
     characters the name has."""
     vhost, quoted = "fed space/x", "fed%20space%2Fx"

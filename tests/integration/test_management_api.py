@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -16,23 +15,24 @@ import pytest
 
 from amqpd.model.broker import BrokerConfig
 from amqpd.shell.server import Server, ServerConfig, background_server
+from tests.conftest import NodeUnderTest
 
 RABBITMQADMIN = "/usr/bin/rabbitmqadmin"
 
 
 @pytest.fixture
-def broker() -> Iterator[Server]:
-    with background_server(BrokerConfig(), ServerConfig(port=0, management_port=0)) as server:
-        yield server
+def broker(http_server: Server | NodeUnderTest) -> Server | NodeUnderTest:
+    """A fresh broker with its management API (under AMQPD_TEST_WORKERS, a node's)."""
+    return http_server
 
 
-def api(server: Server) -> httpx.Client:
+def api(server: Server | NodeUnderTest) -> httpx.Client:
     return httpx.Client(
         base_url=f"http://127.0.0.1:{server.management_port}", auth=("guest", "guest"), timeout=60
     )
 
 
-def admin(server: Server, *args: str) -> str:
+def admin(server: Server | NodeUnderTest, *args: str) -> str:
     """Run the real rabbitmqadmin; it must succeed."""
     done = subprocess.run(
         [
@@ -56,14 +56,14 @@ def admin(server: Server, *args: str) -> str:
     return done.stdout
 
 
-def tsv(server: Server, what: str, *columns: str) -> list[list[str]]:
+def tsv(server: Server | NodeUnderTest, what: str, *columns: str) -> list[list[str]]:
     """``rabbitmqadmin -f tsv -q list WHAT [columns]`` rows (quiet: no header line)."""
     out = admin(server, "-f", "tsv", "-q", "list", what, *columns)
     return [line.split("\t") for line in out.splitlines() if line]
 
 
 def test_rabbitmqadmin_lists_declares_publishes_gets_and_closes(
-    broker: Server, tmp_path: Path
+    broker: Server | NodeUnderTest, tmp_path: Path
 ) -> None:
     conn = pika.BlockingConnection(
         pika.ConnectionParameters(
@@ -135,7 +135,7 @@ def test_rabbitmqadmin_lists_declares_publishes_gets_and_closes(
             conn.close()
 
 
-def test_delete_connection_closes_it_with_the_x_reason(broker: Server) -> None:
+def test_delete_connection_closes_it_with_the_x_reason(broker: Server | NodeUnderTest) -> None:
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
     other = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
     client = api(broker)
@@ -211,7 +211,7 @@ def test_publish_users_vhosts_permissions_survive_a_restart(tmp_path: Path) -> N
         assert (kept["configure"], kept["write"]) == ("", ".*")
 
 
-def test_rabbitmqadmin_declares_lists_and_deletes_policies(broker: Server) -> None:
+def test_rabbitmqadmin_declares_lists_and_deletes_policies(broker: Server | NodeUnderTest) -> None:
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
     try:
         ch = conn.channel()
@@ -245,6 +245,13 @@ def test_rabbitmqadmin_declares_lists_and_deletes_policies(broker: Server) -> No
             ch.basic_publish("", "capped-q", f"m{n}".encode())
         with api(broker) as client:
             queue = client.get("/api/queues/%2F/capped-q").json()
+            # one vhost's (with workers, worker 0 answers for a vhost another one serves)
+            [policy] = client.get("/api/policies/%2F").json()
+            assert [op["name"] for op in client.get("/api/operator-policies/%2F").json()] == [
+                "op-cap"
+            ]
+            assert client.get("/api/vhost-limits/%2F").status_code == 200
+        assert policy["name"] == "cap"
         assert (queue["policy"], queue["operator_policy"]) == ("cap", "op-cap")
         assert queue["effective_policy_definition"] == {"max-length": 2}
         assert ch.queue_declare("capped-q", passive=True).method.message_count == 2

@@ -14,8 +14,8 @@ import httpx
 import pika
 import pytest
 
-from amqpd.model.broker import BrokerConfig
-from amqpd.shell.server import ServerConfig, background_server
+from amqpd.shell.server import Server
+from tests.conftest import NodeUnderTest
 from tests.ports import spare_port
 
 pytestmark = pytest.mark.timeout(600)  # several waits, each with its own deadline
@@ -96,59 +96,60 @@ def _wait_for(base: str, expr: str, expected: float, log: Path) -> list[dict[str
     raise AssertionError(f"{expr} never became {expected}: {result}\n{log_text}")
 
 
-def test_prometheus_scrapes_rabbitmq_series(tmp_path: Path) -> None:
-    config = ServerConfig(port=0, prometheus_port=0)
-    with background_server(BrokerConfig(), config) as server:
-        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))
-        try:
-            channel = conn.channel()
-            channel.queue_declare("scraped")
-            for i in range(3):
-                channel.basic_publish("", "scraped", f"m{i}".encode())
-            channel.basic_publish("", "no-such-queue", b"dropped")
-            channel.queue_declare("scraped", passive=True)  # a round trip: all published
-            with _prometheus(tmp_path, server.prometheus_port) as base:
-                log = tmp_path / "prometheus.log"
-                _wait_for(base, 'up{job="rabbitmq"}', 1, log)
-                _wait_for(base, 'up{job="rabbitmq-per-object"}', 1, log)
-                _wait_for(base, 'rabbitmq_queue_messages_ready{job="rabbitmq"}', 3, log)
-                _wait_for(base, 'rabbitmq_connections{job="rabbitmq"}', 1, log)
-                _wait_for(base, 'rabbitmq_queues{job="rabbitmq"}', 1, log)
-                received = _wait_for(
-                    base, 'rabbitmq_global_messages_received_total{job="rabbitmq"}', 4, log
-                )
-                assert received[0]["metric"]["protocol"] == "amqp091"
-                _wait_for(
-                    base,
-                    'rabbitmq_global_messages_unroutable_dropped_total{job="rabbitmq"}',
-                    1,
-                    log,
-                )
-                [per_queue] = _wait_for(
-                    base,
-                    'rabbitmq_queue_messages_ready{job="rabbitmq-per-object",queue="scraped"}',
-                    3,
-                    log,
-                )
-                assert per_queue["metric"]["vhost"] == "/"
-                [identity] = _wait_for(base, 'rabbitmq_identity_info{job="rabbitmq"}', 1, log)
-                assert identity["metric"]["rabbitmq_node"].startswith("amqpd@")
-                # the series move with the broker: consume everything, Prometheus sees 0
-                for _ in range(3):
-                    method, _props, _body = channel.basic_get("scraped", auto_ack=True)
-                    assert method is not None
-                _wait_for(base, 'rabbitmq_queue_messages_ready{job="rabbitmq"}', 0, log)
-                _wait_for(
-                    base,
-                    'rabbitmq_global_messages_delivered_get_auto_ack_total{job="rabbitmq"}',
-                    3,
-                    log,
-                )
-                # rate() works over the counters, as Grafana's panels use them
-                expr = 'rate(rabbitmq_global_messages_received_total{job="rabbitmq"}[10s])'
-                deadline = time.monotonic() + DEADLINE
-                while not _query(base, expr):
-                    assert time.monotonic() < deadline, "rate() over the counter stayed empty"
-                    time.sleep(0.5)
-        finally:
-            conn.close()
+def test_prometheus_scrapes_rabbitmq_series(
+    tmp_path: Path, http_server: Server | NodeUnderTest
+) -> None:
+    server = http_server  # under AMQPD_TEST_WORKERS, a node: its series merged
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))
+    try:
+        channel = conn.channel()
+        channel.queue_declare("scraped")
+        for i in range(3):
+            channel.basic_publish("", "scraped", f"m{i}".encode())
+        channel.basic_publish("", "no-such-queue", b"dropped")
+        channel.queue_declare("scraped", passive=True)  # a round trip: all published
+        with _prometheus(tmp_path, server.prometheus_port) as base:
+            log = tmp_path / "prometheus.log"
+            _wait_for(base, 'up{job="rabbitmq"}', 1, log)
+            _wait_for(base, 'up{job="rabbitmq-per-object"}', 1, log)
+            _wait_for(base, 'rabbitmq_queue_messages_ready{job="rabbitmq"}', 3, log)
+            _wait_for(base, 'rabbitmq_connections{job="rabbitmq"}', 1, log)
+            _wait_for(base, 'rabbitmq_queues{job="rabbitmq"}', 1, log)
+            received = _wait_for(
+                base, 'rabbitmq_global_messages_received_total{job="rabbitmq"}', 4, log
+            )
+            assert received[0]["metric"]["protocol"] == "amqp091"
+            _wait_for(
+                base,
+                'rabbitmq_global_messages_unroutable_dropped_total{job="rabbitmq"}',
+                1,
+                log,
+            )
+            [per_queue] = _wait_for(
+                base,
+                'rabbitmq_queue_messages_ready{job="rabbitmq-per-object",queue="scraped"}',
+                3,
+                log,
+            )
+            assert per_queue["metric"]["vhost"] == "/"
+            [identity] = _wait_for(base, 'rabbitmq_identity_info{job="rabbitmq"}', 1, log)
+            assert identity["metric"]["rabbitmq_node"].startswith("amqpd@")
+            # the series move with the broker: consume everything, Prometheus sees 0
+            for _ in range(3):
+                method, _props, _body = channel.basic_get("scraped", auto_ack=True)
+                assert method is not None
+            _wait_for(base, 'rabbitmq_queue_messages_ready{job="rabbitmq"}', 0, log)
+            _wait_for(
+                base,
+                'rabbitmq_global_messages_delivered_get_auto_ack_total{job="rabbitmq"}',
+                3,
+                log,
+            )
+            # rate() works over the counters, as Grafana's panels use them
+            expr = 'rate(rabbitmq_global_messages_received_total{job="rabbitmq"}[10s])'
+            deadline = time.monotonic() + DEADLINE
+            while not _query(base, expr):
+                assert time.monotonic() < deadline, "rate() over the counter stayed empty"
+                time.sleep(0.5)
+    finally:
+        conn.close()

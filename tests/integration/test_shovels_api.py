@@ -10,8 +10,8 @@ import httpx
 import pika
 import pytest
 
-from amqpd.model.broker import BrokerConfig
-from amqpd.shell.server import Server, ServerConfig, background_server
+from amqpd.shell.server import Server
+from tests.conftest import NodeUnderTest
 from tests.integration.shovel_support import wait_for
 
 SHOVEL: dict[str, Any] = {
@@ -24,20 +24,20 @@ PATH = "/api/parameters/shovel/%2F/s"
 
 
 @pytest.fixture
-def server() -> Iterator[Server]:
-    with background_server(BrokerConfig(), ServerConfig(port=0, management_port=0)) as running:
-        yield running
+def server(http_server: Server | NodeUnderTest) -> Server | NodeUnderTest:
+    """A fresh broker with its management API (under AMQPD_TEST_WORKERS, a node's)."""
+    return http_server
 
 
 @pytest.fixture
-def api(server: Server) -> Iterator[httpx.Client]:
+def api(server: Server | NodeUnderTest) -> Iterator[httpx.Client]:
     with httpx.Client(
         base_url=f"http://127.0.0.1:{server.management_port}", auth=("guest", "guest"), timeout=60
     ) as client:
         yield client
 
 
-def _ready(server: Server, queue: str) -> int:
+def _ready(server: Server | NodeUnderTest, queue: str) -> int:
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))
     try:
         return int(conn.channel().queue_declare(queue, passive=True).method.message_count)
@@ -48,7 +48,7 @@ def _ready(server: Server, queue: str) -> int:
             conn.close()
 
 
-def test_put_get_list_delete(server: Server, api: httpx.Client) -> None:
+def test_put_get_list_delete(server: Server | NodeUnderTest, api: httpx.Client) -> None:
     assert api.put(PATH, json={"value": SHOVEL}).status_code == 201
     assert api.put(PATH, json={"value": SHOVEL}).status_code == 204
     expected = {"value": SHOVEL, "vhost": "/", "component": "shovel", "name": "s"}
@@ -90,7 +90,7 @@ def test_refusals(api: httpx.Client) -> None:
     assert api.get("/api/parameters").json() == []
 
 
-def test_policymaker_tag_needed(server: Server, api: httpx.Client) -> None:
+def test_policymaker_tag_needed(server: Server | NodeUnderTest, api: httpx.Client) -> None:
     assert api.put("/api/users/plain", json={"password": "pw", "tags": ""}).status_code == 201
     api.put("/api/permissions/%2F/plain", json={"configure": ".*", "write": ".*", "read": ".*"})
     refused = httpx.get(
@@ -99,7 +99,7 @@ def test_policymaker_tag_needed(server: Server, api: httpx.Client) -> None:
     assert refused.status_code == 401
 
 
-def test_shovel_status_and_transfer(server: Server, api: httpx.Client) -> None:
+def test_shovel_status_and_transfer(server: Server | NodeUnderTest, api: httpx.Client) -> None:
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))
     try:
         channel = conn.channel()

@@ -14,8 +14,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from amqpd.model.broker import BrokerConfig
-from amqpd.shell.server import ServerConfig, background_server
+from tests.conftest import node_under_test
 
 
 def _cli(data: Path, *args: str) -> None:
@@ -29,12 +28,14 @@ def _cli(data: Path, *args: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def test_user_and_queue_limits_from_the_cli_and_the_api(tmp_path: Path) -> None:
+def test_user_and_queue_limits_from_the_cli_and_the_api(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     data = tmp_path / "data"
     _cli(data, "users", "set-limit", "guest", "max-connections", "1")
     _cli(data, "vhosts", "set-max-queues", "/", "1")
-    config = ServerConfig(port=0, management_port=0, data_dir=data)
-    with background_server(BrokerConfig(), config) as server:
+    # under AMQPD_TEST_WORKERS a node: each limit counted once over its workers
+    with node_under_test(tmp_path_factory, http=True, data_dir=data) as server:
         url = pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{server.port}/%2F")
         first = pika.BlockingConnection(url)
         try:

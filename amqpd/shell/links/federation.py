@@ -26,6 +26,7 @@ from amqpd.model.federation import UPSTREAM, resolve
 from amqpd.shell.links.client import LocalEndpoint
 from amqpd.shell.links.federation_exchange import ExchangeLink, ExchangeLinkSpec
 from amqpd.shell.links.federation_status import FederationLinkStatus
+from amqpd.shell.links.runs_here import runs_here
 
 __all__ = ["ExchangeFederation"]
 
@@ -86,7 +87,7 @@ class ExchangeFederation:
             return wanted  # no upstream anywhere: nothing to look at
         for vhost in broker.vhosts.values():
             for exchange in vhost.exchanges.values():
-                if not _federated(exchange):
+                if not _federated(exchange) or not runs_here(broker, vhost.name, exchange.name):
                     continue
                 policy = exchange.policy
                 assert policy is not None

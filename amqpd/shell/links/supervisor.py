@@ -20,6 +20,7 @@ from typing import Any
 from amqpd.model.broker import Broker
 from amqpd.model.shovels import parse, validate
 from amqpd.shell.links.client import LocalEndpoint
+from amqpd.shell.links.runs_here import runs_here
 from amqpd.shell.links.shovel import ShovelLink
 
 __all__ = ["SHOVEL_COLUMNS", "LinkSupervisor", "shovel_table"]
@@ -45,7 +46,7 @@ class LinkSupervisor:
         wanted = {
             (vhost, name): value
             for (component, vhost, name), value in self._broker.access.state.parameters.items()
-            if component == "shovel" and vhost in self._broker.vhosts  # (--workers: its own)
+            if component == "shovel" and runs_here(self._broker, vhost, name)
         }
         for key, (value, _link, _task) in list(self._links.items()):
             if wanted.get(key) != value:

@@ -101,6 +101,18 @@ class Call:
             raise vhost_not_found()
         return self.vhost(name)
 
+    def access_vhost(self, creating: bool = False) -> str:
+        """The name in the ``vhost`` path parameter, checked against the access state,
+        which holds every vhost of the node: for parameters, policies and limits, which
+        worker 0 answers for every vhost under ``--workers`` although its ``broker.vhosts``
+        holds only those it serves. 404 if it does not exist (``vhost_not_found`` when
+        ``creating``: a PUT), 401 if the user does not see it."""
+        name = self.param("vhost")
+        if name not in self.broker.access.state.vhosts:
+            raise vhost_not_found() if creating else not_found()
+        auth.require_vhost_visible(self.broker.access, self.principal, name)
+        return name
+
     def authz(self, vhost: VirtualHost) -> Authz:
         """The user's permissions in ``vhost``, for a change made there (401 without)."""
         return auth.vhost_authz(self.broker.access, self.principal, vhost.name)

@@ -38,8 +38,7 @@ async def list_all(call: Call) -> Response:
 
 async def list_vhost(call: Call) -> Response:
     """GET /api/vhost-limits/{vhost}."""
-    vhost = call.vhost_param()
-    return Json(_items(call, vhost.name))
+    return Json(_items(call, call.access_vhost()))
 
 
 async def _set(call: Call, name: str, value: int) -> None:

@@ -46,16 +46,16 @@ async def list_component(call: Call) -> Response:
 async def list_vhost(call: Call) -> Response:
     """GET /api/parameters/{component}/{vhost}."""
     call.principal.require_policymaker()
-    vhost = call.vhost_param()
-    return call.listing(list_parameters(call.broker, call.param("component"), vhost.name))
+    vhost = call.access_vhost()
+    return call.listing(list_parameters(call.broker, call.param("component"), vhost))
 
 
 async def get_one(call: Call) -> Response:
     """GET /api/parameters/{component}/{vhost}/{name}."""
     call.principal.require_policymaker()
-    vhost = call.vhost_param()
+    vhost = call.access_vhost()
     try:
-        item = get_parameter(call.broker, call.param("component"), vhost.name, call.param("name"))
+        item = get_parameter(call.broker, call.param("component"), vhost, call.param("name"))
     except ParameterNotFound as exc:
         raise not_found() from exc
     return call.item(item)
@@ -64,18 +64,18 @@ async def get_one(call: Call) -> Response:
 async def put_one(call: Call) -> Response:
     """PUT /api/parameters/{component}/{vhost}/{name} ``{"value": ...}``: 201 / 204."""
     call.principal.require_policymaker()
-    vhost = call.target_vhost()
+    vhost = call.access_vhost(creating=True)
     component, name = call.param("component"), call.param("name")
     body = await call.body()
     if "value" not in body:
         raise bad_request("[{key_missing,value}]")
-    exists = (component, vhost.name, name) in call.broker.access.state.parameters
+    exists = (component, vhost, name) in call.broker.access.state.parameters
     reply = await call.host.admin_request(
         {
             "group": "parameters",
             "command": "set-parameter",
             "component": component,
-            "vhost": vhost.name,
+            "vhost": vhost,
             "name": name,
             "document": body["value"],
         }
@@ -89,16 +89,16 @@ async def put_one(call: Call) -> Response:
 async def delete_one(call: Call) -> Response:
     """DELETE /api/parameters/{component}/{vhost}/{name}: 204, or 404."""
     call.principal.require_policymaker()
-    vhost = call.vhost_param()
+    vhost = call.access_vhost()
     component, name = call.param("component"), call.param("name")
-    if (component, vhost.name, name) not in call.broker.access.state.parameters:
+    if (component, vhost, name) not in call.broker.access.state.parameters:
         raise not_found()
     reply = await call.host.admin_request(
         {
             "group": "parameters",
             "command": "clear-parameter",
             "component": component,
-            "vhost": vhost.name,
+            "vhost": vhost,
             "name": name,
         }
     )

@@ -52,7 +52,7 @@ def _escape_html(text: str) -> str:
 # -- listings --------------------------------------------------------------------------
 def _listing(call: Call, operator: bool, vhost: str | None) -> Response:
     if vhost is not None:
-        call.vhost(vhost)  # 404 for a missing vhost, 401 for one the user does not see
+        call.access_vhost()  # 404 for a missing vhost, 401 for one the user does not see
     items = [
         policy_json(policy)
         for (owner, _name), policy in sorted(_table(call, operator).items())
