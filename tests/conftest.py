@@ -98,14 +98,17 @@ def node_under_test(
     data = data_dir or tmp_path_factory.mktemp("node") / "data"
     data.mkdir(exist_ok=True)
     spread = bool(os.environ.get("AMQPD_TEST_SPREAD"))
-    if not spread:
+    # a store made before (the CLI on a stopped broker, a previous start) keeps its vhosts
+    # where they are, as a node started on it does: on worker 0 if it has no placement yet
+    placed = not spread and not (data / "amqpd.sqlite3").exists()
+    if placed:
         placement = {"workers": workers, "vhosts": {"/": workers - 1}}
         (data / PLACEMENT_FILE).write_text(json.dumps(placement))
     node = BrokerProcess(data, extra=("--spread-vhosts", "/") if spread else ())
     try:
         status = send_request(data, {"group": "ctl", "command": "status"})  # amqpd ctl status
         assert status is not None and status.ok, status
-        if not spread:
+        if placed:
             assert json.loads(status.text)["workers"][-1]["vhosts"] == ["/"]
         yield NodeUnderTest(
             node.port, node.http_ports.get("http", 0), node.http_ports.get("http/prometheus", 0)

@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from amqpd.cli.shards import export_node, shard_indexes
 from amqpd.model import bounded_json
 from amqpd.model.admin_commands import AdminError, Outcome, execute, problems_text
 from amqpd.model.auth import hash_password
@@ -260,6 +261,10 @@ async def _run_on_store(data_dir: Path, request: dict[str, Any], store_url: str 
         broker.load_access(await store.load_access())
         broker.recover(await store.load(messages=False))
         outcome = execute(broker, request)
+        exporting = request.get("group") == "definitions" and request.get("command") == "export"
+        if exporting and store_url is None and shard_indexes(data_dir):
+            # a --workers node: the other workers' vhosts are in their shards
+            return Outcome(await export_node(data_dir, broker.access.state, outcome.output))
         if outcome.changed:
             batch = journal.take_batch()
             if batch is not None:

@@ -17,9 +17,8 @@ import pika.exceptions
 import pytest
 
 from amqpd.cli.admin import main as admin
-from amqpd.model.broker import BrokerConfig
-from amqpd.shell.server import ServerConfig, background_server
 from persistence.store import Store
+from tests.conftest import node_under_test
 from tests.integration.pika_support import login
 
 LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
@@ -31,7 +30,9 @@ def run(*argv: str, stdin: str = "") -> tuple[int, str]:
     return code, out.getvalue()
 
 
-def test_users_and_vhosts_commands_change_what_the_broker_allows(tmp_path: Path) -> None:
+def test_users_and_vhosts_commands_change_what_the_broker_allows(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     data = str(tmp_path / "data")
     assert run("users", "add", "--data-dir", data, "svc", stdin="svc-pw\n")[0] == 0
     assert run("users", "add", "--data-dir", data, "svc", "again")[0] == 1  # exists
@@ -48,8 +49,7 @@ def test_users_and_vhosts_commands_change_what_the_broker_allows(tmp_path: Path)
     code, out = run("vhosts", "list", "--data-dir", data)
     assert "prod\t3\t" in out
 
-    config = ServerConfig(port=0, data_dir=Path(data))
-    with background_server(BrokerConfig(), config) as server:
+    with node_under_test(tmp_path_factory, data_dir=Path(data)) as server:
         conn = login(server.port, "svc", "svc-pw", "prod")
         try:
             channel = conn.channel()
@@ -64,7 +64,7 @@ def test_users_and_vhosts_commands_change_what_the_broker_allows(tmp_path: Path)
 
     assert run("users", "change-password", "--data-dir", data, "svc", "new-pw")[0] == 0
     assert run("users", "set-tags", "--data-dir", data, "svc", "monitoring")[0] == 0
-    with background_server(BrokerConfig(), config) as server:
+    with node_under_test(tmp_path_factory, data_dir=Path(data)) as server:
         with pytest.raises(pika.exceptions.ProbableAuthenticationError):
             login(server.port, "svc", "svc-pw", "prod")
         login(server.port, "svc", "new-pw", "prod").close()
@@ -86,16 +86,32 @@ def test_users_and_vhosts_commands_change_what_the_broker_allows(tmp_path: Path)
     assert vhosts == ["/"] and queues == []  # the vhost went with its durable queue
 
 
-def test_definitions_export_and_import_between_data_dirs(tmp_path: Path) -> None:
+def test_definitions_export_and_import_between_data_dirs(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     source, target = str(tmp_path / "a"), str(tmp_path / "b")
     run("users", "add", "--data-dir", source, "svc", "svc-pw", "--tags", "administrator")
-    with background_server(BrokerConfig(), ServerConfig(port=0, data_dir=Path(source))) as srv:
+    with node_under_test(tmp_path_factory, data_dir=Path(source)) as srv:
         conn = login(srv.port, "guest", "guest")
         channel = conn.channel()
         channel.exchange_declare("events", "topic", durable=True)
         channel.queue_declare("audit", durable=True)
         channel.queue_bind("audit", "events", "#")
         conn.close()
+        # a second connection: with "/" spread over workers, its queue is on the next one
+        conn = login(srv.port, "guest", "guest")
+        conn.channel().queue_declare("audit-2", durable=True)
+        conn.close()
+        # a vhost added now: under --workers, the least loaded worker serves it
+        assert run("vhosts", "add", "--data-dir", source, "other")[0] == 0
+        grant = ("users", "set-permissions", "--data-dir", source, "-p", "other", "guest")
+        assert run(*grant, ".*", ".*", ".*")[0] == 0
+        conn = login(srv.port, "guest", "guest", "other")
+        conn.channel().queue_declare("audit-other", durable=True)
+        conn.close()
+        live = tmp_path / "live.json"  # exported by the running broker (every worker's part)
+        assert run("definitions", "export", "--data-dir", source, str(live))[0] == 0
+    # stopped: under AMQPD_TEST_WORKERS the queues are in the workers' shards (shard-K/)
     run("users", "set-permissions", "--data-dir", source, "svc", ".*", ".*", ".*")
     file = tmp_path / "defs.json"
     assert run("definitions", "export", "--data-dir", source, str(file))[0] == 0
@@ -105,12 +121,18 @@ def test_definitions_export_and_import_between_data_dirs(tmp_path: Path) -> None
         u["hashing_algorithm"] == "rabbit_password_hashing_sha256" for u in document["users"]
     )
     assert "svc-pw" not in file.read_text()
-    assert [q["name"] for q in document["queues"]] == ["audit"]
-    assert document["bindings"][0]["routing_key"] == "#"
+    queues = sorted((q["vhost"], q["name"]) for q in document["queues"])
+    assert queues == [("/", "audit"), ("/", "audit-2"), ("other", "audit-other")]
+    assert [e["name"] for e in document["exchanges"]] == ["events"]  # once
+    [binding] = document["bindings"]
+    assert binding["routing_key"] == "#"
+    exported_live = json.loads(live.read_text())
+    for section in ("queues", "exchanges", "bindings"):
+        assert sorted(map(str, exported_live[section])) == sorted(map(str, document[section]))
 
     code, out = run("definitions", "import", "--data-dir", target, str(file))
-    assert code == 0 and "1 queues" in out
-    with background_server(BrokerConfig(), ServerConfig(port=0, data_dir=Path(target))) as srv:
+    assert code == 0 and "3 queues" in out
+    with node_under_test(tmp_path_factory, data_dir=Path(target)) as srv:
         conn = login(srv.port, "svc", "svc-pw")
         try:
             channel = conn.channel()

@@ -14,8 +14,7 @@ import pika
 import pytest
 
 from amqpd.cli.ctl import main as ctl
-from amqpd.model.broker import BrokerConfig
-from amqpd.shell.server import ServerConfig, background_server
+from tests.conftest import node_under_test
 
 
 def run_ctl(*argv: str) -> tuple[int, str]:
@@ -25,11 +24,10 @@ def run_ctl(*argv: str) -> tuple[int, str]:
 
 
 def test_policy_set_on_a_running_broker_applies_at_once_and_survives_restart(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     data = tmp_path / "data"
-    config = ServerConfig(port=0, data_dir=data)
-    with background_server(BrokerConfig(), config) as server:
+    with node_under_test(tmp_path_factory, data_dir=data) as server:
         conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))
         try:
             channel = conn.channel()
@@ -74,7 +72,7 @@ def test_policy_set_on_a_running_broker_applies_at_once_and_survives_restart(
         run_ctl("set-operator-policy", "--data-dir", str(data), "op", ".*", '{"max-length":2}')[0]
         == 0
     )
-    with background_server(BrokerConfig(), config) as server:
+    with node_under_test(tmp_path_factory, data_dir=data) as server:
         conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))
         try:
             channel = conn.channel()

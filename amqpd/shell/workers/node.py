@@ -26,6 +26,7 @@ from amqpd.model.broker import Broker
 from amqpd.shell.admin_socket import AdminReply, send_request
 from amqpd.shell.workers import placement as placements
 from amqpd.shell.workers.channel_tally import ChannelTally
+from amqpd.shell.workers.definitions_merge import keep_topology, take_topology
 from amqpd.shell.workers.forward_links import ForwardInbox
 from amqpd.shell.workers.front import Front
 from amqpd.shell.workers.gateway import (
@@ -318,12 +319,12 @@ class WorkerNode:
             if not reply.ok:
                 return reply
             document = json.loads(reply.text)
-            _keep_topology(document, 0, self.placement)
+            keep_topology(document, 0, self.placement)
             for index in range(1, self.role.count):
                 answer = await self._ask(index, request)
                 if not answer.ok:
                     return answer
-                _take_topology(document, json.loads(answer.text), index, self.placement)
+                take_topology(document, json.loads(answer.text), index, self.placement)
             return AdminReply(True, json.dumps(document, indent=2))
         document = request.get("definitions")
         if not isinstance(document, dict):
@@ -438,26 +439,6 @@ def _merge_tables(replies: list[AdminReply]) -> AdminReply:
     for table in tables[1:]:
         merged["rows"].extend(table["rows"])
     return AdminReply(True, json.dumps(merged))
-
-
-TOPOLOGY = ("exchanges", "queues", "bindings")
-
-
-def _keep_topology(document: dict[str, Any], index: int, placement: Placement) -> None:
-    """Keep only the exchanges, queues and bindings of vhosts worker ``index`` holds."""
-    for section in TOPOLOGY:
-        items = document.get(section) or []
-        document[section] = [i for i in items if placement.owner(i.get("vhost", "/")) == index]
-
-
-def _take_topology(
-    document: dict[str, Any], theirs: dict[str, Any], index: int, placement: Placement
-) -> None:
-    """Add worker ``index``'s exchanges, queues and bindings of its own vhosts."""
-    _keep_topology(theirs, index, placement)
-    for section in TOPOLOGY:
-        document.setdefault(section, [])
-        document[section] = [*document[section], *theirs[section]]
 
 
 def _worker_row(index: int, status: dict[str, Any], placement: Placement) -> dict[str, Any]:
