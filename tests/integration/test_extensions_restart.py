@@ -4,23 +4,29 @@ dead-letter queues."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 import pika
+import pytest
 
-from tests.conftest import running_server
+from tests.conftest import node_under_test
 from tests.integration.ext_support import connect, next_message
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 TICK = 0.1
 
 
-def test_ttl_deadline_survives_a_restart(tmp_path: Path) -> None:
-    ttl = 1.0
+def test_ttl_deadline_survives_a_restart(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # the deadline must lie beyond the restart: a --workers node (AMQPD_TEST_WORKERS) takes
+    # over a second to start its supervisor and workers
+    ttl = 5.0 if os.environ.get("AMQPD_TEST_WORKERS") else 1.0
     arguments = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "expired"}
     with (
-        running_server(tick_interval=TICK, data_dir=tmp_path) as server,
+        node_under_test(tmp_path_factory, TICK, data_dir=tmp_path) as server,
         connect(server.port) as conn,
     ):
         ch = conn.channel()
@@ -34,7 +40,7 @@ def test_ttl_deadline_survives_a_restart(tmp_path: Path) -> None:
     # again from the restart would come 0.6 s late.
     time.sleep(max(0.0, published + 0.6 - time.monotonic()))
     with (
-        running_server(tick_interval=TICK, data_dir=tmp_path) as server,
+        node_under_test(tmp_path_factory, TICK, data_dir=tmp_path) as server,
         connect(server.port) as conn,
     ):
         _method, props, body = next_message(conn, "expired")
@@ -46,15 +52,20 @@ def test_ttl_deadline_survives_a_restart(tmp_path: Path) -> None:
         assert (death["reason"], death["queue"], death["original-expiration"]) == (
             "expired",
             "timed",
-            "1000",
+            str(int(ttl * 1000)),
         )
         ch = conn.channel()
         assert ch.queue_declare("timed", durable=True, passive=True).method.message_count == 0
 
 
-def test_delivery_counts_survive_a_restart(tmp_path: Path) -> None:
+def test_delivery_counts_survive_a_restart(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     limited = {"x-queue-type": "quorum", "x-delivery-limit": 1}
-    with running_server(data_dir=tmp_path) as server, connect(server.port) as conn:
+    with (
+        node_under_test(tmp_path_factory, data_dir=tmp_path) as server,
+        connect(server.port) as conn,
+    ):
         ch = conn.channel()
         ch.queue_declare("work", durable=True)
         ch.queue_declare("dead", durable=True)
@@ -75,7 +86,10 @@ def test_delivery_counts_survive_a_restart(tmp_path: Path) -> None:
             assert props.headers is None
             ch.basic_nack(method.delivery_tag, requeue=True)
         ch.queue_declare("work", durable=True, passive=True)  # fence: the nacks are processed
-    with running_server(data_dir=tmp_path) as server, connect(server.port) as conn:
+    with (
+        node_under_test(tmp_path_factory, data_dir=tmp_path) as server,
+        connect(server.port) as conn,
+    ):
         ch = conn.channel()
         method, props, body = ch.basic_get("work")
         assert (body, method.redelivered, props.headers) == (
@@ -94,9 +108,11 @@ def test_delivery_counts_survive_a_restart(tmp_path: Path) -> None:
         assert props.headers["x-death"][0]["reason"] == "delivery_limit"
 
 
-def test_dead_lettered_messages_are_stored_in_durable_dead_letter_queues(tmp_path: Path) -> None:
+def test_dead_lettered_messages_are_stored_in_durable_dead_letter_queues(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     with (
-        running_server(tick_interval=TICK, data_dir=tmp_path) as server,
+        node_under_test(tmp_path_factory, TICK, data_dir=tmp_path) as server,
         connect(server.port) as conn,
     ):
         ch = conn.channel()
@@ -118,7 +134,10 @@ def test_dead_lettered_messages_are_stored_in_durable_dead_letter_queues(tmp_pat
         assert seen == [b"rejected", b"transient", b"expired"]
         assert ch.queue_declare("dlq", durable=True, passive=True).method.message_count == 3
         assert ch.queue_declare("src", durable=True, passive=True).method.message_count == 0
-    with running_server(data_dir=tmp_path) as server, connect(server.port) as conn:
+    with (
+        node_under_test(tmp_path_factory, data_dir=tmp_path) as server,
+        connect(server.port) as conn,
+    ):
         ch = conn.channel()
         declared = ch.queue_declare("dlq", durable=True, passive=True).method
         assert declared.message_count == 2  # the transient one is gone, as in RabbitMQ

@@ -8,7 +8,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from tests.conftest import running_server
+from tests.conftest import node_under_test
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 TRANSIENT = pika.BasicProperties(delivery_mode=1)
@@ -18,8 +18,10 @@ def _connect(port: int) -> pika.BlockingConnection:
     return pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
 
 
-def test_durable_definitions_and_persistent_messages_survive(tmp_path: Path) -> None:
-    with running_server(data_dir=tmp_path) as server:
+def test_durable_definitions_and_persistent_messages_survive(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    with node_under_test(tmp_path_factory, data_dir=tmp_path) as server:
         conn = _connect(server.port)
         ch = conn.channel()
         ch.exchange_declare("dx", "direct", durable=True)
@@ -35,7 +37,7 @@ def test_durable_definitions_and_persistent_messages_survive(tmp_path: Path) -> 
         ch.basic_publish("", "dq", b"transient", TRANSIENT)
         ch.basic_publish("", "tq", b"in-transient-queue", PERSISTENT)
         conn.close()
-    with running_server(data_dir=tmp_path) as server:
+    with node_under_test(tmp_path_factory, data_dir=tmp_path) as server:
         conn = _connect(server.port)
         ch = conn.channel()
         ch.exchange_declare("dx", "direct", durable=True, passive=True)
@@ -58,8 +60,10 @@ def test_durable_definitions_and_persistent_messages_survive(tmp_path: Path) -> 
         conn.close()
 
 
-def test_unacked_messages_come_back_redelivered(tmp_path: Path) -> None:
-    with running_server(data_dir=tmp_path) as server:
+def test_unacked_messages_come_back_redelivered(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    with node_under_test(tmp_path_factory, data_dir=tmp_path) as server:
         conn = _connect(server.port)
         ch = conn.channel()
         ch.queue_declare("work", durable=True)
@@ -75,7 +79,7 @@ def test_unacked_messages_come_back_redelivered(tmp_path: Path) -> None:
     with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
         conn.process_data_events(time_limit=5)
     assert info.value.reply_code == 320
-    with running_server(data_dir=tmp_path) as server:
+    with node_under_test(tmp_path_factory, data_dir=tmp_path) as server:
         conn = _connect(server.port)
         ch = conn.channel()
         got = [ch.basic_get("work", auto_ack=True) for _ in range(3)]
@@ -88,8 +92,10 @@ def test_unacked_messages_come_back_redelivered(tmp_path: Path) -> None:
         conn.close()
 
 
-def test_deleted_durable_queue_stays_deleted(tmp_path: Path) -> None:
-    with running_server(data_dir=tmp_path) as server:
+def test_deleted_durable_queue_stays_deleted(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    with node_under_test(tmp_path_factory, data_dir=tmp_path) as server:
         conn = _connect(server.port)
         ch = conn.channel()
         ch.queue_declare("gone", durable=True)
@@ -101,7 +107,7 @@ def test_deleted_durable_queue_stays_deleted(tmp_path: Path) -> None:
         ch.queue_bind("unbound", "amq.direct", "r")
         ch.queue_unbind("unbound", "amq.direct", "r")
         conn.close()
-    with running_server(data_dir=tmp_path) as server:
+    with node_under_test(tmp_path_factory, data_dir=tmp_path) as server:
         conn = _connect(server.port)
         ch = conn.channel()
         with pytest.raises(pika.exceptions.ChannelClosedByBroker):
@@ -116,8 +122,10 @@ def test_deleted_durable_queue_stays_deleted(tmp_path: Path) -> None:
         conn.close()
 
 
-def test_tx_committed_persistent_messages_survive(tmp_path: Path) -> None:
-    with running_server(data_dir=tmp_path) as server:
+def test_tx_committed_persistent_messages_survive(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    with node_under_test(tmp_path_factory, data_dir=tmp_path) as server:
         conn = _connect(server.port)
         ch = conn.channel()
         ch.queue_declare("txq", durable=True)
@@ -128,15 +136,17 @@ def test_tx_committed_persistent_messages_survive(tmp_path: Path) -> None:
         ch.basic_publish("", "txq", b"rolled-back", PERSISTENT)
         ch.tx_rollback()
         conn.close()
-    with running_server(data_dir=tmp_path) as server:
+    with node_under_test(tmp_path_factory, data_dir=tmp_path) as server:
         conn = _connect(server.port)
         ch = conn.channel()
         assert ch.queue_declare("txq", passive=True).method.message_count == 3
         conn.close()
 
 
-def test_acked_messages_do_not_come_back(tmp_path: Path) -> None:
-    with running_server(data_dir=tmp_path) as server:
+def test_acked_messages_do_not_come_back(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    with node_under_test(tmp_path_factory, data_dir=tmp_path) as server:
         conn = _connect(server.port)
         ch = conn.channel()
         ch.queue_declare("acked", durable=True)
@@ -155,7 +165,7 @@ def test_acked_messages_do_not_come_back(tmp_path: Path) -> None:
         ch.basic_consume("acked", on_message)
         ch.start_consuming()
         conn.close()
-    with running_server(data_dir=tmp_path) as server:
+    with node_under_test(tmp_path_factory, data_dir=tmp_path) as server:
         conn = _connect(server.port)
         ch = conn.channel()
         assert ch.queue_declare("acked", passive=True).method.message_count == 20
