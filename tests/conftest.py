@@ -74,6 +74,7 @@ def node_under_test(
     tick_interval: float = 1.0,
     http: bool = False,
     data_dir: Path | None = None,
+    definitions: Path | None = None,
 ) -> Iterator[Server | NodeUnderTest]:
     """A fresh broker: in this process (`running_server`); or, under
     ``AMQPD_TEST_WORKERS=N`` (scripts/test-all runs the tests that use only its port so once
@@ -87,11 +88,13 @@ def node_under_test(
     ``http``: the management API and Prometheus listen too (on free ports:
     ``management_port``, ``prometheus_port``; under workers, the node's one API).
     ``data_dir``: its data (a test may have prepared it with the CLI); else memory only,
-    or a fresh directory for a node."""
+    or a fresh directory for a node. ``definitions``: a file it imports at startup."""
     workers = int(os.environ.get("AMQPD_TEST_WORKERS") or 1)
     if workers == 1:
         ports = {"management_port": 0, "prometheus_port": 0} if http else {}
-        config = ServerConfig(port=0, tick_interval=tick_interval, data_dir=data_dir, **ports)
+        config = ServerConfig(
+            port=0, tick_interval=tick_interval, data_dir=data_dir, definitions=definitions, **ports
+        )
         with background_server(BrokerConfig(), config) as srv:
             yield srv
         return
@@ -104,7 +107,10 @@ def node_under_test(
     if placed:
         placement = {"workers": workers, "vhosts": {"/": workers - 1}}
         (data / PLACEMENT_FILE).write_text(json.dumps(placement))
-    node = BrokerProcess(data, extra=("--spread-vhosts", "/") if spread else ())
+    extra = ("--spread-vhosts", "/") if spread else ()
+    if definitions is not None:
+        extra = (*extra, "--definitions", str(definitions))
+    node = BrokerProcess(data, extra=extra)
     try:
         status = send_request(data, {"group": "ctl", "command": "status"})  # amqpd ctl status
         assert status is not None and status.ok, status

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pika
@@ -20,6 +19,7 @@ from pamqp import commands
 
 from amqpd.model.broker import BrokerConfig
 from amqpd.shell.server import Server, ServerConfig, background_server
+from tests.conftest import NodeUnderTest, node_under_test
 from tests.integration.raw_client import RawClient
 
 DEFINITIONS = {
@@ -70,15 +70,18 @@ DEFINITIONS = {
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server | NodeUnderTest]:
     path = tmp_path_factory.mktemp("acl") / "definitions.json"
     path.write_text(json.dumps(DEFINITIONS))
-    with background_server(BrokerConfig(), ServerConfig(port=0, definitions=path)) as srv:
+    with node_under_test(tmp_path_factory, definitions=path) as srv:
         yield srv
 
 
 def connect(
-    server: Server, user: str = "alice", password: str = "alice-pw", vhost: str = "/"
+    server: Server | NodeUnderTest,
+    user: str = "alice",
+    password: str = "alice-pw",
+    vhost: str = "/",
 ) -> pika.BlockingConnection:
     return pika.BlockingConnection(
         pika.ConnectionParameters(
@@ -88,7 +91,7 @@ def connect(
 
 
 @pytest.fixture
-def alice(server: Server) -> Iterator[pika.BlockingConnection]:
+def alice(server: Server | NodeUnderTest) -> Iterator[pika.BlockingConnection]:
     conn = connect(server)
     yield conn
     if conn.is_open:
@@ -131,7 +134,7 @@ def denial(kind: str, name: str, user: str = "alice", vhost: str = "/") -> str:
 
 
 # -- login and vhost access ------------------------------------------------------------------
-def test_unknown_user_and_bad_password_get_the_same_403(server: Server) -> None:
+def test_unknown_user_and_bad_password_get_the_same_403(server: Server | NodeUnderTest) -> None:
     texts = []
     for user, password in (("alice", "wrong"), ("mallory", "alice-pw")):
         with RawClient.connect(server.port) as client:
@@ -146,24 +149,24 @@ def test_unknown_user_and_bad_password_get_the_same_403(server: Server) -> None:
     )
 
 
-def test_login_refused_with_pika_is_403(server: Server) -> None:
+def test_login_refused_with_pika_is_403(server: Server | NodeUnderTest) -> None:
     with pytest.raises(pika.exceptions.ProbableAuthenticationError, match="403"):
         connect(server, password="wrong")
 
 
-def test_user_without_permissions_in_a_vhost_gets_530(server: Server) -> None:
+def test_user_without_permissions_in_a_vhost_gets_530(server: Server | NodeUnderTest) -> None:
     with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as info:
         connect(server, vhost="other")
     assert "530" in str(info.value)
     assert "access to vhost 'other' refused for user 'alice'" in str(info.value)
 
 
-def test_unknown_vhost_gets_530(server: Server) -> None:
+def test_unknown_vhost_gets_530(server: Server | NodeUnderTest) -> None:
     with pytest.raises(pika.exceptions.ProbableAccessDeniedError, match="530"):
         connect(server, vhost="nowhere")
 
 
-def test_empty_permissions_grant_the_vhost_but_no_resource(server: Server) -> None:
+def test_empty_permissions_grant_the_vhost_but_no_resource(server: Server | NodeUnderTest) -> None:
     conn = connect(server, "carol", "carol-pw", vhost="other")
     try:
         text = refused(conn, lambda ch: ch.queue_declare("anything"))
@@ -174,7 +177,7 @@ def test_empty_permissions_grant_the_vhost_but_no_resource(server: Server) -> No
         conn.close()
 
 
-def test_vhost_connection_limit_is_530(server: Server) -> None:
+def test_vhost_connection_limit_is_530(server: Server | NodeUnderTest) -> None:
     first = connect(server, "guest", "guest", vhost="small")
     try:
         with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as info:
@@ -316,8 +319,21 @@ def test_node_connection_limit_is_530() -> None:
         second.close()
 
 
-def test_definitions_topology_was_imported_as_durable(server: Server, tmp_path: Path) -> None:
-    vhost = server.broker.vhosts["/"]
-    assert {"private-q", "shared-q"} <= set(vhost.queues)
-    assert vhost.exchanges["shared-x"].type_name == "fanout"
-    assert server.broker.access.state.vhosts["small"].max_connections == 1
+def test_definitions_topology_was_imported_as_durable(server: Server | NodeUnderTest) -> None:
+    conn = connect(server, "guest", "guest")
+    try:
+        channel = conn.channel()
+        for name in ("private-q", "shared-q"):
+            channel.queue_declare(name, durable=True)  # equivalent: no error
+        channel.exchange_declare("shared-x", "fanout", durable=True)
+        text = refused(conn, lambda ch: ch.queue_declare("shared-q", durable=False), 406)
+        assert "inequivalent arg 'durable' for queue 'shared-q'" in text
+        text = refused(
+            conn, lambda ch: ch.exchange_declare("shared-x", "direct", durable=True), 406
+        )
+        assert "inequivalent arg 'type' for exchange 'shared-x'" in text
+        channel.confirm_delivery()
+        channel.basic_publish("shared-x", "", b"bound")  # the imported binding routes
+        assert channel.basic_get("shared-q", auto_ack=True)[2] == b"bound"
+    finally:
+        conn.close()
