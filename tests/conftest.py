@@ -66,6 +66,7 @@ class NodeUnderTest:
     port: int
     management_port: int = 0  # 0: not listening (as `Server`'s)
     prometheus_port: int = 0
+    tls_port: int = 0
 
 
 @contextmanager
@@ -99,6 +100,18 @@ def node_under_test(
             yield srv
         return
     data = data_dir or tmp_path_factory.mktemp("node") / "data"
+    options = () if definitions is None else ("--definitions", str(definitions))
+    with node_process(data, workers, options) as node:
+        yield node
+
+
+@contextmanager
+def node_process(
+    data: Path, workers: int, options: tuple[str, ...] = ()
+) -> Iterator[NodeUnderTest]:
+    """`node_under_test`'s ``--workers N`` node on ``data`` with more command-line
+    ``options`` (a test that configures what `running_server` takes as settings, such as
+    TLS, starts this one itself under AMQPD_TEST_WORKERS)."""
     data.mkdir(exist_ok=True)
     spread = bool(os.environ.get("AMQPD_TEST_SPREAD"))
     # a store made before (the CLI on a stopped broker, a previous start) keeps its vhosts
@@ -107,17 +120,16 @@ def node_under_test(
     if placed:
         placement = {"workers": workers, "vhosts": {"/": workers - 1}}
         (data / PLACEMENT_FILE).write_text(json.dumps(placement))
-    extra = ("--spread-vhosts", "/") if spread else ()
-    if definitions is not None:
-        extra = (*extra, "--definitions", str(definitions))
-    node = BrokerProcess(data, extra=extra)
+    spreading = ("--spread-vhosts", "/") if spread else ()
+    node = BrokerProcess(data, extra=("--workers", str(workers), *spreading, *options))
     try:
         status = send_request(data, {"group": "ctl", "command": "status"})  # amqpd ctl status
         assert status is not None and status.ok, status
         if placed:
             assert json.loads(status.text)["workers"][-1]["vhosts"] == ["/"]
+        ports = node.other_ports
         yield NodeUnderTest(
-            node.port, node.http_ports.get("http", 0), node.http_ports.get("http/prometheus", 0)
+            node.port, ports.get("http", 0), ports.get("http/prometheus", 0), ports.get("AMQPS", 0)
         )
         node.stop()
     finally:

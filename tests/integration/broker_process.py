@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 
 LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
-# the HTTP listeners (--management-port, --prometheus-port) log theirs before the AMQP one
-HTTP_LISTENING = re.compile(r"listening for (http|http/prometheus) on 127\.0\.0\.1:(\d+)")
+# the other listeners (--management-port, --prometheus-port, --tls-port) log theirs before
+# the AMQP one
+OTHER_LISTENING = re.compile(r"listening for (http|http/prometheus|AMQPS) on 127\.0\.0\.1:(\d+)")
 
 
 class BrokerProcess:
@@ -32,7 +33,8 @@ class BrokerProcess:
         if workers and "--workers" not in extra:
             extra = ("--workers", workers, *extra)
         self.extra = extra
-        self.http_ports: dict[str, int] = {}  # "http" (management), "http/prometheus"
+        # "http" (management), "http/prometheus", "AMQPS": the other listeners' ports
+        self.other_ports: dict[str, int] = {}
         self._start(port)
 
     def _start(self, port: int) -> None:
@@ -48,9 +50,9 @@ class BrokerProcess:
         )
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
-            http = HTTP_LISTENING.search(line)
-            if http:
-                self.http_ports[http.group(1)] = int(http.group(2))
+            other = OTHER_LISTENING.search(line)
+            if other:
+                self.other_ports[other.group(1)] = int(other.group(2))
                 continue
             match = LISTENING.search(line)
             if match:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import ssl
 import time
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ import pytest
 from amqpd.model.broker import BrokerConfig
 from amqpd.shell.server import Server, ServerConfig, background_server
 from amqpd.shell.tls import TLSOptions
+from tests.conftest import NodeUnderTest, node_process
 from tests.integration.tls_certs import Pki, make_pki
 
 WITH_EXTERNAL = ("PLAIN", "AMQPLAIN", "EXTERNAL")
@@ -39,23 +41,46 @@ def tls_server(
     fail_if_no_peer_cert: bool = False,
     login_from: str = "distinguished_name",
     mechanisms: tuple[str, ...] = ("PLAIN", "AMQPLAIN"),  # RabbitMQ's default
-) -> Iterator[Server]:
+    certificate_user: bool = True,
+    in_process: bool = False,
+) -> Iterator[Server | NodeUnderTest]:
+    """A broker with an AMQPS listener; under AMQPD_TEST_WORKERS a node (its options on
+    the command line), unless the test reaches into the broker (``in_process``).
+    ``certificate_user``: the client certificate's DN is a user (for EXTERNAL)."""
+    users: list[dict[str, object]] = [
+        {"name": "app", "password": "app-secret", "tags": []},
+        {"name": "CN=app-client,O=amqpd tests", "password_hash": ""},
+        {"name": "app-client", "password_hash": ""},
+    ]
+    if not certificate_user:
+        del users[1]
     definitions = tmp_path / "definitions.json"
     definitions.write_text(
         json.dumps(
             {
-                "users": [
-                    {"name": "app", "password": "app-secret", "tags": []},
-                    {"name": "CN=app-client,O=amqpd tests", "password_hash": ""},
-                    {"name": "app-client", "password_hash": ""},
-                ],
+                "users": users,
                 "permissions": [
                     {"user": name, "vhost": "/", "configure": ".*", "write": ".*", "read": ".*"}
-                    for name in ("app", "CN=app-client,O=amqpd tests", "app-client")
+                    for name in (str(user["name"]) for user in users)
                 ],
             }
         )
     )
+    workers = int(os.environ.get("AMQPD_TEST_WORKERS") or 1)
+    if workers > 1 and not in_process:
+        options = [
+            *("--tls-port", "0", "--tls-cert", str(pki.server_cert)),
+            *("--tls-key", str(pki.server_key), "--tls-ca", str(pki.ca)),
+            *("--tls-cert-login-from", login_from, "--auth-mechanisms", ",".join(mechanisms)),
+            *("--definitions", str(definitions)),
+        ]
+        if verify_peer:
+            options.append("--tls-verify-peer")
+        if fail_if_no_peer_cert:
+            options.append("--tls-fail-if-no-peer-cert")
+        with node_process(tmp_path / "node", workers, tuple(options)) as node:
+            yield node
+        return
     config = ServerConfig(
         port=0,
         tls_port=0,
@@ -81,7 +106,7 @@ def client_context(ca: Path, cert: Path | None = None, key: Path | None = None) 
 
 
 def tls_params(
-    server: Server,
+    server: Server | NodeUnderTest,
     context: ssl.SSLContext,
     credentials: pika.credentials.VALID_TYPES | None = None,
 ) -> pika.ConnectionParameters:
@@ -106,7 +131,7 @@ def roundtrip(conn: pika.BlockingConnection) -> None:
         conn.close()
 
 
-def assert_plain_port_still_serves(server: Server) -> None:
+def assert_plain_port_still_serves(server: Server | NodeUnderTest) -> None:
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))
     roundtrip(conn)
 
@@ -126,7 +151,9 @@ def test_client_trusting_another_ca_refuses_the_server(pki: Pki, tmp_path: Path)
 
 
 def test_client_certificate_from_another_ca_is_refused(pki: Pki, tmp_path: Path) -> None:
-    with tls_server(pki, tmp_path, verify_peer=True, fail_if_no_peer_cert=True) as server:
+    with tls_server(  # its log records are this process's
+        pki, tmp_path, verify_peer=True, fail_if_no_peer_cert=True, in_process=True
+    ) as server:
         rogue = client_context(pki.ca, pki.rogue_cert, pki.rogue_key)
         with pytest.raises(pika.exceptions.AMQPConnectionError):
             conn = pika.BlockingConnection(tls_params(server, rogue))
@@ -167,9 +194,9 @@ def test_external_is_not_offered_without_a_client_certificate(pki: Pki, tmp_path
 
 
 def test_external_login_of_an_unknown_certificate_user_is_403(pki: Pki, tmp_path: Path) -> None:
-    definitions_user = "CN=app-client,O=amqpd tests"
-    with tls_server(pki, tmp_path, verify_peer=True, mechanisms=WITH_EXTERNAL) as server:
-        server.broker.access.state.users.pop(definitions_user)
+    with tls_server(
+        pki, tmp_path, verify_peer=True, mechanisms=WITH_EXTERNAL, certificate_user=False
+    ) as server:
         context = client_context(pki.ca, pki.client_cert, pki.client_key)
         with pytest.raises(pika.exceptions.ProbableAuthenticationError) as info:
             pika.BlockingConnection(
@@ -184,7 +211,8 @@ def test_a_silent_tls_client_is_dropped_after_the_handshake_timeout(
     import socket
     import time
 
-    with tls_server(pki, tmp_path) as server:
+    with tls_server(pki, tmp_path, in_process=True) as server:
+        assert isinstance(server, Server)  # its setting changed here
         server.broker.config.handshake_timeout = 0.5
         with socket.create_connection(("127.0.0.1", server.tls_port), timeout=5) as sock:
             began = time.monotonic()
@@ -243,7 +271,9 @@ def test_a_failed_tls_handshake_is_logged_with_its_reason(
     pki: Pki, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="amqpd.shell.peers")
-    with tls_server(pki, tmp_path, verify_peer=True, fail_if_no_peer_cert=True) as server:
+    with tls_server(  # its log records are this process's
+        pki, tmp_path, verify_peer=True, fail_if_no_peer_cert=True, in_process=True
+    ) as server:
         rogue = client_context(pki.ca, pki.rogue_cert, pki.rogue_key)
         with pytest.raises(pika.exceptions.AMQPConnectionError):
             pika.BlockingConnection(tls_params(server, rogue)).close()
