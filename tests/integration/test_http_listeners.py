@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import httpx
 import pika
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from amqpd.model.broker import BrokerConfig
-from amqpd.shell.server import ServerConfig, background_server
+from tests.conftest import node_under_test
 
 
-def test_management_and_prometheus_listen_beside_amqp() -> None:
-    config = ServerConfig(port=0, management_port=0, prometheus_port=0)
-    with background_server(BrokerConfig(), config) as server:
+def test_management_and_prometheus_listen_beside_amqp(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    with node_under_test(tmp_path_factory, http=True) as server:  # a node under workers
         assert server.management_port and server.prometheus_port
         assert len({server.port, server.management_port, server.prometheus_port}) == 3
         conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))

@@ -19,7 +19,7 @@ import pika
 import pytest
 
 from interop.jms import AckMode, ConnectionFactory
-from tests.conftest import running_server
+from tests.conftest import node_under_test
 
 SENT = 20
 
@@ -46,9 +46,14 @@ def _queue_state(port: int, queue: str) -> tuple[int, int]:
     ],
 )
 def test_batch_ack_survives_a_crash_right_after_receive(
-    mode: AckMode, optimize: bool, topic: bool, count: int, acked: int
+    mode: AckMode,
+    optimize: bool,
+    topic: bool,
+    count: int,
+    acked: int,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    with running_server() as server:
+    with node_under_test(tmp_path_factory) as server:
         url = f"amqp://guest:guest@127.0.0.1:{server.port}/%2F"
         tag = uuid.uuid4().hex[:8]
         if topic:

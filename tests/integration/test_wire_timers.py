@@ -1,7 +1,9 @@
 """Timers run when the core's deadline is due, not on a periodic tick (issue 21, items 9 and
 11). Each server here ticks periodically only once an hour (``tick_interval=3600``), so
 everything these tests see happen on time was driven by the deadline the core reported:
-heartbeats every half interval, message TTL / expiration dead-lettering, x-expires.
+heartbeats every half interval, message TTL / expiration dead-lettering, x-expires. Under
+AMQPD_TEST_WORKERS the first three run against a node (its default tick; the connections
+handed over to the worker serving "/").
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pytest
 from pamqp.heartbeat import Heartbeat
 
 from amqpd.shell.server import Server
+from tests.conftest import node_under_test
 from tests.integration.raw_client import RawClient
 
 StartServer = Callable[..., AbstractContextManager[Server]]
@@ -35,10 +38,10 @@ def wait_for(condition: Callable[[], Any], what: str) -> Any:
 
 
 def test_heartbeat_1_client_gets_heartbeats_without_periodic_ticks(
-    start_server: StartServer,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     with (
-        start_server(tick_interval=HOURLY) as srv,
+        node_under_test(tmp_path_factory, HOURLY) as srv,
         RawClient.open(srv.port, heartbeat=1) as client,
     ):
         for _ in range(5):
@@ -49,10 +52,10 @@ def test_heartbeat_1_client_gets_heartbeats_without_periodic_ticks(
 
 
 def test_silent_heartbeat_1_client_is_dropped_without_periodic_ticks(
-    start_server: StartServer,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     with (
-        start_server(tick_interval=HOURLY) as srv,
+        node_under_test(tmp_path_factory, HOURLY) as srv,
         RawClient.open(srv.port, heartbeat=1) as client,
     ):
         frames = client.read_until_closed(timeout=DEADLINE)
@@ -67,10 +70,12 @@ def test_silent_heartbeat_1_client_is_dropped_without_periodic_ticks(
     ],
 )
 def test_ttl_dead_letters_on_time_without_periodic_ticks(
-    start_server: StartServer, queue_arguments: dict[str, Any], properties: pika.BasicProperties
+    tmp_path_factory: pytest.TempPathFactory,
+    queue_arguments: dict[str, Any],
+    properties: pika.BasicProperties,
 ) -> None:
     """The delayed-retry pattern (TTL + DLX) works from the queue's own deadline."""
-    with start_server(tick_interval=HOURLY) as srv:
+    with node_under_test(tmp_path_factory, HOURLY) as srv:
         conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", srv.port))
         try:
             ch = conn.channel()
