@@ -7,17 +7,18 @@ from __future__ import annotations
 import re
 
 import httpx
+import pytest
 
-from amqpd.model.broker import BrokerConfig
-from amqpd.shell.server import ServerConfig, background_server
+from tests.conftest import node_under_test
 
 _REFERENCE = re.compile(r'(?:src|href)="([^"#]+)"')
 _IMPORT = re.compile(r'from "\./([^"]+)"')
 
 
-def test_the_page_and_every_asset_it_loads_are_served() -> None:
-    config = ServerConfig(port=0, management_port=0)
-    with background_server(BrokerConfig(), config) as server:
+def test_the_page_and_every_asset_it_loads_are_served(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    with node_under_test(tmp_path_factory, http=True) as server:  # a node under workers
         base = f"http://127.0.0.1:{server.management_port}/"
         with httpx.Client(base_url=base, timeout=30) as http:
             page = http.get("/")

@@ -22,8 +22,7 @@ import pika.exceptions
 import pytest
 from playwright.sync_api import ConsoleMessage, Dialog, Error, Page, sync_playwright
 
-from amqpd.model.broker import BrokerConfig
-from amqpd.shell.server import ServerConfig, background_server
+from tests.conftest import node_under_test
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -115,8 +114,7 @@ def _poll(condition: Any, what: str) -> None:
 @pytest.fixture(scope="module")
 def dash(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
     shots = tmp_path_factory.mktemp("dashboard-shots")
-    config = ServerConfig(port=0, management_port=0)
-    with background_server(BrokerConfig(), config) as server:
+    with node_under_test(tmp_path_factory, http=True) as server:  # a node under workers
         base = f"http://127.0.0.1:{server.management_port}/"
         errors: list[str] = []
         with (

@@ -29,7 +29,7 @@ import pika
 import pytest
 
 from interop.jms import AckMode, ConnectionFactory
-from tests.conftest import running_server
+from tests.conftest import node_under_test
 from tests.integration.test_jms_brokers import BROKERS, rabbit_node
 
 RUNS = 100
@@ -38,14 +38,17 @@ SPARE = 3 * BATCH  # messages beyond RUNS: prefetched by children still running
 
 
 @pytest.fixture(scope="module", params=BROKERS)
-def broker(request: pytest.FixtureRequest) -> Iterator[tuple[str, int]]:
-    """amqpd (one in-process server for the module) or the session's RabbitMQ node."""
+def broker(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, int]]:
+    """amqpd (one server for the module: `node_under_test`) or the session's RabbitMQ
+    node."""
     if request.param == "rabbitmq":
         node = rabbit_node()
         node.wait()
         yield "rabbitmq", node.port
         return
-    with running_server() as server:
+    with node_under_test(tmp_path_factory) as server:
         yield "amqpd", server.port
 
 

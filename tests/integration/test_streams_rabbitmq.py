@@ -15,7 +15,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from tests.conftest import running_server
+from tests.conftest import node_under_test
 from tests.integration.rabbit_node import RABBIT_REASON, rabbit_node
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -32,7 +32,7 @@ def urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     node = rabbit_node()
     node.wait()
     data_dir: Path = tmp_path_factory.mktemp("amqpd")
-    with running_server(data_dir=data_dir) as server:
+    with node_under_test(tmp_path_factory, data_dir=data_dir) as server:
         yield node.url, f"amqp://guest:guest@127.0.0.1:{server.port}/%2F"
 
 
