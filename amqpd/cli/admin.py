@@ -40,7 +40,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from amqpd.cli.shards import export_node, shard_indexes
+from amqpd.cli.shards import (
+    delete_in_shards,
+    export_node,
+    import_in_shards,
+    removes_topology,
+    shard_indexes,
+    split_import,
+)
 from amqpd.model import bounded_json
 from amqpd.model.admin_commands import AdminError, Outcome, execute, problems_text
 from amqpd.model.auth import hash_password
@@ -260,16 +267,24 @@ async def _run_on_store(data_dir: Path, request: dict[str, Any], store_url: str 
         broker = Broker(BrokerConfig(), journal)
         broker.load_access(await store.load_access())
         broker.recover(await store.load(messages=False))
+        parts: dict[int, dict[str, Any]] = {}
+        if store_url is None and request.get("command") == "import":
+            request, parts = split_import(data_dir, request)  # a --workers node's shards
         outcome = execute(broker, request)
         exporting = request.get("group") == "definitions" and request.get("command") == "export"
         if exporting and store_url is None and shard_indexes(data_dir):
             # a --workers node: the other workers' vhosts are in their shards
             return Outcome(await export_node(data_dir, broker.access.state, outcome.output))
+        if outcome.changed and store_url is None and removes_topology(request):
+            # a --workers node: what the vhost had on the other workers goes too
+            await delete_in_shards(data_dir, await store.load_access(), request)
         if outcome.changed:
             batch = journal.take_batch()
             if batch is not None:
                 await store.apply(batch)  # a deleted vhost's queues go before the vhost
             await store.save_access(broker.access.state)
+        if parts:
+            outcome = await import_in_shards(data_dir, broker.access.state, parts, outcome)
         return outcome
     finally:
         await store.close()

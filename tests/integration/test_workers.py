@@ -32,8 +32,11 @@ from tests.integration.tls_certs import make_pki
 AMQPD = (sys.executable, "-m", "amqpd")
 
 
-def _admin(data_dir: Path, *args: str) -> None:
-    subprocess.run([*AMQPD, *args, "--data-dir", str(data_dir)], check=True, capture_output=True)
+def _admin(data_dir: Path, *args: str) -> str:
+    done = subprocess.run(
+        [*AMQPD, *args, "--data-dir", str(data_dir)], check=True, capture_output=True, text=True
+    )
+    return done.stdout
 
 
 def _add_v1(data_dir: Path) -> None:
@@ -506,7 +509,8 @@ def test_definitions_export_and_import_cover_every_worker(tmp_path: Path) -> Non
         broker.stop()
         other = tmp_path / "other"
         broker = BrokerProcess(other, extra=extra)
-        _admin(other, "definitions", "import", str(exported))
+        imported = _admin(other, "definitions", "import", str(exported))
+        assert "2 queues" in imported  # each worker's part counted
         assert "q1" in _ctl(other / "shard-1", "list-queues", "-p", "v1")
         assert "q0" in _ctl(other, "list-queues")
         broker.stop()

@@ -26,7 +26,12 @@ from amqpd.model.broker import Broker
 from amqpd.shell.admin_socket import AdminReply, send_request
 from amqpd.shell.workers import placement as placements
 from amqpd.shell.workers.channel_tally import ChannelTally
-from amqpd.shell.workers.definitions_merge import keep_topology, take_topology
+from amqpd.shell.workers.definitions_merge import (
+    keep_topology,
+    split_topology,
+    summed_imports,
+    take_topology,
+)
 from amqpd.shell.workers.forward_links import ForwardInbox
 from amqpd.shell.workers.front import Front
 from amqpd.shell.workers.gateway import (
@@ -254,21 +259,7 @@ class WorkerNode:
         for item in data.get("vhosts") or []:
             if isinstance(item, dict) and isinstance(item.get("name"), str):
                 self.placement.place(item["name"])
-        mine = dict(data)
-        theirs: dict[int, dict[str, Any]] = {}
-        for section in ("exchanges", "queues", "bindings"):
-            items = data.get(section)
-            if not isinstance(items, list):
-                continue
-            mine[section] = []
-            for item in items:
-                vhost = item.get("vhost", "/") if isinstance(item, dict) else "/"
-                owner = self.placement.owner(str(vhost))
-                if owner == 0:
-                    mine[section].append(item)
-                else:
-                    theirs.setdefault(owner, {}).setdefault(section, []).append(item)
-        return mine, theirs
+        return split_topology(data, self.placement.owner)
 
     async def access_saved(self) -> None:
         """Worker 0: the access state changed and is stored; record the placement and
@@ -331,11 +322,13 @@ class WorkerNode:
             return await local(request)
         mine, theirs = self._split(document)
         reply = await local({**request, "definitions": mine})
+        outputs = [reply.text]
         for index, part in sorted(theirs.items()):
             if not reply.ok:
-                break
+                return reply
             reply = await self._ask(index, {**request, "definitions": part})
-        return reply
+            outputs.append(reply.text)
+        return AdminReply(True, summed_imports(outputs)) if reply.ok else reply
 
     async def _status(self, request: dict[str, Any], local: Local) -> AdminReply:
         """``amqpd ctl status`` for the node: worker 0's, with the totals summed over the
