@@ -8,9 +8,9 @@ worker (amqpd/shell/workers/definitions_merge.py); ``amqpd definitions import`` 
 each vhost's exchanges, queues and bindings into its worker's shard (worker 0 would only
 keep them, unserved); ``amqpd vhosts delete`` deletes the vhost's exchanges, queues and
 messages in every shard as well and forgets its placement, as the running node does (else
-the vhost, added again, would find its old queues). Only
-the SQLite layout is handled here: a PostgreSQL node's shards (schemas ``amqpd_shard_K``)
-are changed through the running node.
+the vhost, added again, would find its old queues). Only the SQLite layout is handled
+here: a PostgreSQL node's shards (schemas ``amqpd_shard_K``) are changed through the
+running node.
 """
 
 from __future__ import annotations
