@@ -15,8 +15,9 @@ import asyncpg
 import pika
 import pytest
 
-from tests.integration.test_postgres_failover import DEADLINE, PgBroker, amqpd, free_port
+from tests.integration.test_postgres_failover import DEADLINE, PgBroker, amqpd
 from tests.integration.test_workers import _declares, _drain, _wait_for, _workers
+from tests.ports import spare_port
 
 pytestmark = pytest.mark.slow
 
@@ -76,7 +77,7 @@ def test_workers_on_postgres_survive_a_killed_worker_and_fail_over_as_one_node(
         assert _stored(pg_url, "public") == {("/", "jobs"): len(front)}
         assert _stored(pg_url, "amqpd_shard_1") == {("v1", "jobs"): len(back)}
 
-        standby = PgBroker(pg_url, tmp_path / "b", port=free_port(), extra=WORKERS)
+        standby = PgBroker(pg_url, tmp_path / "b", port=spare_port(), extra=WORKERS)
         standby.wait_for(r"standby: another amqpd holds the lock")
         standby.wait_for(r"standby: worker 1 waits for its node to be active")
 
