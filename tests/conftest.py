@@ -78,9 +78,9 @@ def node_under_test(
     definitions: Path | None = None,
 ) -> Iterator[Server | NodeUnderTest]:
     """A fresh broker: in this process (`running_server`); or, under
-    ``AMQPD_TEST_WORKERS=N`` (scripts/test-all runs the tests that use only its port so once
-    more), a ``--workers N`` node whose default vhost "/" lives on its last worker, so that
-    every connection the test opens is handed over by worker 0 (docs/multicore.md); with
+    ``AMQPD_TEST_WORKERS=N`` (scripts/test-all runs the files that use it once more so), a
+    ``--workers N`` node whose default vhost "/" lives on its last worker (a new store), so
+    that every connection the test opens is handed over by worker 0 (docs/multicore.md); with
     ``AMQPD_TEST_SPREAD=1`` too, a node whose "/" is spread over every worker
     (``--spread-vhosts /``): connections go to the workers in turn, queues live where
     they were declared, consumers move to their queue's worker.
