@@ -92,11 +92,13 @@ async def delete_in_shards(data_dir: Path, before: AccessState, request: dict[st
     access state as it was (``before``), and drop the deleted vhost from the placement
     records (DATA/placement.json and each shard's copy). Nothing without shards."""
     indexes = shard_indexes(data_dir)
+    if not indexes:
+        return
     shards = [data_dir / f"{SHARD_PREFIX}{index}" for index in indexes]
     for shard in shards:
         await _on_shard(shard, before, request)
     deleted = str(request.get("name"))
-    for directory in [data_dir, *shards] if shards else []:
+    for directory in [data_dir, *shards]:
         try:
             placement = placements.load(directory, max(indexes) + 1)
         except placements.PlacementError:
