@@ -12,12 +12,22 @@ from amqpd.engine.churn import churn_rates
 from amqpd.engine.client_inventory import open_connections
 from amqpd.model.broker import Broker
 from amqpd.model.statistics import MessageStats, NodeSample
+from amqpd.model.vhost import VirtualHost
 
 MANAGEMENT_VERSION: Final = RABBITMQ_VERSION  # the one RabbitMQ version (amqpd/__init__.py)
 PRODUCT_NAME: Final = "amqpd"
 
 
 # -- node ------------------------------------------------------------------------------------
+def counts_exchanges(host: VirtualHost) -> bool:
+    """Whether this process counts ``host``'s exchanges in the node's totals: every worker
+    holds every exchange of a spread vhost (docs/multicore.md "Stage 2"), so worker 0
+    counts them and worker K's (K >= 1) copies are left out (the workers' totals are summed
+    for the node: amqpd/shell/workers/gateway.py, node.py)."""
+    replica = host.replica
+    return replica is None or replica.worker == 0
+
+
 def node_totals(broker: Broker) -> MessageStats:
     """The node's message counters now (closed channels' and open ones'), with the rates
     of the last sample."""
@@ -106,7 +116,9 @@ def overview(broker: Broker, node: NodeSample) -> dict[str, Any]:
         "object_totals": {
             "connections": len(conns),
             "channels": channel_count,
-            "exchanges": sum(len(host.exchanges) for host in broker.vhosts.values()),
+            "exchanges": sum(
+                len(host.exchanges) for host in broker.vhosts.values() if counts_exchanges(host)
+            ),
             "queues": sum(len(host.queues) for host in broker.vhosts.values()),
             "consumers": consumer_count,
         },

@@ -17,6 +17,8 @@ from typing import Any
 from amqpd.model.broker import Broker
 from amqpd.model.statistics import NodeSample
 from amqpd.shell import resources
+from amqpd.shell.workers.memory import resident_bytes
+from amqpd.shell.workers.role import WorkerRole
 
 
 def node_name() -> str:
@@ -89,3 +91,16 @@ def sample(
         store_bytes=_store_bytes(data_dir),
         listeners=list(listeners),
     )
+
+
+def of_node(sample: NodeSample, worker: WorkerRole | None) -> NodeSample:
+    """``sample`` as this process's share of its node's figures. With several workers
+    they are summed for the node (the management gateway, ``amqpd ctl status``: amqpd/
+    shell/workers/gateway_merge.py, node.py), and worker 0 speaks for the supervisor too:
+    its pid is the node's OS pid and its memory counts with worker 0's, so the node's
+    memory is what the memory alarm compares (amqpd/shell/workers/memory.py)."""
+    if worker is not None and worker.count > 1 and worker.front:
+        supervisor = os.getppid()
+        sample.os_pid = str(supervisor)
+        sample.mem_used += resident_bytes(supervisor)
+    return sample

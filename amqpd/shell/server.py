@@ -176,7 +176,7 @@ class Server:
             self.broker, self.started, self.config.data_dir, len(self._peers), self.listeners
         )
         sample.role = self._role.role
-        return sample
+        return node_sample.of_node(sample, self.config.worker)
 
     async def serve(
         self, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED

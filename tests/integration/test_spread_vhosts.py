@@ -708,6 +708,9 @@ def test_the_management_api_and_prometheus_show_a_spread_vhost_as_one_node(
         totals = api.get("/overview").json()["object_totals"]
         assert (totals["queues"], totals["connections"], totals["consumers"]) == (2, 2, 1)
         assert totals["exchanges"] == len(exchanges)
+        status = json.loads(_ctl(data, "status", "--format", "json", "-q"))  # amqpd ctl status
+        assert status["totals"]["exchanges"] == len(exchanges)  # each once, as above
+        assert [row["vhosts"] for row in status["workers"]] == [["/"], ["/"]]  # "/" on both
         metrics = httpx.get(
             f"http://127.0.0.1:{_listener_port(data, 'http/prometheus')}/metrics", timeout=30
         ).text

@@ -285,6 +285,12 @@ def _ctl(data_dir: Path, *args: str) -> str:
     return done.stdout
 
 
+def _resident(pid: int) -> int:
+    """Process ``pid``'s resident set, in bytes (/proc)."""
+    pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
 def _tls_port(data_dir: Path) -> int:
     """The AMQPS port worker 0 listens on (from ``amqpd ctl status``)."""
     status = json.loads(_ctl(data_dir, "status", "--format", "json", "-q"))
@@ -346,6 +352,19 @@ def test_the_management_api_and_prometheus_show_one_node(tmp_path: Path) -> None
             (1, ["v1"], 1, 3),
         ]
         assert "Worker 1: OS PID " in _ctl(data, "status")
+        # the node's figures: the supervisor's pid (RabbitMQ's "OS PID" is the node's), the
+        # memory the alarm compares (the supervisor's and every worker's), all descriptors
+        worker_1 = send_request(data / "shard-1", {"group": "ctl", "command": "status"})
+        assert worker_1 is not None and worker_1.ok, worker_1
+        own = json.loads(worker_1.text)
+        assert status["pid"] == str(broker.proc.pid) != own["pid"]
+        assert [w["pid"] for w in status["workers"]][1] == own["pid"]
+        supervisor = _resident(broker.proc.pid)
+        assert status["memory"]["used"] > own["memory"]["used"] + supervisor
+        assert status["file_descriptors"]["used"] > own["file_descriptors"]["used"]
+        (node,) = api.get("/nodes").json()
+        assert node["os_pid"] == status["pid"]
+        assert node["mem_used"] > own["memory"]["used"] + supervisor
         broker.stop()
     finally:
         api.close()

@@ -12,7 +12,6 @@ from starlette.routing import BaseRoute
 
 from amqpd import BUILD
 from amqpd.engine import client_inventory, inventory, node_inventory, operations
-from amqpd.model.vhost import VirtualHost
 from amqpd.shell.host import BrokerHost
 from amqpd.shell.management import ranges
 from amqpd.shell.management.context import Call, no_content, route
@@ -30,24 +29,13 @@ async def overview(call: Call) -> Response:
     their own vhosts, connections and channels (RabbitMQ narrows them the same way).
 
     With several workers the gateway sums the workers' object totals (amqpd/shell/workers/
-    gateway.py); every worker holds every exchange of a spread vhost (docs/multicore.md
-    "Stage 2"), so only worker 0 counts them: worker K's copies are left out here."""
+    gateway.py); a spread vhost's exchanges are counted by worker 0 only
+    (`node_inventory.counts_exchanges`)."""
     item = node_inventory.overview(call.broker, call.host.node_sample())
     item["amqpd_build"] = BUILD.kind  # "mypyc" or "pure" (amqpd/buildinfo.py)
     if not call.principal.is_monitor:
         _narrow(call, item)
-    else:
-        item["object_totals"]["exchanges"] -= sum(
-            len(host.exchanges) for host in call.broker.vhosts.values() if _copy(host)
-        )
     return Json(ranges.overview(call, item))
-
-
-def _copy(host: VirtualHost) -> bool:
-    """Whether ``host`` is worker K's (K >= 1) copy of a spread vhost, whose exchanges worker
-    0 counts for the node."""
-    replica = host.replica
-    return replica is not None and replica.worker != 0
 
 
 def _narrow(call: Call, item: dict[str, Any]) -> None:
@@ -58,7 +46,9 @@ def _narrow(call: Call, item: dict[str, Any]) -> None:
     item["object_totals"] = {
         "connections": len(connections),
         "channels": sum(c["channels"] for c in connections),
-        "exchanges": sum(len(host.exchanges) for host in vhosts if not _copy(host)),
+        "exchanges": sum(
+            len(host.exchanges) for host in vhosts if node_inventory.counts_exchanges(host)
+        ),
         "queues": len(queues),
         "consumers": sum(q["consumers"] for q in queues),
     }

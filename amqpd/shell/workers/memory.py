@@ -46,7 +46,7 @@ class NodeMemory:
         if now - self._read_at >= PID_REFRESH:
             self._read_at = now
             self._pids = [os.getppid(), *self._worker_pids()]
-        return sum(_resident(pid) for pid in self._pids)
+        return sum(resident_bytes(pid) for pid in self._pids)
 
     def _worker_pids(self) -> list[int]:
         pids = []
@@ -58,7 +58,8 @@ class NodeMemory:
         return pids
 
 
-def _resident(pid: int) -> int:
+def resident_bytes(pid: int) -> int:
+    """Process ``pid``'s resident set now (0 once it is gone)."""
     try:
         with open(f"/proc/{pid}/statm", "rb") as statm:
             return int(statm.read().split()[1]) * _PAGE_SIZE

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import os
 import socket
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import suppress
@@ -331,26 +332,42 @@ class WorkerNode:
         return AdminReply(True, summed_imports(outputs)) if reply.ok else reply
 
     async def _status(self, request: dict[str, Any], local: Local) -> AdminReply:
-        """``amqpd ctl status`` for the node: worker 0's, with the totals summed over the
-        workers and a row per worker (its pid, vhosts and totals)."""
+        """``amqpd ctl status`` for the node: worker 0's (its pid is the node's, the
+        supervisor's), with the memory (which counts the supervisor's: node_sample.py
+        `of_node`), descriptors, sockets, store size and totals summed over the workers, and
+        a row per worker (its pid, vhosts and totals)."""
         reply = await local(request)
         if not reply.ok:
             return reply
         status = json.loads(reply.text)
-        rows = [_worker_row(0, status, self.placement)]
+        rows = [self._worker_row(0, {**status, "pid": str(os.getpid())})]
         for index in range(1, self.role.count):
             answer = await self._ask(index, request)
             if not answer.ok:
                 rows.append({"index": index, "pid": None, "state": answer.text})
                 continue
             theirs = json.loads(answer.text)
-            rows.append(_worker_row(index, theirs, self.placement))
-            for section in ("totals", "queue_totals"):
-                for key, value in theirs[section].items():
-                    if isinstance(value, int):
-                        status[section][key] = status[section].get(key, 0) + value
+            rows.append(self._worker_row(index, theirs))
+            _add_status(status, theirs)
         status["workers"] = rows
         return AdminReply(True, json.dumps(status))
+
+    def _worker_row(self, index: int, status: dict[str, Any]) -> dict[str, Any]:
+        """One worker in ``amqpd ctl status``: its vhosts are those placed on it and the
+        spread ones (on every worker)."""
+        return {
+            "index": index,
+            "pid": status["pid"],
+            "state": "running",
+            "vhosts": sorted(
+                name
+                for name in self.broker.access.state.vhosts
+                if self.is_spread(name) or self.placement.owner(name) == index
+            ),
+            "connections": status["totals"]["connections"],
+            "queues": status["totals"]["queues"],
+            "messages": status["queue_totals"]["messages"],
+        }
 
     async def connection_refusal(self, user: str, vhost: str) -> str | None:
         """Why one more connection of ``user`` to ``vhost`` is refused by the node's
@@ -434,14 +451,13 @@ def _merge_tables(replies: list[AdminReply]) -> AdminReply:
     return AdminReply(True, json.dumps(merged))
 
 
-def _worker_row(index: int, status: dict[str, Any], placement: Placement) -> dict[str, Any]:
-    """One worker in ``amqpd ctl status``."""
-    return {
-        "index": index,
-        "pid": status["pid"],
-        "state": "running",
-        "vhosts": sorted(name for name, owner in placement.vhosts.items() if owner == index),
-        "connections": status["totals"]["connections"],
-        "queues": status["totals"]["queues"],
-        "messages": status["queue_totals"]["messages"],
-    }
+def _add_status(node: dict[str, Any], worker: dict[str, Any]) -> None:
+    """Add one more worker's ``amqpd ctl status`` figures to the node's."""
+    node["memory"]["used"] += worker["memory"]["used"]
+    node["store_bytes"] += worker["store_bytes"]
+    for key in ("used", "sockets_used"):
+        node["file_descriptors"][key] += worker["file_descriptors"][key]
+    for section in ("totals", "queue_totals"):
+        for key, value in worker[section].items():
+            if isinstance(value, int):
+                node[section][key] = node[section].get(key, 0) + value
