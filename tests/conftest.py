@@ -26,6 +26,15 @@ from tests.pg_cluster import PgCluster
 # they take free ports instead (a test that needs a known port passes it explicitly).
 os.environ.setdefault("AMQPD_MANAGEMENT_PORT", "0")
 os.environ.setdefault("AMQPD_PROMETHEUS_PORT", "0")
+# AMQPD_TEST_WORKERS=N (scripts/test-all's workers passes): every amqpd that a test starts as
+# a subprocess without choosing runs with N workers (the broker's own AMQPD_WORKERS), and
+# under AMQPD_TEST_SPREAD=1 with "/" spread over them (AMQPD_SPREAD_VHOSTS): the CLI's
+# start-up, signals and logs, the Spark connector and source, as an operator who sets them
+# in the service's environment gets them.
+if os.environ.get("AMQPD_TEST_WORKERS"):
+    os.environ.setdefault("AMQPD_WORKERS", os.environ["AMQPD_TEST_WORKERS"])
+    if os.environ.get("AMQPD_TEST_SPREAD"):
+        os.environ.setdefault("AMQPD_SPREAD_VHOSTS", "/")
 
 
 @contextmanager

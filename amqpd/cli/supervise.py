@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from amqpd.cli.logs import configure_logging
+from amqpd.cli.logs import configure_logging, reopen_logs
 from amqpd.shell.workers.supervisor import LOG_VARIABLE, Supervisor
 
 
@@ -19,7 +19,7 @@ def main() -> int:
     file = log.get("file")
     level, log_format = log.get("level") or "info", log.get("format") or "text"
     configure_logging(level, log_format, Path(file) if file else None)
-    return Supervisor(sys.argv[2:], int(sys.argv[1])).run()
+    return Supervisor(sys.argv[2:], int(sys.argv[1]), reopen_logs).run()
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from amqpd.model.global_parameters import ensure_cluster_id
 from amqpd.model.statistics import NodeSample
 from amqpd.shell import admin_requests, management, metrics, node_sample, resources
 from amqpd.shell.admin_socket import AdminReply, serve_admin
+from amqpd.shell.hangup import Hangups
 from amqpd.shell.http_listener import bind, bind_unix, serve_http
 from amqpd.shell.links.federation_status import (
     FederationLinkStatus,
@@ -542,18 +543,14 @@ async def run(broker_config: BrokerConfig, server_config: ServerConfig) -> None:
     async with anyio.create_task_group() as group:
 
         async def watch_signals() -> None:
-            hangups = 0
+            # a worker's supervisor logs SIGHUP for the node (amqpd/shell/hangup.py)
+            hangup = Hangups(server_config.reopen_logs, quiet=server_config.worker is not None)
             with anyio.open_signal_receiver(
                 signal.SIGINT, signal.SIGTERM, signal.SIGHUP
             ) as signals:
                 async for signum in signals:
-                    if signum == signal.SIGHUP:  # RabbitMQ ignores it; we reopen the log file
-                        reopen = server_config.reopen_logs
-                        if reopen is not None and reopen():
-                            log.info("received SIGHUP; reopened the log file")
-                        elif hangups == 0:
-                            log.info("received SIGHUP; ignored (and from now on silently)")
-                        hangups += 1
+                    if signum == signal.SIGHUP:
+                        hangup()
                         continue
                     log.info("received %s; shutting down", signal.Signals(signum).name)
                     await server.shutdown()

@@ -15,6 +15,8 @@ import pika.exceptions
 import pytest
 
 LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
+RECOVERED = re.compile(r"recovered (\d+) durable queues and (\d+) persistent messages")
+SERVING = re.compile(r"serving with \d+ workers")
 
 
 def _start(args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], int]:
@@ -148,14 +150,19 @@ def test_startup_reports_what_it_recovered(tmp_path: Path) -> None:
         text=True,
     )
     assert proc.stderr is not None
+    # under AMQPD_WORKERS=N (scripts/test-all's workers passes) each worker recovers its own
+    # store and says so: the supervisor's "serving with N workers" follows them all
+    workers = int(os.environ.get("AMQPD_WORKERS") or 1)
     try:
-        recovered = ""
+        recovered: list[tuple[int, int]] = []
         for line in proc.stderr:
-            if "recovered" in line:
-                recovered = line
-            if LISTENING.search(line):
+            found = RECOVERED.search(line)
+            if found:
+                recovered.append((int(found.group(1)), int(found.group(2))))
+            if (LISTENING if workers == 1 else SERVING).search(line):
                 break
-        assert "1 durable queues and 7 persistent messages" in recovered
+        assert len(recovered) == workers
+        assert tuple(map(sum, zip(*recovered, strict=True))) == (1, 7)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=10)

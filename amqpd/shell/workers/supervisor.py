@@ -23,7 +23,8 @@ deleted while it was down stays deleted. Each worker's ready message names the p
 it bound; worker 0 restarted gets the same ones (``--port 0`` picks a port once per node).
 The restart limit mirrors an OTP supervisor's intensity: a worker that cannot stay up
 stops the node rather than loop.
-SIGHUP is passed on (each worker reopens its log file). Everything waits on one selector:
+SIGHUP is passed on (each worker reopens its log file, quietly); the supervisor reopens its
+own and logs it once for the node (amqpd/shell/hangup.py). Everything waits on one selector:
 the signals arrive through ``signal.set_wakeup_fd`` (SIGCHLD included), the ready bytes
 through their pipes.
 """
@@ -48,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
+from amqpd.shell.hangup import Hangups
 from amqpd.shell.workers.role import (
     COUNT_VARIABLE,
     DIR_VARIABLE,
@@ -76,8 +78,11 @@ class _Worker:
 class Supervisor:
     """Runs ``count`` workers of ``argv`` (the broker's own arguments)."""
 
-    def __init__(self, argv: Sequence[str], count: int) -> None:
+    def __init__(
+        self, argv: Sequence[str], count: int, reopen_logs: Callable[[], bool] | None = None
+    ) -> None:
         self.argv = list(argv)
+        self.hangup = Hangups(reopen_logs)  # SIGHUP: its own log file, said once for the node
         self.count = count
         self.runtime = Path(tempfile.mkdtemp(prefix="amqpd-"))
         self.workers: dict[int, _Worker] = {}
@@ -177,7 +182,8 @@ class Supervisor:
                 self.stopping = True
                 self._signal_all(signal.SIGTERM)
             elif signum == signal.SIGHUP:
-                self._signal_all(signal.SIGHUP)
+                self._signal_all(signal.SIGHUP)  # each worker reopens its own, quietly
+                self.hangup()
 
     def _signal_all(self, signum: int) -> None:
         for worker in self.workers.values():
