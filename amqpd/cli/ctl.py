@@ -30,6 +30,8 @@ Commands (``rabbitmqctl`` equivalents in brackets):
     clear-parameter [-p V] COMPONENT NAME      [clear_parameter]
     list-parameters [-p V]                     [list_parameters]
     set-cluster-name NAME                      [set_cluster_name]
+    set-vm-memory-high-watermark FRACTION | absolute SIZE   [set_vm_memory_high_watermark]
+    set-disk-free-limit SIZE | mem_relative FACTOR          [set_disk_free_limit]
     list-shovels                               [shovel_status]
     list-federation-links                      [federation_status]
 
@@ -52,7 +54,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from amqpd.cli import admin
+from amqpd.cli import admin, ctl_limits
 from amqpd.engine.ctl_commands import LISTINGS
 from amqpd.model.admin_commands import AdminError
 from amqpd.shell.admin_socket import AdminSocketError, send_request, socket_path
@@ -116,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="the federation links' state (rabbitmqctl federation_status)",
     )
+    ctl_limits.add_commands(commands, common)
     commands.add_parser("status", parents=[common], help="node status, alarms and totals")
     commands.add_parser("ping", parents=[common], help="exit 0 if the broker answers")
     return parser
@@ -260,7 +263,8 @@ def _json_rows(lines: list[str]) -> str:
 
 def main(argv: Sequence[str], stdout: TextIO | None = None) -> int:
     """Run one ``amqpd ctl`` command (``argv`` after ``ctl``); the exit status."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     out = stdout or sys.stdout
     if "polic" in args.command or "parameter" in args.command or "cluster" in args.command:
         return _policy_command(args, out)
@@ -270,6 +274,11 @@ def main(argv: Sequence[str], stdout: TextIO | None = None) -> int:
         request["vhost"] = getattr(args, "vhost", "/")
     elif args.command == "close-connection":
         request["name"], request["reason"] = args.name, args.reason
+    elif args.command in ctl_limits.COMMANDS:
+        try:
+            request = {"group": "ctl", **ctl_limits.request(args)}
+        except ValueError as exc:
+            parser.error(f"{args.command}: {exc}")
     try:
         reply = send_request(args.data_dir, request, timeout=args.timeout)
     except AdminSocketError as exc:
@@ -294,6 +303,9 @@ def main(argv: Sequence[str], stdout: TextIO | None = None) -> int:
             print(f"Ping succeeded: {answer['node']}", file=out)
     elif args.command == "close-connection":
         print(answer, file=out)
+    elif args.command in ctl_limits.COMMANDS:
+        if not args.quiet:
+            print(ctl_limits.banner(args, answer["node"]), file=out)
     elif args.command == "status":
         print(json.dumps(answer, indent=2) if args.format == "json" else _status(answer), file=out)
     else:
@@ -364,7 +376,11 @@ def _status(status: dict[str, Any]) -> str:
         "",
         f"Total memory used: {_size(memory['used'])}",
         "Memory high watermark: "
-        + (_size(memory["limit"]) if memory["limit"] else "none (no memory alarm)"),
+        + (
+            _size(memory["limit"])
+            if memory["limit"] or memory["alarm"]  # 0: set so, every publisher blocked
+            else "none (no memory alarm)"
+        ),
         "",
         "File Descriptors",
         "",

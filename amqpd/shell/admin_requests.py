@@ -1,6 +1,7 @@
 """What the admin socket's requests do (``amqpd ctl``, ``amqpd users|vhosts|definitions``).
 
-A ``ctl`` request reads the live broker (listings, status) or closes a connection; any
+A ``ctl`` request reads the live broker (listings, status), closes a connection or changes
+an alarm's limit (amqpd/shell/alarm_limits.py); any
 other request changes the access state (`amqpd.model.admin_commands`), which is then saved
 after everything it journaled has been committed. A standby node (PostgreSQL) answers
 ``status`` and ``ping`` only. Worker 0 of several answers for the whole node
@@ -18,6 +19,7 @@ from amqpd.engine import ctl_commands
 from amqpd.model.admin_commands import AdminError, execute, problems_text
 from amqpd.model.broker import Broker
 from amqpd.model.statistics import NodeSample
+from amqpd.shell import alarm_limits
 from amqpd.shell.admin_socket import AdminReply
 from amqpd.shell.links.federation_status import FederationLinkStatus, federation_table
 from amqpd.shell.links.node_links import NodeLinks
@@ -84,6 +86,13 @@ async def _read(host: AdminHost, request: dict[str, Any]) -> AdminReply:
         return AdminReply(True, json.dumps(shovel_table(host.shovel_status(), node)))
     if request.get("command") == "list-federation-links":
         return AdminReply(True, json.dumps(federation_table(host.federation_status(), node)))
+    if request.get("command") in alarm_limits.COMMANDS:  # checked at the next measurement
+        try:
+            other_worker = host.node is not None and host.node.front is None  # 0 logs it
+            limit = alarm_limits.apply(host.broker.alarms, request, quiet=other_worker)
+        except AdminError as exc:
+            return AdminReply(False, str(exc))
+        return AdminReply(True, json.dumps({"node": node, "limit": limit}))
     try:
         answered = _ctl(host, request)
     except AdminError as exc:

@@ -7,6 +7,7 @@ import io
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pika
@@ -17,6 +18,7 @@ from amqpd.cli.ctl import EX_UNAVAILABLE
 from amqpd.cli.ctl import main as ctl
 from amqpd.model.broker import BrokerConfig
 from amqpd.shell.server import ServerConfig, background_server
+from tests.conftest import node_under_test
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.pika_support import pump_until
 
@@ -150,3 +152,62 @@ def test_ping_exit_codes_of_the_command(tmp_path: Path) -> None:
         broker.stop()
     after = subprocess.run(command, capture_output=True, text=True, timeout=30)
     assert after.returncode == EX_UNAVAILABLE
+
+
+def test_alarm_limits_set_on_the_running_node_block_and_release_publishers(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """rabbitmqctl set_vm_memory_high_watermark / set_disk_free_limit: 0 raises the memory
+    alarm at once, a limit above the free disk space the disk alarm; publishers get
+    connection.blocked with RabbitMQ's reason and connection.unblocked once the limits are
+    back. Under AMQPD_TEST_SPREAD the two connections are on the two workers (they go to
+    the workers in turn, and a publish routed nowhere moves neither)."""
+    data = tmp_path / "data"
+    with node_under_test(tmp_path_factory, data_dir=data) as node:
+        events: list[list[str]] = [[], []]
+        connections = []
+        for seen in events:
+            connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", node.port))
+            connection.add_on_connection_blocked_callback(
+                lambda _c, frame, seen=seen: seen.append(frame.method.reason)
+            )
+            connection.add_on_connection_unblocked_callback(
+                lambda _c, _frame, seen=seen: seen.append("unblocked")
+            )
+            connections.append(connection)
+
+        def publish_until(expected: list[str]) -> None:
+            """Publish on each connection until it has seen ``expected``: a connection is
+            told it is blocked when it publishes after the alarm went on (RabbitMQ's too),
+            and the alarm goes on at the broker's next measurement."""
+            for connection, seen in zip(connections, events, strict=True):
+                channel = connection.channel()
+                deadline = time.monotonic() + 30
+                while seen != expected:
+                    assert time.monotonic() < deadline, (seen, expected)
+                    channel.basic_publish("", "nowhere", b"m")  # routed nowhere: nothing moves
+                    connection.process_data_events(time_limit=0.1)
+
+        code, out = run(data, "set-vm-memory-high-watermark", "0")
+        assert code == 0 and out.startswith("Setting memory threshold on amqpd@")
+        assert out.endswith(" to 0 ...\n")
+        publish_until(["low on memory"])
+        status = json.loads(run(data, "status", "--format", "json")[1])
+        assert (status["alarms"], status["memory"]["limit"]) == (["memory"], 0)
+        assert run(data, "set-vm-memory-high-watermark", "absolute", "64GiB", "-q") == (0, "")
+        publish_until(["low on memory", "unblocked"])
+        assert json.loads(run(data, "status", "--format", "json")[1])["alarms"] == []
+
+        code, out = run(data, "set-disk-free-limit", "1000000GB")
+        assert code == 0 and out.endswith(" to 1000000GB bytes ...\n")
+        publish_until(["low on memory", "unblocked", "low on disk"])
+        status = json.loads(run(data, "status", "--format", "json")[1])
+        assert (status["alarms"], status["disk"]["limit"]) == (["disk"], 10**15)
+        assert run(data, "set-disk-free-limit", "mem_relative", "0.01", "-q")[0] == 0
+        publish_until(["low on memory", "unblocked", "low on disk", "unblocked"])
+        for connection in connections:
+            connection.close()
+    for bad in (["1.5"], ["absolute"], ["absolute", "lots"], ["0.4", "0.5"]):
+        with pytest.raises(SystemExit) as refused:  # argparse: usage and the error, exit 2
+            run(data, "set-vm-memory-high-watermark", *bad)
+        assert refused.value.code == 2

@@ -144,8 +144,10 @@ class Fault:
     when it is not -1).
 
     ``raise``: raise RuntimeError. ``sigstop``: SIGSTOP the broker ``pid`` and SIGCONT it
-    ``seconds`` later. ``sigkill``: SIGKILL the broker ``pid`` (the test restarts it). Every
-    failed attempt appends a line to ``record``.
+    ``seconds`` later (a negative ``pid``: that process group, a ``--workers`` node's
+    supervisor and workers; BrokerProcess starts each broker in a session of its own).
+    ``sigkill``: SIGKILL the broker ``pid`` (the test restarts it). Every failed attempt
+    appends a line to ``record``.
     """
 
     kind: str
@@ -417,7 +419,7 @@ def test_frozen_broker_stalls_confirms_and_the_task_reconnects(
         .option("fault", "sigstop")
         .option("faultAfter", "2000")
         .option("faultSeconds", "5")
-        .option("faultPid", str(broker.proc.pid))
+        .option("faultPid", str(-broker.proc.pid))  # its process group: every worker too
         .option("faultRecord", str(record))
         .mode("append")
         .save()

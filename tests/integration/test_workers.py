@@ -285,12 +285,6 @@ def _ctl(data_dir: Path, *args: str) -> str:
     return done.stdout
 
 
-def _resident(pid: int) -> int:
-    """Process ``pid``'s resident set, in bytes (/proc)."""
-    pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
-    return pages * os.sysconf("SC_PAGE_SIZE")
-
-
 def _tls_port(data_dir: Path) -> int:
     """The AMQPS port worker 0 listens on (from ``amqpd ctl status``)."""
     status = json.loads(_ctl(data_dir, "status", "--format", "json", "-q"))

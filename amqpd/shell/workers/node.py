@@ -24,6 +24,7 @@ import anyio.abc
 
 from amqpd.model import user_limits
 from amqpd.model.broker import Broker
+from amqpd.shell import alarm_limits
 from amqpd.shell.admin_socket import AdminReply, send_request
 from amqpd.shell.workers import placement as placements
 from amqpd.shell.workers.channel_tally import ChannelTally
@@ -116,6 +117,7 @@ class WorkerNode:
         self.channels = ChannelTally(role, broker)  # a user's max-channels for the node
         broker.other_workers = self.channels
         self.channels.publish()  # none yet (a restarted worker's predecessor had some)
+        alarm_limits.restore(role.runtime, broker.alarms)  # amqpd ctl's changes, if any
         if role.front:
             # until the store is open, the vhosts seen are those in worker 0's store (some
             # perhaps created while it ran as one process): they stay on worker 0
@@ -277,7 +279,8 @@ class WorkerNode:
     async def ctl(self, request: dict[str, Any], local: Local) -> AdminReply:
         """Worker 0: an ``amqpd ctl`` request answered for the whole node. A vhost's
         listing comes from its worker; connections and channels from every worker, merged;
-        close-connection goes to whichever worker has the connection."""
+        close-connection goes to whichever worker has the connection; an alarm's limit is
+        changed on every worker."""
         command = request.get("command")
         if command in VHOST_LISTINGS:
             vhost = str(request.get("vhost") or "/")
@@ -292,6 +295,15 @@ class WorkerNode:
             return _merge_tables(replies)
         if command == "status":
             return await self._status(request, local)
+        if command in alarm_limits.COMMANDS:  # node-wide: every worker's alarms
+            reply = await local(request)
+            if reply.ok:
+                alarm_limits.remember(self.role.runtime, request)
+            for index in range(1, self.role.count):
+                answer = await self._ask(index, request)
+                if not answer.ok:
+                    return answer
+            return reply
         if command == "close-connection":
             reply = await local(request)
             for index in range(1, self.role.count):
