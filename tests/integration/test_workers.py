@@ -501,6 +501,40 @@ def test_the_memory_alarm_is_node_wide_and_blocks_publishers_on_every_worker(
             broker.kill()
 
 
+def test_an_alarm_limit_set_with_ctl_holds_on_every_worker_and_a_restarted_one(
+    tmp_path: Path,
+) -> None:
+    """``amqpd ctl set-vm-memory-high-watermark 0`` raises the memory alarm on both workers;
+    worker 1 killed and restarted by the supervisor starts with the changed limit (the
+    node's runtime directory keeps it), not the configured one; a node restarted comes
+    back with the configured one, as a RabbitMQ node does."""
+    data = tmp_path / "data"
+    broker = BrokerProcess(data, extra=("--workers", "2", "--no-management", "--no-prometheus"))
+    try:
+
+        def alarms(data_dir: Path) -> list[str]:
+            status = json.loads(_ctl(data_dir, "status", "--format", "json", "-q"))
+            return list(status["alarms"])
+
+        assert _ctl(data, "set-vm-memory-high-watermark", "0", "-q") == ""
+        for where in (data, data / "shard-1"):
+            wait_for(lambda where=where: alarms(where) == ["memory"], f"{where}'s alarm")
+        worker_1 = _workers(broker.proc.pid)[1]
+        subprocess.run(["kill", "-9", str(worker_1)], check=True)
+        _wait_for(lambda: _workers(broker.proc.pid).get(1, worker_1) != worker_1, "restart")
+        restarted = _workers(broker.proc.pid)[1]
+        wait_for(lambda: send_request(data / "shard-1", {"group": "ping"}) is not None, "ping")
+        wait_for(lambda: alarms(data / "shard-1") == ["memory"], "the restarted worker's alarm")
+        assert _workers(broker.proc.pid)[1] == restarted
+        broker.stop()
+        broker.restart()
+        assert alarms(data) == alarms(data / "shard-1") == []
+        broker.stop()
+    finally:
+        if broker.proc.poll() is None:
+            broker.kill()
+
+
 def test_definitions_export_and_import_cover_every_worker(tmp_path: Path) -> None:
     """``amqpd definitions export`` shows each vhost's queues from its worker, and
     importing that document into a new node puts them back on their workers."""
