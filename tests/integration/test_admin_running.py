@@ -29,6 +29,7 @@ from amqpd.model.broker import BrokerConfig
 from amqpd.shell.admin_socket import SOCKET_NAME
 from amqpd.shell.server import Server, ServerConfig, background_server
 from persistence.sqlite_open import LOCK_FILENAME
+from tests.conftest import NodeUnderTest, node_process
 from tests.integration.pika_support import login, pump_until
 
 CLOSE_TIMEOUT = 10.0
@@ -48,7 +49,15 @@ def ok(data: Path, *argv: str, stdin: str = "") -> str:
 
 
 @contextmanager
-def broker(data: Path) -> Iterator[Server]:
+def broker(data: Path) -> Iterator[Server | NodeUnderTest]:
+    """A broker on ``data``: in this process, or under ``AMQPD_TEST_WORKERS=N`` (scripts/
+    test-all's workers passes) a ``--workers N`` node (tests/conftest.py `node_process`),
+    whose worker 0 answers the admin socket for every worker."""
+    workers = int(os.environ.get("AMQPD_TEST_WORKERS") or 1)
+    if workers > 1:
+        with node_process(data, workers) as node:
+            yield node
+        return
     with background_server(BrokerConfig(), ServerConfig(port=0, data_dir=data)) as server:
         yield server
 

@@ -4,17 +4,20 @@ and filter, and a purge clicked on the queues page empties the queue (checked ov
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import pika
 import pytest
 from playwright.sync_api import ConsoleMessage, Dialog, Error, Page, sync_playwright
 
-from amqpd.model.broker import BrokerConfig
-from amqpd.shell.server import ServerConfig, background_server
+from amqpd.cli.ctl import main as ctl
+from amqpd.shell.alarm_limits import MEMORY_COMMAND as MEMORY_LIMIT
+from tests.conftest import node_under_test
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -28,7 +31,6 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-MIB = 1024 * 1024
 CLOSE_REASON = "closed from the dashboard"
 WAIT_MS = 60_000  # generous: a busy machine, a cold browser
 
@@ -112,12 +114,11 @@ def _column(page: Page, table: str, index: int) -> list[str]:
 GUEST = ("guest", "guest")
 
 
-def test_dashboard_pages_charts_and_purge() -> None:
-    memory = [10 * MIB]  # what the broker's memory probe reports
-    config = ServerConfig(
-        port=0, management_port=0, memory_check_interval=0.05, memory_probe=lambda: memory[0]
-    )
-    with background_server(BrokerConfig(memory_high_watermark=100 * MIB), config) as server:
+def test_dashboard_pages_charts_and_purge(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"  # amqpd ctl reaches the broker through its admin socket there
+    with node_under_test(tmp_path_factory, http=True, data_dir=data) as server:
         conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))
         errors: list[str] = []
         try:
@@ -235,10 +236,11 @@ def test_dashboard_pages_charts_and_purge() -> None:
                 page.wait_for_selector("#federation-links td.empty")
 
                 # a resource alarm shows on every page, and goes away when it clears
-                memory[0] = 200 * MIB
+                assert ctl([MEMORY_LIMIT, "0", "--data-dir", str(data)], io.StringIO()) == 0
                 page.wait_for_selector("#alarms:not([hidden])")
                 assert "Memory alarm" in page.inner_text("#alarms")
-                memory[0] = 10 * MIB
+                restored = ctl([MEMORY_LIMIT, "0.4", "--data-dir", str(data)], io.StringIO())
+                assert restored == 0
                 page.wait_for_selector("#alarms", state="hidden")
 
                 # force-close the AMQP connection from the connections page
@@ -254,9 +256,10 @@ def test_dashboard_pages_charts_and_purge() -> None:
         assert errors == []
 
 
-def test_a_management_user_sees_what_its_tags_allow() -> None:
-    config = ServerConfig(port=0, management_port=0)
-    with background_server(BrokerConfig(), config) as server:
+def test_a_management_user_sees_what_its_tags_allow(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    with node_under_test(tmp_path_factory, http=True) as server:
         base = f"http://127.0.0.1:{server.management_port}/"
         with httpx.Client(base_url=base, auth=("guest", "guest"), timeout=30) as admin:
             made = admin.put("api/users/viewer", json={"password": "s3cret", "tags": "management"})
