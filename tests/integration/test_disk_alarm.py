@@ -23,6 +23,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,8 @@ import pika
 import pika.exceptions
 import pytest
 
-from tests.conftest import running_server
+from amqpd.shell.server import Server
+from tests.conftest import NodeUnderTest, node_process, running_server
 
 MiB = 1024 * 1024
 LIMIT = 8 * MiB  # disk_free_limit
@@ -54,6 +56,20 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         yield mount_point
     finally:
         subprocess.run(["umount", str(mount_point)], check=True)
+
+
+@contextmanager
+def _broker(data_dir: Path) -> Iterator[Server | NodeUnderTest]:
+    """The broker on ``data_dir`` with the disk limit: in this process, or under
+    ``AMQPD_TEST_WORKERS=N`` (scripts/test-all's workers passes) a ``--workers N`` node
+    (tests/conftest.py `node_process`) whose shards share the small file system."""
+    workers = int(os.environ.get("AMQPD_TEST_WORKERS") or 1)
+    if workers > 1:
+        with node_process(data_dir, workers, ("--disk-free-limit", str(LIMIT))) as node:
+            yield node
+        return
+    with running_server(data_dir=data_dir, disk_free_limit=LIMIT) as server:
+        yield server
 
 
 def free_bytes(path: Path) -> int:
@@ -139,7 +155,7 @@ def test_a_full_disk_is_one_alarm_and_no_nacked_message_is_delivered(small_disk:
     data_dir = small_disk / "data"
     data_dir.mkdir()
     filler = small_disk / "filler"
-    with running_server(data_dir=data_dir, disk_free_limit=LIMIT) as server:
+    with _broker(data_dir) as server:
         params = pika.ConnectionParameters("127.0.0.1", server.port)
         watcher = pika.BlockingConnection(params)
         sub = watcher.channel()
@@ -188,7 +204,7 @@ def test_a_full_disk_is_one_alarm_and_no_nacked_message_is_delivered(small_disk:
         assert sorted(consumed) == sorted(acked)  # every confirmed one, each once
         watcher.close()
 
-    with running_server(data_dir=data_dir, disk_free_limit=LIMIT) as server:
+    with _broker(data_dir) as server:
         conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))
         channel = conn.channel()
         stored: list[int] = []

@@ -34,21 +34,31 @@ def _peak_rss(pid: int) -> int:
     return int(match.group(1)) * 1024
 
 
+def _node(pid: int) -> list[int]:
+    """The broker's processes: ``pid`` and its children (a --workers node's workers)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [pid, *map(int, children)]
+
+
+def _resident(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 @pytest.mark.slow
 def test_memory_stays_under_twice_the_watermark_while_publishers_push_eight_times_it(
     tmp_path: Path,
 ) -> None:
+    """Under AMQPD_WORKERS=N (scripts/test-all's workers passes) the node's memory is its
+    processes' together, which alone use more than the watermark: the node starts with the
+    default watermark and ``amqpd ctl set-vm-memory-high-watermark`` then sets it to what
+    they use plus WATERMARK, and the node's peak is the sum of its processes' peaks."""
+    data = tmp_path / "data"
+    workers = int(os.environ.get("AMQPD_WORKERS") or 1)
+    watermark = WATERMARK if workers == 1 else 0  # 0: the default (a fraction), for now
     proc = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "amqpd",
-            "--port",
-            "0",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--vm-memory-high-watermark",
-            str(WATERMARK),
+            *(sys.executable, "-m", "amqpd", "--port", "0", "--data-dir", str(data)),
+            *(("--vm-memory-high-watermark", str(watermark)) if watermark else ()),
         ],
         stderr=subprocess.PIPE,
         text=True,
@@ -65,6 +75,13 @@ def test_memory_stays_under_twice_the_watermark_while_publishers_push_eight_time
                 port = int(match.group(1))
                 break
         assert port, "".join(log)
+        node = _node(proc.pid)
+        assert len(node) == (workers + 1 if workers > 1 else 1), node
+        if workers > 1:
+            watermark = sum(map(_resident, node)) + WATERMARK
+            set_it = ("ctl", "set-vm-memory-high-watermark", "absolute", str(watermark))
+            command = [sys.executable, "-m", "amqpd", *set_it, "--data-dir", str(data)]
+            subprocess.run(command, check=True, capture_output=True, timeout=60)
         alarm = threading.Event()
 
         def read_log() -> None:
@@ -76,8 +93,8 @@ def test_memory_stays_under_twice_the_watermark_while_publishers_push_eight_time
         reader = threading.Thread(target=read_log, daemon=True)
         reader.start()
         _run_load(port, alarm)
-        peak = _peak_rss(proc.pid)
-        assert peak < 2 * WATERMARK, f"peak RSS {peak / MIB:.0f} MiB"
+        peak = sum(map(_peak_rss, node))
+        assert peak < 2 * watermark, f"peak RSS {peak / MIB:.0f} MiB of {watermark / MIB:.0f}"
     finally:
         proc.terminate()
         proc.wait(timeout=20)
