@@ -40,16 +40,15 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import NoReturn
 
 from amqpd.shell.hangup import Hangups
+from amqpd.shell.workers import runtime_dir
 from amqpd.shell.workers.role import (
     COUNT_VARIABLE,
     DIR_VARIABLE,
@@ -84,7 +83,7 @@ class Supervisor:
         self.argv = list(argv)
         self.hangup = Hangups(reopen_logs)  # SIGHUP: its own log file, said once for the node
         self.count = count
-        self.runtime = Path(tempfile.mkdtemp(prefix="amqpd-"))
+        self.runtime = runtime_dir.create()  # the workers' sockets; stale ones removed
         self.workers: dict[int, _Worker] = {}
         self.selector = selectors.DefaultSelector()
         self.stopping = False
