@@ -1,4 +1,5 @@
-"""Resource alarms, the slow-consumer bound and many connections, against the real server.
+"""Resource alarms and the slow-consumer bound, against the real server (a thousand
+connections at once: test_many_connections.py).
 
 The alarm cycle tests feed the broker's resource monitor a measurement the test controls
 (``ServerConfig.memory_probe`` / ``disk_probe``); everything else is the real path: the
@@ -7,21 +8,20 @@ monitor task, the core's throttle, the shell no longer reading from a blocked pu
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pika
-from pamqp import commands, frame
+from pamqp import commands
 
 from amqpd.engine.connection import Connection
 from amqpd.model.broker import BrokerConfig
 from amqpd.shell.server import Server, ServerConfig, background_server
-from tests.integration.raw_client import PROTOCOL_HEADER, RawClient
+from tests.integration.raw_client import RawClient
 
 DEADLINE = 30.0  # generous: these poll for an event, so a quiet machine never waits this long
 
@@ -256,97 +256,3 @@ def test_a_consumer_that_stops_reading_gets_only_a_few_mib_written_ahead() -> No
                 if isinstance(value, commands.Basic.Deliver):
                     received += 1
             assert ready(server, "slow") == 0
-
-
-# -- many connections --------------------------------------------------------------------------
-async def _open_and_close(port: int, n: int) -> int:
-    async def read_frame(reader: asyncio.StreamReader, buf: bytearray) -> Any:
-        while True:
-            if len(buf) >= 7:
-                size = int.from_bytes(buf[3:7], "big")
-                if len(buf) >= size + 8:
-                    consumed, _channel, value = frame.unmarshal(bytes(buf[: size + 8]))
-                    del buf[:consumed]
-                    return value
-            chunk = await reader.read(65536)
-            if not chunk:
-                raise ConnectionError("closed by the broker")
-            buf += chunk
-
-    async def close_writer(writer: asyncio.StreamWriter) -> None:
-        writer.close()
-        with suppress(OSError):
-            await writer.wait_closed()
-
-    async def handshake() -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytearray]:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        try:
-            return await start(reader, writer)
-        except BaseException:
-            await close_writer(writer)  # a failed handshake leaves no socket behind
-            raise
-
-    async def start(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytearray]:
-        buf = bytearray()
-        writer.write(PROTOCOL_HEADER)
-        assert isinstance(await read_frame(reader, buf), commands.Connection.Start)
-        writer.write(
-            frame.marshal(
-                commands.Connection.StartOk(
-                    client_properties={}, mechanism="PLAIN", response="\0guest\0guest"
-                ),
-                0,
-            )
-        )
-        tune = await read_frame(reader, buf)
-        assert isinstance(tune, commands.Connection.Tune), tune
-        writer.write(
-            frame.marshal(
-                commands.Connection.TuneOk(channel_max=2047, frame_max=131072, heartbeat=0),
-                0,
-            )
-            + frame.marshal(commands.Connection.Open(virtual_host="/"), 0)
-        )
-        assert isinstance(await read_frame(reader, buf), commands.Connection.OpenOk)
-        return reader, writer, buf
-
-    async def close(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, buf: bytearray
-    ) -> None:
-        writer.write(
-            frame.marshal(
-                commands.Connection.Close(
-                    reply_code=200, reply_text="bye", class_id=0, method_id=0
-                ),
-                0,
-            )
-        )
-        assert isinstance(await read_frame(reader, buf), commands.Connection.CloseOk)
-        await close_writer(writer)
-
-    results = await asyncio.gather(*(handshake() for _ in range(n)), return_exceptions=True)
-    opened = [item for item in results if not isinstance(item, BaseException)]
-    try:
-        assert len(opened) == n, [item for item in results if isinstance(item, BaseException)][:3]
-        closed = await asyncio.gather(*(close(*item) for item in opened), return_exceptions=True)
-        assert not [item for item in closed if item is not None], closed[:3]
-    finally:  # every socket is closed, whatever failed
-        await asyncio.gather(*(close_writer(writer) for _reader, writer, _buf in opened))
-    return len(opened)
-
-
-def test_a_thousand_concurrent_connections_then_still_serving(server: Server) -> None:
-    began = time.monotonic()
-    assert asyncio.run(_open_and_close(server.port, 1000)) == 1000
-    wait_for(lambda: not server.broker.connections)
-    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))
-    try:
-        channel = conn.channel()
-        channel.queue_declare("after-1000", auto_delete=True)
-        channel.basic_publish("", "after-1000", b"still serving")
-        assert channel.basic_get("after-1000", auto_ack=True)[2] == b"still serving"
-    finally:
-        conn.close()
-    assert time.monotonic() - began < 30

@@ -50,10 +50,20 @@ class HandoverLinks:
         self.role = role
         self.timeout = timeout  # how long a restarting worker is waited for
         self._links: dict[int, socket.socket] = {}
+        # one sender per link at a time: a full link is waited on by one task (anyio allows
+        # no more), the others queue behind it in order (a thousand clients at once)
+        self._sending: dict[int, anyio.Lock] = {}
 
     async def send(self, owner: int, fd: int, arrival: Arrival) -> bool:
-        """Hand ``fd`` to worker ``owner``, waiting for a restarting worker up to the
-        timeout; False if it could not be reached."""
+        """Hand ``fd`` to worker ``owner``, waiting while its link is full and for a
+        restarting worker up to the timeout; False if it could not be reached."""
+        lock = self._sending.get(owner)
+        if lock is None:
+            lock = self._sending[owner] = anyio.Lock()
+        async with lock:
+            return await self._send(owner, fd, arrival)
+
+    async def _send(self, owner: int, fd: int, arrival: Arrival) -> bool:
         deadline = time.monotonic() + self.timeout
         while True:
             link = self._links.get(owner)
