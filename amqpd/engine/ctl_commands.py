@@ -68,8 +68,6 @@ _QUEUE_GETTERS: Final[Mapping[str, Getter]] = {
     "pid": lambda item: f"<{item['node']}.{item['vhost']}.{item['name']}>",
     "owner_pid": _nested("owner_pid_details", "name"),
     "exclusive_consumer_pid": lambda item: None,
-    "messages_ready_ram": _field("messages_ready"),
-    "messages_unacknowledged_ram": _field("messages_unacknowledged"),
 }
 
 _EXCHANGE_KEYS: Final = ("name", "type", "durable", "auto_delete", "internal", "arguments")

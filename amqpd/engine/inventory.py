@@ -149,6 +149,8 @@ def _queue(broker: Broker, queue: Queue, unacked: tuple[int, int]) -> dict[str, 
         "message_bytes_persistent": held.persistent_bytes,
         "message_bytes_paged_out": held.paged_out_bytes,
         "messages_ram": ready + unacked_count - held.paged_out,
+        "messages_ready_ram": ready - held.paged_out,  # paged out: ready ones only
+        "messages_unacknowledged_ram": unacked_count,
         "messages_persistent": held.persistent,
         "messages_paged_out": held.paged_out,
         "memory": 1024 + 96 * ready + queue.ready_bytes,

@@ -114,9 +114,10 @@ def _queues(
                     "message_bytes": ready_bytes + held_bytes,
                     "message_bytes_ready": ready_bytes,
                     "message_bytes_unacknowledged": held_bytes,
-                    "messages_ram": ready + held,
-                    "message_bytes_ram": ready_bytes + held_bytes,
-                    "messages_ready_ram": ready,
+                    # paged out: ready messages whose body is in the store only
+                    "messages_ram": ready + held - held_where.paged_out,
+                    "message_bytes_ram": ready_bytes + held_bytes - held_where.paged_out_bytes,
+                    "messages_ready_ram": ready - held_where.paged_out,
                     "messages_unacknowledged_ram": held,
                     "messages_persistent": held_where.persistent,
                     "message_bytes_persistent": held_where.persistent_bytes,

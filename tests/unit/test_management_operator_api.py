@@ -375,6 +375,7 @@ def test_queue_listing_counts_persistent_and_paged_out_messages() -> None:
     assert (item["messages_persistent"], item["message_bytes_persistent"]) == (3, 15)
     assert (item["messages_paged_out"], item["message_bytes_paged_out"]) == (1, 5)
     assert (item["messages_ram"], item["message_bytes_ram"]) == (3, 19)
+    assert (item["messages_ready_ram"], item["messages_unacknowledged_ram"]) == (3, 0)
 
 
 def test_bounded_json_refuses_deep_documents_with_one_text() -> None:

@@ -395,6 +395,10 @@ def test_persistent_paged_out_and_store_families() -> None:
     assert _value(found, "rabbitmq_queue_messages_persistent_bytes") == 15
     assert _value(found, "rabbitmq_queue_messages_paged_out") == 1
     assert _value(found, "rabbitmq_queue_messages_paged_out_bytes") == 5
+    # in memory: the four but the paged-out one (its body is in the store only)
+    assert _value(found, "rabbitmq_queue_messages_ready_ram") == 3
+    assert _value(found, "rabbitmq_queue_messages_ram") == 3
+    assert _value(found, "rabbitmq_queue_messages_ram_bytes") == 19
     assert found["rabbitmq_queue_messages_persistent"][1] == "Persistent messages"
     assert _value(found, "rabbitmq_io_write_ops_total") == 2
     assert _value(found, "rabbitmq_io_write_bytes_total") == 300
