@@ -160,10 +160,37 @@ def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server | N
         yield srv
 
 
+# BrokerConfig fields that the amqpd command takes as options (`start_server` under workers)
+NODE_OPTIONS = {
+    "heartbeat": "--heartbeat",
+    "frame_max": "--frame-max",
+    "channel_max": "--channel-max",
+    "max_message_size": "--max-message-size",
+    "connection_max": "--connection-max",
+}
+
+
 @pytest.fixture
-def start_server() -> Callable[..., AbstractContextManager[Server]]:
-    """Factory for a server with non-default BrokerConfig options (e.g. heartbeat=1)."""
-    return running_server
+def start_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Callable[..., AbstractContextManager[Server | NodeUnderTest]]:
+    """Factory for a fresh broker with non-default BrokerConfig options (e.g. heartbeat=1):
+    in this process; under ``AMQPD_TEST_WORKERS=N`` a ``--workers N`` node given them as
+    command-line options (`node_process`) when amqpd has one for each (``tick_interval``
+    aside: a node's timers run on their deadlines), else in this process too."""
+
+    def start(
+        tick_interval: float = 1.0, **options: Any
+    ) -> AbstractContextManager[Server | NodeUnderTest]:
+        workers = int(os.environ.get("AMQPD_TEST_WORKERS") or 1)
+        if workers == 1 or not set(options) <= NODE_OPTIONS.keys():
+            return running_server(tick_interval, **options)
+        flags = tuple(
+            item for key, value in options.items() for item in (NODE_OPTIONS[key], str(value))
+        )
+        return node_process(tmp_path_factory.mktemp("node") / "data", workers, flags)
+
+    return start
 
 
 @pytest.fixture

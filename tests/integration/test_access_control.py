@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pika
@@ -17,10 +18,11 @@ import pika.exceptions
 import pytest
 from pamqp import commands
 
-from amqpd.model.broker import BrokerConfig
-from amqpd.shell.server import Server, ServerConfig, background_server
+from amqpd.shell.server import Server
 from tests.conftest import NodeUnderTest, node_under_test
 from tests.integration.raw_client import RawClient
+
+StartServer = Callable[..., AbstractContextManager[Server | NodeUnderTest]]
 
 DEFINITIONS = {
     "users": [
@@ -300,8 +302,8 @@ def test_a_refusal_on_one_channel_leaves_the_others_working(
 
 
 # -- global connection limit -----------------------------------------------------------------
-def test_node_connection_limit_is_530() -> None:
-    with background_server(BrokerConfig(connection_max=2), ServerConfig(port=0)) as srv:
+def test_node_connection_limit_is_530(start_server: StartServer) -> None:
+    with start_server(connection_max=2) as srv:
         first = connect(srv, "guest", "guest")
         second = connect(srv, "guest", "guest")
         try:

@@ -16,8 +16,6 @@ import pytest
 
 from amqpd.cli.ctl import EX_UNAVAILABLE
 from amqpd.cli.ctl import main as ctl
-from amqpd.model.broker import BrokerConfig
-from amqpd.shell.server import ServerConfig, background_server
 from tests.conftest import node_under_test
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.pika_support import pump_until
@@ -30,9 +28,11 @@ def run(data: Path, *argv: str) -> tuple[int, str]:
     return code, out.getvalue()
 
 
-def test_listings_status_and_close_connection(tmp_path: Path) -> None:
+def test_listings_status_and_close_connection(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
     data = tmp_path / "data"
-    with background_server(BrokerConfig(), ServerConfig(port=0, data_dir=data)) as server:
+    with node_under_test(tmp_path_factory, data_dir=data) as server:
         params = pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{server.port}/")
         params.client_properties = {"connection_name": "ctl-test"}
         conn = pika.BlockingConnection(params)

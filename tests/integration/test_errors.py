@@ -27,9 +27,10 @@ from pamqp.header import ContentHeader
 from pamqp.heartbeat import Heartbeat
 
 from amqpd.shell.server import Server
+from tests.conftest import NodeUnderTest
 from tests.integration.raw_client import PROTOCOL_HEADER, RawClient
 
-StartServer = Callable[..., AbstractContextManager[Server]]
+StartServer = Callable[..., AbstractContextManager[Server | NodeUnderTest]]
 Blocking = pika.adapters.blocking_connection.BlockingConnection
 BlockingChannel = pika.adapters.blocking_connection.BlockingChannel
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import Any
 
 import pika
@@ -18,11 +17,9 @@ import pika.exceptions
 import pytest
 from pamqp.heartbeat import Heartbeat
 
-from amqpd.shell.server import Server
-from tests.conftest import node_under_test
+from tests.conftest import node_under_test, running_server
 from tests.integration.raw_client import RawClient
 
-StartServer = Callable[..., AbstractContextManager[Server]]
 HOURLY = 3600.0
 DEADLINE = 15.0  # generous: a busy machine; without deadline-driven timers it is an hour
 
@@ -97,8 +94,10 @@ def test_ttl_dead_letters_on_time_without_periodic_ticks(
             conn.close()
 
 
-def test_x_expires_deletes_the_queue_without_periodic_ticks(start_server: StartServer) -> None:
-    with start_server(tick_interval=HOURLY) as srv:
+def test_x_expires_deletes_the_queue_without_periodic_ticks() -> None:
+    """In this process whatever AMQPD_TEST_WORKERS says: the periodic tick is an
+    in-process setting (a node's timers always run on their deadlines)."""
+    with running_server(tick_interval=HOURLY) as srv:
         conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", srv.port))
         try:
             conn.channel().queue_declare("short-lived", arguments={"x-expires": 200})
