@@ -16,8 +16,8 @@ import pika
 import pika.exceptions
 import pytest
 
-from amqpd.model.broker import BrokerConfig
-from amqpd.shell.server import Server, ServerConfig, background_server
+from amqpd.shell.server import Server
+from tests.conftest import NodeUnderTest, node_under_test
 from tests.integration.broker_process import BrokerProcess
 
 DELAYED = "x-delayed-message"
@@ -25,9 +25,8 @@ WAIT = 60.0  # seconds a test waits for a delivery before it fails (a busy machi
 
 
 @pytest.fixture
-def broker() -> Iterator[Server]:
-    config = ServerConfig(port=0, management_port=0, prometheus_port=0)
-    with background_server(BrokerConfig(), config) as server:
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server | NodeUnderTest]:
+    with node_under_test(tmp_path_factory, http=True) as server:
         yield server
 
 
@@ -56,7 +55,9 @@ def _receive(ch: Any, queue: str, count: int) -> list[tuple[float, bytes, Any]]:
     return got
 
 
-def test_declaration_errors_have_the_plugins_codes_and_texts(broker: Server) -> None:
+def test_declaration_errors_have_the_plugins_codes_and_texts(
+    broker: Server | NodeUnderTest,
+) -> None:
     conn = _connect(broker.port)
     for arguments, text in (
         ({}, "Invalid argument, 'x-delayed-type' must be an existing exchange type"),
@@ -84,7 +85,7 @@ def test_declaration_errors_have_the_plugins_codes_and_texts(broker: Server) -> 
     conn.close()
 
 
-def test_delays_fire_in_due_order_never_early(broker: Server) -> None:
+def test_delays_fire_in_due_order_never_early(broker: Server | NodeUnderTest) -> None:
     conn = _connect(broker.port)
     ch = conn.channel()
     _delayed_exchange(ch, inner="topic")
@@ -108,7 +109,7 @@ def test_delays_fire_in_due_order_never_early(broker: Server) -> None:
     conn.close()
 
 
-def test_mandatory_and_alternate_exchange(broker: Server) -> None:
+def test_mandatory_and_alternate_exchange(broker: Server | NodeUnderTest) -> None:
     conn = _connect(broker.port)
     ch = conn.channel()
     ch.exchange_declare("ae", "fanout")
@@ -132,7 +133,7 @@ def test_mandatory_and_alternate_exchange(broker: Server) -> None:
     conn.close()
 
 
-def test_messages_delayed_in_management_api_and_prometheus(broker: Server) -> None:
+def test_messages_delayed_in_management_api_and_prometheus(broker: Server | NodeUnderTest) -> None:
     conn = _connect(broker.port)
     ch = conn.channel()
     _delayed_exchange(ch)

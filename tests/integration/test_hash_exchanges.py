@@ -12,20 +12,21 @@ import pika
 import pika.exceptions
 import pytest
 
-from amqpd.model.broker import BrokerConfig
-from amqpd.shell.server import Server, ServerConfig, background_server
+from amqpd.shell.server import Server
+from tests.conftest import NodeUnderTest, node_under_test
 
 QUEUES = ("h1", "h2", "h3", "h4")
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    config = ServerConfig(port=0, management_port=0, data_dir=tmp_path)
-    with background_server(BrokerConfig(), config) as running:
+def server(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> Iterator[Server | NodeUnderTest]:
+    with node_under_test(tmp_path_factory, http=True, data_dir=tmp_path / "data") as running:
         yield running
 
 
-def _connect(server: Server) -> pika.BlockingConnection:
+def _connect(server: Server | NodeUnderTest) -> pika.BlockingConnection:
     return pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))
 
 
@@ -39,7 +40,9 @@ def _connect(server: Server) -> pika.BlockingConnection:
         ("-1", "The binding key must be greater than 0"),
     ],
 )
-def test_bad_weights_close_the_channel_with_406(server: Server, key: str, text: str) -> None:
+def test_bad_weights_close_the_channel_with_406(
+    server: Server | NodeUnderTest, key: str, text: str
+) -> None:
     conn = _connect(server)
     ch = conn.channel()
     ch.exchange_declare("chx", "x-consistent-hash")
@@ -67,7 +70,7 @@ def test_bad_weights_close_the_channel_with_406(server: Server, key: str, text: 
     ],
 )
 def test_bad_arguments_refuse_the_declaration_with_406(
-    server: Server, arguments: dict[str, object], text: str
+    server: Server | NodeUnderTest, arguments: dict[str, object], text: str
 ) -> None:
     conn = _connect(server)
     ch = conn.channel()
@@ -106,11 +109,13 @@ def _owner(
     raise AssertionError("message not routed")
 
 
-def test_routing_spread_stability_restart_and_api(tmp_path: Path) -> None:
-    config = ServerConfig(port=0, management_port=0, data_dir=tmp_path)
-    with background_server(BrokerConfig(), config) as server:
+def test_routing_spread_stability_restart_and_api(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    with node_under_test(tmp_path_factory, http=True, data_dir=data) as server:
         owners = _first_run(server)
-    with background_server(BrokerConfig(), config) as server:
+    with node_under_test(tmp_path_factory, http=True, data_dir=data) as server:
         conn = _connect(server)
         ch = conn.channel()
         # durable exchange, queues and bindings came back: the same keys, the same queues
@@ -118,7 +123,7 @@ def test_routing_spread_stability_restart_and_api(tmp_path: Path) -> None:
         conn.close()
 
 
-def _first_run(server: Server) -> dict[str, str]:
+def _first_run(server: Server | NodeUnderTest) -> dict[str, str]:
     conn = _connect(server)
     ch = conn.channel()
     ch.confirm_delivery()

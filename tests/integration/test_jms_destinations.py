@@ -28,7 +28,7 @@ from interop.jms import (
     TextMessage,
     Topic,
 )
-from tests.conftest import running_server
+from tests.conftest import node_under_test
 from tests.integration.test_jms_brokers import AckSpy, BrokerHandle, broker, broker_kind
 
 __all__ = ["broker", "broker_kind"]
@@ -381,10 +381,12 @@ def test_request_reply_over_a_temporary_queue(broker: BrokerHandle) -> None:
     assert reply is not None and (reply.body, reply.correlation_id) == ("PING", request.message_id)
 
 
-def test_exception_listener_hears_about_a_lost_connection() -> None:
+def test_exception_listener_hears_about_a_lost_connection(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
     errors: list[JMSException] = []
     heard = threading.Event()
-    with running_server() as server:
+    with node_under_test(tmp_path_factory) as server:
         connection = ConnectionFactory(
             f"amqp://guest:guest@127.0.0.1:{server.port}/%2F"
         ).create_connection()

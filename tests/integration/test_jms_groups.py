@@ -9,17 +9,19 @@ import uuid
 import pytest
 
 from interop.jms import ConnectionFactory, JMSException
-from tests.conftest import running_server
+from tests.conftest import node_under_test
 from tests.integration.groups_run import check, run
 from tests.integration.rabbit_node import rabbit_node
 from tests.integration.test_jms_brokers import BROKERS
 
 
-def test_100_groups_over_4_consumer_processes_one_killed() -> None:
+def test_100_groups_over_4_consumer_processes_one_killed(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
     """10,000 messages (the 100,000 run is tests/perf/message_groups.py): per-group order,
     one consumer per group at a time, groups spread, the killed consumer's groups taken over
     by the others with nothing lost, JMSXGroupFirstForConsumer on each first message."""
-    with running_server() as server:
+    with node_under_test(tmp_path_factory) as server:
         reports = run(
             server.port,
             f"groups.{uuid.uuid4().hex[:8]}",
@@ -30,8 +32,8 @@ def test_100_groups_over_4_consumer_processes_one_killed() -> None:
     check(reports, groups=100, messages=10_000)
 
 
-def test_group_seq_minus_one_closes_the_group() -> None:
-    with running_server() as server:
+def test_group_seq_minus_one_closes_the_group(tmp_path_factory: pytest.TempPathFactory) -> None:
+    with node_under_test(tmp_path_factory) as server:
         url = f"amqp://guest:guest@127.0.0.1:{server.port}/%2F"
         with ConnectionFactory(url).create_connection() as connection:
             session = connection.create_session()
@@ -48,7 +50,9 @@ def test_group_seq_minus_one_closes_the_group() -> None:
 
 
 @pytest.mark.parametrize("kind", BROKERS)
-def test_groups_need_amqpd_and_say_so_elsewhere(kind: str) -> None:
+def test_groups_need_amqpd_and_say_so_elsewhere(
+    kind: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """On RabbitMQ (no ``message_groups`` capability) a grouped send is refused clearly."""
     with contextlib.ExitStack() as stack:
         if kind == "rabbitmq":
@@ -56,7 +60,7 @@ def test_groups_need_amqpd_and_say_so_elsewhere(kind: str) -> None:
             node.wait()
             port = node.port
         else:
-            port = stack.enter_context(running_server()).port
+            port = stack.enter_context(node_under_test(tmp_path_factory)).port
         url = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
         connection = stack.enter_context(ConnectionFactory(url).create_connection())
         session = connection.create_session()

@@ -13,9 +13,8 @@ import httpx
 import pika
 import pytest
 
-from amqpd.model.broker import BrokerConfig
-from amqpd.shell.server import Server, ServerConfig, background_server
-from tests.conftest import NodeUnderTest
+from amqpd.shell.server import Server
+from tests.conftest import NodeUnderTest, node_under_test
 
 RABBITMQADMIN = "/usr/bin/rabbitmqadmin"
 
@@ -181,9 +180,14 @@ def test_delete_connection_closes_it_with_the_x_reason(broker: Server | NodeUnde
                 c.close()
 
 
-def test_publish_users_vhosts_permissions_survive_a_restart(tmp_path: Path) -> None:
-    config = ServerConfig(port=0, management_port=0, data_dir=tmp_path)
-    with background_server(BrokerConfig(), config) as server, api(server) as client:
+def test_publish_users_vhosts_permissions_survive_a_restart(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    with (
+        node_under_test(tmp_path_factory, http=True, data_dir=data) as server,
+        api(server) as client,
+    ):
         assert client.put("/api/queues/%2F/kept", json={"durable": True}).status_code == 201
         body = {
             "routing_key": "kept",
@@ -199,7 +203,10 @@ def test_publish_users_vhosts_permissions_survive_a_restart(tmp_path: Path) -> N
         assert client.put("/api/users/kept-user", json=tags).status_code == 201
         rights = {"configure": "", "write": ".*", "read": ".*"}
         assert client.put("/api/permissions/kept-vhost/kept-user", json=rights).status_code == 201
-    with background_server(BrokerConfig(), config) as server, api(server) as client:
+    with (
+        node_under_test(tmp_path_factory, http=True, data_dir=data) as server,
+        api(server) as client,
+    ):
         got = client.post(
             "/api/queues/%2F/kept/get",
             json={"count": 1, "ackmode": "ack_requeue_false", "encoding": "auto"},
@@ -269,16 +276,24 @@ def test_rabbitmqadmin_declares_lists_and_deletes_policies(broker: Server | Node
             conn.close()
 
 
-def test_policies_set_over_http_survive_a_restart(tmp_path: Path) -> None:
-    config = ServerConfig(port=0, management_port=0, data_dir=tmp_path)
+def test_policies_set_over_http_survive_a_restart(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
     policy = {"pattern": "^kept", "definition": {"max-length": 1}, "apply-to": "queues"}
-    with background_server(BrokerConfig(), config) as server, api(server) as client:
+    with (
+        node_under_test(tmp_path_factory, http=True, data_dir=data) as server,
+        api(server) as client,
+    ):
         assert client.put("/api/policies/%2F/kept-policy", json=policy).status_code == 201
         operator = {"pattern": "^kept", "definition": {"message-ttl": 60000}, "priority": 3}
         assert client.put("/api/operator-policies/%2F/kept-op", json=operator).status_code == 201
         assert client.put("/api/policies/%2F/dropped", json=policy).status_code == 201
         assert client.delete("/api/policies/%2F/dropped").status_code == 204
-    with background_server(BrokerConfig(), config) as server, api(server) as client:
+    with (
+        node_under_test(tmp_path_factory, http=True, data_dir=data) as server,
+        api(server) as client,
+    ):
         assert [p["name"] for p in client.get("/api/policies").json()] == ["kept-policy"]
         kept = client.get("/api/operator-policies/%2F/kept-op").json()
         assert (kept["definition"], kept["priority"]) == ({"message-ttl": 60000}, 3)

@@ -13,9 +13,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from amqpd.model.broker import BrokerConfig
-from amqpd.shell.server import ServerConfig, background_server
-from tests.conftest import running_server
+from tests.conftest import node_under_test, running_server
 from tests.integration.broker_process import BrokerProcess
 
 STREAM = {"x-queue-type": "stream"}
@@ -57,8 +55,10 @@ def _publish(channel: Any, bodies: list[bytes], **properties: Any) -> None:
         channel.basic_publish("", "s", body, pika.BasicProperties(**properties))
 
 
-def test_publish_consume_offsets_and_refusals(tmp_path: Path) -> None:
-    with running_server(data_dir=tmp_path) as server:
+def test_publish_consume_offsets_and_refusals(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    with node_under_test(tmp_path_factory, data_dir=tmp_path / "data") as server:
         conn = _connect(server.port)
         channel = conn.channel()
         ok = channel.queue_declare("s", durable=True, arguments=STREAM)
@@ -95,9 +95,10 @@ def test_publish_consume_offsets_and_refusals(tmp_path: Path) -> None:
         conn.close()
 
 
-def test_management_api_and_definitions_show_the_stream(tmp_path: Path) -> None:
-    config = ServerConfig(port=0, management_port=0, data_dir=tmp_path)
-    with background_server(BrokerConfig(), config) as server:
+def test_management_api_and_definitions_show_the_stream(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    with node_under_test(tmp_path_factory, http=True, data_dir=tmp_path / "data") as server:
         conn = _connect(server.port)
         channel = conn.channel()
         channel.queue_declare("s", durable=True, arguments={**STREAM, "x-max-age": "1h"})
@@ -124,9 +125,12 @@ def test_management_api_and_definitions_show_the_stream(tmp_path: Path) -> None:
         conn.close()
 
 
-def test_restart_keeps_stream_and_tracked_offsets(tmp_path: Path) -> None:
+def test_restart_keeps_stream_and_tracked_offsets(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
     tracking = {"x-stream-automatic-offset-tracking": True}
-    with running_server(data_dir=tmp_path) as server:
+    data = tmp_path / "data"
+    with node_under_test(tmp_path_factory, data_dir=data) as server:
         conn = _connect(server.port)
         channel = conn.channel()
         channel.queue_declare("s", durable=True, arguments={**STREAM, "x-max-age": "7D"})
@@ -138,8 +142,7 @@ def test_restart_keeps_stream_and_tracked_offsets(tmp_path: Path) -> None:
         assert [o for o, *_ in got][:10] == list(range(10))
         seen = len(got)
         conn.close()
-        port = server.port
-    with running_server(data_dir=tmp_path, port=port) as server:
+    with node_under_test(tmp_path_factory, data_dir=data) as server:
         conn = _connect(server.port)
         channel = conn.channel()
         declared = channel.queue_declare("s", durable=True, arguments={**STREAM, "x-max-age": "7D"})

@@ -21,7 +21,8 @@ from pamqp import frame as pamqp_frame
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
-from amqpd.shell.server import Server, ServerConfig, background_server
+from amqpd.shell.server import Server
+from tests.conftest import node_under_test
 from tests.integration.raw_client import PeerClosed, RawClient
 
 TIMEOUT = 20.0
@@ -32,11 +33,10 @@ ODD_NAMES = ["café", "orders!", "a*b", "q?x", "日本語", "ü" * 126]
 # 2. Names: any UTF-8 shortstr, in every reply, also after a restart (durable queue)
 # ---------------------------------------------------------------------------------------------
 def test_pika_declares_consumes_and_gets_returns_for_names_outside_pamqps_pattern(
-    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
 ) -> None:
-    config = ServerConfig(port=0, data_dir=tmp_path)
     for round_ in range(2):  # the second round redeclares the recovered durable queues
-        with background_server(None, config) as server:
+        with node_under_test(tmp_path_factory, data_dir=tmp_path / "data") as server:
             conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.port))
             try:
                 ch = conn.channel()
