@@ -297,8 +297,9 @@ class WorkerNode:
             return await self._status(request, local)
         if command in alarm_limits.COMMANDS:  # node-wide: every worker's alarms
             reply = await local(request)
-            if reply.ok:
-                alarm_limits.remember(self.role.runtime, request)
+            if not reply.ok:
+                return reply
+            alarm_limits.remember(self.role.runtime, request)  # a restarted worker's too
             for index in range(1, self.role.count):
                 answer = await self._ask(index, request)
                 if not answer.ok:

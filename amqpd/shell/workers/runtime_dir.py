@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -44,8 +45,9 @@ def remove_stale(base: Path) -> int:
         return 0
     for path in candidates:
         try:
-            stat = path.lstat()
-            if not path.is_dir() or stat.st_uid != uid or now - stat.st_mtime < STALE_AFTER:
+            found = path.lstat()  # a link is not followed
+            old = now - found.st_mtime >= STALE_AFTER
+            if not stat.S_ISDIR(found.st_mode) or found.st_uid != uid or not old:
                 continue
             if any(_running(pid_file) for pid_file in path.glob("*.pid")):
                 continue
