@@ -359,6 +359,9 @@ def test_the_management_api_and_prometheus_show_one_node(tmp_path: Path) -> None
         (node,) = api.get("/nodes").json()
         assert node["os_pid"] == status["pid"]
         assert node["mem_used"] > own["memory"]["used"] + supervisor
+        memory = api.get(f"/nodes/{node['name']}/memory").json()["memory"]
+        assert memory["strategy"] == "rss"  # every worker's breakdown summed: the node's
+        assert memory["total"]["rss"] > own["memory"]["used"] + supervisor
         broker.stop()
     finally:
         api.close()

@@ -271,6 +271,17 @@ def test_nodes_sum_every_workers_memory_descriptors_and_sockets(node: Node) -> N
     assert single["mem_used"] == one[0]["mem_used"] + one[1]["mem_used"]
 
 
+def test_the_nodes_memory_breakdown_sums_every_workers(node: Node) -> None:
+    """``/api/nodes/{name}/memory``: each category and total is the workers' sum."""
+    path = "/api/nodes/" + quote(node.direct(0, "GET", "/api/nodes").json()[0]["name"], safe="")
+    one = [node.direct(i, "GET", path + "/memory").json()["memory"] for i in (0, 1)]
+    merged = node.get(path + "/memory").json()["memory"]
+    assert merged["strategy"] == "rss"
+    for key in ("binary", "queue_procs", "connection_other", "other_system"):
+        assert merged[key] == one[0][key] + one[1][key], key
+    assert merged["total"] == {k: one[0]["total"][k] + one[1]["total"][k] for k in one[0]["total"]}
+
+
 def test_a_node_alarm_of_any_worker_is_the_nodes() -> None:
     quiet = {"name": "n", "mem_used": 10, "mem_alarm": False, "disk_free_alarm": False}
     alarmed = {"name": "n", "mem_used": 5, "mem_alarm": True, "disk_free_alarm": False}

@@ -31,6 +31,7 @@ aliveness-test}/{vhost}...``,
 ``GET /api/nodes[/{name}]``                               every worker: worker 0's node with
                                                           memory, fds, sockets, processes,
                                                           store bytes summed, alarms or-ed
+``GET /api/nodes/{name}/memory``                         every worker: the breakdowns summed
 ``GET /api/definitions``                                  every worker: worker 0's document,
                                                           queues / exchanges / bindings from
                                                           their vhost's owner
@@ -62,10 +63,9 @@ its exchanges and bindings (a change there is sent to the other workers). The ov
 overview (amqpd/shell/management/node.py); the Prometheus merge takes the cluster-wide
 exchange series from worker 0 (metrics_merge.py).
 
-Left at worker 0: ``/api/nodes/{name}/memory`` (that process's memory breakdown),
-``HEAD`` of a merged listing. The rates' ``*_details.samples`` of a merged overview are
-summed by timestamp (a point that only some workers have counts the others as 0; ``avg``
-and ``avg_rate`` are summed as well).
+Left at worker 0: ``HEAD`` of a merged listing. The rates' ``*_details.samples`` of a
+merged overview are summed by timestamp (a point that only some workers have counts the
+others as 0; ``avg`` and ``avg_rate`` are summed as well).
 
 Worker 0 never gets a request over a socket: ``call(0, ...)`` is the wrapped app in-process
 (`unix_caller`). A request for worker 0 alone is passed to the wrapped app unchanged.
@@ -101,6 +101,7 @@ from amqpd.shell.workers.gateway_merge import (
     documents_of,
     merge_alarms,
     merge_definitions,
+    merge_memory,
     merge_nodes,
     merge_overview,
     merge_rows,
@@ -223,6 +224,8 @@ def _plan(method: str, segments: list[str]) -> tuple[str, str]:
         return "local", ""
     if first == "nodes" and count == 2 and method == "GET":
         return "nodes", ""
+    if first == "nodes" and segments[2:] == ["memory"] and method == "GET":
+        return "memory", ""
     if first in _VHOST_SCOPED:
         return "owner", segments[1]
     if first in _LINKS:
@@ -445,6 +448,8 @@ def management_gateway(
             answer = await merged(request, merge_overview)
         elif action == "nodes":
             answer = await merged(request, merge_nodes, shape=None)
+        elif action == "memory":
+            answer = await merged(request, merge_memory)
         elif action == "definitions":
             answer = await merged(
                 request,

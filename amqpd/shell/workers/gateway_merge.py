@@ -131,6 +131,16 @@ def _merge_node(nodes: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def merge_memory(documents: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """``GET /api/nodes/{name}/memory``: every worker's breakdown summed category by
+    category, so its totals are the node's memory (worker 0's counts the supervisor's:
+    amqpd/shell/node_sample.py `of_node`), as ``mem_used`` is."""
+    out = dict(documents[0])
+    for document in documents[1:]:
+        out = _sum(out, document)
+    return out
+
+
 EVERY_WORKER: Final = -1  # an owner that means: every worker's rows (a spread vhost's queues)
 
 
