@@ -249,9 +249,10 @@ def execute(broker: Broker, request: Mapping[str, Any], node: NodeSample) -> Any
     if command == "close-connection":
         return close_connection(broker, str(request.get("name", "")), request.get("reason"))
     if command == "count-connections":  # --workers N: worker 0 sums them for the limits
-        user = str(request.get("user", ""))
+        user, vhost = str(request.get("user", "")), str(request.get("vhost", ""))
         users = [connection.user for connection in broker.connections]
-        return {"connections": len(users), "of_user": users.count(user)}
+        of_vhost = broker.vhost_connections.get(vhost, 0)
+        return {"connections": len(users), "of_user": users.count(user), "of_vhost": of_vhost}
     listing = LISTINGS.get(str(command))
     if listing is None:
         raise AdminError(f"unknown command: ctl {command}")

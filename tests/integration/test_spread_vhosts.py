@@ -24,7 +24,7 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
 from tests.integration.broker_process import BrokerProcess
-from tests.integration.test_workers import _ctl, _listener_port, _wait_for, _workers
+from tests.integration.test_workers import _admin, _ctl, _listener_port, _wait_for, _workers
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
@@ -282,6 +282,26 @@ def test_confirmed_crossing_messages_survive_kill_9_of_their_owner(tmp_path: Pat
         bodies = _drain(connection.channel(), "kept", 200)
         assert bodies == [b"%d" % i for i in range(100)]
         connection.close()
+
+
+def test_a_spread_vhosts_connection_limit_counts_every_workers_connections(
+    tmp_path: Path,
+) -> None:
+    """max-connections of a spread vhost is the node's: its connections go to the workers
+    in turn, and before, each worker admitted the limit (4 connections with a limit of 2).
+    The third gets RabbitMQ's 530; once one closes, another is admitted."""
+    with _node(tmp_path) as (broker, data):
+        _admin(data, "vhosts", "set-max-connections", "/", "2")
+        first, second = _connect(broker.port), _connect(broker.port)
+        rows = json.loads(_ctl(data / "shard-1", "list-connections", "--format", "json"))
+        assert len(rows) == 1  # one on each worker
+        with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as refused:
+            _connect(broker.port)
+        assert "connection limit (2) is reached" in str(refused.value)
+        assert "access to vhost '/' refused for user 'guest'" in str(refused.value)
+        first.close()
+        _connect(broker.port).close()
+        second.close()
 
 
 def test_a_balancing_locator_spreads_one_connections_queues(tmp_path: Path) -> None:

@@ -384,30 +384,41 @@ class WorkerNode:
 
     async def connection_refusal(self, user: str, vhost: str) -> str | None:
         """Why one more connection of ``user`` to ``vhost`` is refused by the node's
-        connection limit (``connection_max``) or the user's ``max-connections``, counting the
-        connections of every worker (RabbitMQ's wording; None: admitted, or for the engine
-        to refuse: an unknown vhost is "not found" first, as rabbit_reader checks it). Only
-        asked when a limit is set; a worker that does not answer (restarting) has none.
-        Opens racing through the gate at the same moment may pass together, as with
+        connection limit (``connection_max``), a spread vhost's ``max-connections`` (its
+        connections are on every worker) or the user's ``max-connections``, in RabbitMQ's
+        order (rabbit_reader) and wording, counting the connections of every worker (None:
+        admitted, or for the engine to refuse: an unknown vhost is "not found" first, and a
+        vhost on one worker has all its connections there, where its limit is checked).
+        Only asked when a limit is set; a worker that does not answer (restarting) has
+        none. Opens racing through the gate at the same moment may pass together, as with
         RabbitMQ's connection tracking."""
         state = self.broker.access.state
-        node_limit = self.broker.config.connection_max
-        limits = state.user_limits.get(user) or {}
-        if node_limit is None and user_limits.MAX_CONNECTIONS not in limits:
+        info = state.vhosts.get(vhost)
+        if info is None:
             return None
-        if vhost not in state.vhosts:
+        node_limit = self.broker.config.connection_max
+        vhost_limit = info.max_connections if self.is_spread(vhost) else None
+        if vhost_limit is not None and vhost_limit < 0:
+            vhost_limit = None  # negative: no limit
+        user_limited = user_limits.MAX_CONNECTIONS in (state.user_limits.get(user) or {})
+        if node_limit is None and vhost_limit is None and not user_limited:
             return None
         users = [connection.user for connection in self.broker.connections]
         total, of_user = len(users), users.count(user)
-        request = {"group": "ctl", "command": "count-connections", "user": user}
+        of_vhost = self.broker.vhost_connections.get(vhost, 0)
+        request = {"group": "ctl", "command": "count-connections", "user": user, "vhost": vhost}
         for index in range(1, self.role.count):
             reply = await self._ask(index, request)
             if reply.ok:
                 counts = json.loads(reply.text)
                 total += int(counts["connections"])
                 of_user += int(counts["of_user"])
+                of_vhost += int(counts.get("of_vhost", 0))
         if node_limit is not None and total >= node_limit:
             return f"connection refused: node connection limit ({node_limit}) is reached"
+        if vhost_limit is not None and of_vhost >= vhost_limit:
+            refused = f"access to vhost '{vhost}' refused for user '{user}'"
+            return f"{refused}: connection limit ({vhost_limit}) is reached"
         return user_limits.connection_refused(self.broker, user, itertools.repeat(user, of_user))
 
     async def _ask(self, index: int, request: dict[str, Any]) -> AdminReply:
