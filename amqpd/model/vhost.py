@@ -241,16 +241,16 @@ class VirtualHost(Routing):
             name = generated_name("amq.gen-")
         elif name.startswith("amq."):
             raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
-        if self.replica is not None and not exclusive:
-            elsewhere = self._place_elsewhere(name, durable, auto_delete, arguments)
-            if elsewhere is not None:
-                return elsewhere
-        limit = self.max_queues
-        if limit is not None and limit >= 0 and len(self.queues) >= limit:
+        limit = self.max_queues  # a spread vhost's: its queues on every worker (`remote`)
+        if limit is not None and limit >= 0 and len(self.queues) + len(self.remote) >= limit:
             raise precondition_failed(  # RabbitMQ 3.10.8's text
                 f"cannot declare queue '{name}': queue limit in vhost '{self.name}' ({limit}) "
                 "is reached"
             )
+        if self.replica is not None and not exclusive:
+            elsewhere = self._place_elsewhere(name, durable, auto_delete, arguments)
+            if elsewhere is not None:
+                return elsewhere
         try:
             queue = self.new_queue(
                 name, durable, owner if exclusive else None, auto_delete, arguments

@@ -304,6 +304,29 @@ def test_a_spread_vhosts_connection_limit_counts_every_workers_connections(
         second.close()
 
 
+def test_a_spread_vhosts_queue_limit_counts_every_workers_queues(tmp_path: Path) -> None:
+    """max-queues of a spread vhost is the node's: before, each worker admitted the limit
+    (4 queues with a limit of 2, declared by connections on the two workers)."""
+    with _node(tmp_path) as (broker, data):
+        _admin(data, "vhosts", "set-max-queues", "/", "2")
+        connections = [_connect(broker.port), _connect(broker.port)]  # one on each worker
+        for index in range(2):
+            connections[index].channel().queue_declare(f"q{index}")
+        assert len(_queues_on(data, 0)) == len(_queues_on(data, 1)) == 1
+        for connection in connections:
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+                connection.channel().queue_declare("one-too-many")
+            assert refused.value.reply_code == 406
+            assert refused.value.reply_text == (
+                "PRECONDITION_FAILED - cannot declare queue 'one-too-many': queue limit in "
+                "vhost '/' (2) is reached"
+            )
+        connections[1].channel().queue_delete("q1")
+        connections[0].channel().queue_declare("room-again")
+        for connection in connections:
+            connection.close()
+
+
 def test_a_balancing_locator_spreads_one_connections_queues(tmp_path: Path) -> None:
     with _node(tmp_path) as (broker, data):
         connection = _connect(broker.port)
