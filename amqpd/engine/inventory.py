@@ -270,10 +270,11 @@ def properties_key(routing_key: str, arguments: Mapping[str, Any]) -> str:
 
 def bindings(broker: Broker, vhost: str | None = None) -> list[dict[str, Any]]:
     """``/api/bindings`` items, including the default exchange's implicit binding of every
-    queue to its own name, as RabbitMQ lists them."""
+    queue to its own name, as RabbitMQ lists them (a spread vhost's queues on other workers
+    too: their stubs, ``remote``)."""
     items: list[dict[str, Any]] = []
     for host in _vhosts(broker, vhost):
-        for name in list(host.queues):
+        for name in [*host.queues, *host.remote]:
             items.append(_binding(host.name, "", name, "queue", name, {}))
         for source in list(host.exchanges.values()):
             for destination, key, arguments in source.router.bindings():
@@ -297,7 +298,7 @@ def find_binding(
     if exchange is None:
         return None
     if exchange.is_default:
-        queue = host.queues.get(destination) if host is not None else None
+        queue = None if host is None else host.queues.get(destination, host.remote.get(destination))
         if kind == "queue" and queue is not None and key == properties_key(destination, {}):
             return destination, {}
         return None

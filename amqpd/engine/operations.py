@@ -216,8 +216,14 @@ def _publish_args(exchange: str, routing_key: str) -> codec.PublishArgs:
 
 # -- bindings --------------------------------------------------------------------------------
 def _destination(vhost: VirtualHost, kind: str, name: str) -> Queue | Exchange:
+    """A binding's destination: a spread vhost's queue on another worker too (its stub,
+    whose bindings this worker routes with and replicates, as queue.bind does)."""
     if kind == "q":
-        return usable_queue(vhost, name)
+        queue = vhost.find_queue(name)
+        if queue is None:
+            raise not_found("queue", name, vhost.name)
+        vhost.check_exclusive_access(queue, None)
+        return queue
     return vhost.get_exchange(_exchange_name(name))
 
 

@@ -745,6 +745,22 @@ def test_the_management_api_and_prometheus_show_a_spread_vhost_as_one_node(
         assert exchanges.count("spread-x") == 1 and exchanges.count("amq.direct") == 1
         bindings = api.get("/exchanges/%2F/spread-x/bindings/source").json()
         assert sorted(row["destination"] for row in bindings) == ["q-a", "q-b"]
+        # the default exchange's binding of every queue, worker 1's too; a binding made
+        # through the API to worker 1's queue (worker 0 routes with its stub)
+        every = api.get("/bindings/%2F").json()
+        assert sorted(row["destination"] for row in every if row["source"] == "") == [
+            "q-a",
+            "q-b",
+        ]
+        made = api.post(f"/bindings/%2F/e/amq.topic/q/{far}", json={"routing_key": "t.#"})
+        assert made.status_code == 201, made.text
+        [bound] = api.get(f"/bindings/%2F/e/amq.topic/q/{far}").json()
+        assert bound["routing_key"] == "t.#"
+        assert api.delete(f"/bindings/%2F/e/amq.topic/q/{far}/t.%23").status_code == 204
+        assert api.get(f"/bindings/%2F/e/amq.topic/q/{far}").json() == []
+        # the vhost's messages are both workers' (before: worker 0's only)
+        assert api.get("/vhosts/%2F").json()["messages"] == 6
+        assert [v["messages"] for v in api.get("/vhosts").json() if v["name"] == "/"] == [6]
         assert len(api.get("/connections").json()) == 2
         consumers = api.get("/consumers").json()
         assert [(c["queue"]["name"], c["consumer_tag"]) for c in consumers] == [(near, "watcher")]

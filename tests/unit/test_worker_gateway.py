@@ -26,7 +26,7 @@ from amqpd.shell import metrics
 from amqpd.shell.links.federation_status import FederationLinkStatus
 from amqpd.shell.management import create_app
 from amqpd.shell.workers.gateway import management_gateway, metrics_gateway
-from amqpd.shell.workers.gateway_merge import NODE_SUMS, merge_nodes
+from amqpd.shell.workers.gateway_merge import NODE_SUMS, merge_nodes, merge_vhosts
 from amqpd.shell.workers.worker_calls import Answer, Headers, asgi_call, unix_caller
 from amqpd.wire.errors import CONNECTION_FORCED
 from tests.unit.engine_driver import Client
@@ -280,6 +280,16 @@ def test_the_nodes_memory_breakdown_sums_every_workers(node: Node) -> None:
     for key in ("binary", "queue_procs", "connection_other", "other_system"):
         assert merged[key] == one[0][key] + one[1][key], key
     assert merged["total"] == {k: one[0]["total"][k] + one[1]["total"][k] for k in one[0]["total"]}
+
+
+def test_a_spread_vhosts_rows_are_summed_and_others_come_from_their_worker() -> None:
+    zero = [{"name": "/", "messages": 3, "tracing": False}, {"name": "v1", "messages": 1}]
+    one = [{"name": "/", "messages": 4, "tracing": False}, {"name": "v1", "messages": 9}]
+    rows = merge_vhosts([zero, one], owner=lambda _name: 1, spread=lambda name: name == "/")
+    assert rows == [
+        {"name": "/", "messages": 7, "tracing": False},  # on both workers
+        {"name": "v1", "messages": 9},  # worker 1's
+    ]
 
 
 def test_a_node_alarm_of_any_worker_is_the_nodes() -> None:

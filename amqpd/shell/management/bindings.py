@@ -46,7 +46,9 @@ def _ends(call: Call) -> tuple[VirtualHost, str, str, str]:
     source = "" if source == "amq.default" else source
     destination = call.param("destination")
     found = vhost.queues if kind == "queue" else vhost.exchanges
-    if source not in vhost.exchanges or destination not in found:
+    # a spread vhost's queue on another worker is a stub here, with its bindings
+    elsewhere = kind == "queue" and destination in vhost.remote
+    if source not in vhost.exchanges or (destination not in found and not elsewhere):
         raise not_found()
     return vhost, source, kind, destination
 

@@ -101,10 +101,11 @@ from amqpd.shell.workers.gateway_merge import (
     documents_of,
     merge_alarms,
     merge_definitions,
-    merge_memory,
     merge_nodes,
     merge_overview,
     merge_rows,
+    merge_summed,
+    merge_vhosts,
 )
 from amqpd.shell.workers.metrics_merge import merge_expositions
 from amqpd.shell.workers.worker_calls import (
@@ -225,7 +226,7 @@ def _plan(method: str, segments: list[str]) -> tuple[str, str]:
     if first == "nodes" and count == 2 and method == "GET":
         return "nodes", ""
     if first == "nodes" and segments[2:] == ["memory"] and method == "GET":
-        return "memory", ""
+        return "summed", ""
     if first in _VHOST_SCOPED:
         return "owner", segments[1]
     if first in _LINKS:
@@ -266,6 +267,8 @@ def _plan_spread(method: str, segments: list[str]) -> str:
         return "find"
     if method == "GET" and first == "vhosts" and count == 3:
         return "rows"  # its connections or channels
+    if method == "GET" and first == "vhosts" and count == 2:
+        return "summed"  # its messages and rates, every worker's
     return "owner"
 
 
@@ -317,7 +320,10 @@ def management_gateway(
         documents = documents_of(answers)
         if not all(isinstance(document, list) for document in documents):
             return answers[0]  # not a listing after all: as worker 0 answered
-        rows = merge_rows(documents, owner_of(request.segments[0]), kind.vhost)
+        if request.segments[0] == "vhosts":
+            rows = merge_vhosts(documents, owner, spread)
+        else:
+            rows = merge_rows(documents, owner_of(request.segments[0]), kind.vhost)
         try:
             return json_answer(200, listing.present(rows, request.params(), kind.order))
         except ApiError as exc:  # the pagination parameters, as the app refuses them
@@ -448,8 +454,8 @@ def management_gateway(
             answer = await merged(request, merge_overview)
         elif action == "nodes":
             answer = await merged(request, merge_nodes, shape=None)
-        elif action == "memory":
-            answer = await merged(request, merge_memory)
+        elif action == "summed":  # the node's memory, a spread vhost's figures
+            answer = await merged(request, merge_summed)
         elif action == "definitions":
             answer = await merged(
                 request,

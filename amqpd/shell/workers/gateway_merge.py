@@ -131,13 +131,37 @@ def _merge_node(nodes: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def merge_memory(documents: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """``GET /api/nodes/{name}/memory``: every worker's breakdown summed category by
-    category, so its totals are the node's memory (worker 0's counts the supervisor's:
-    amqpd/shell/node_sample.py `of_node`), as ``mem_used`` is."""
+def merge_summed(documents: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Every worker's object summed key by key (numbers and rates added, the rest worker
+    0's): ``GET /api/nodes/{name}/memory``, so its totals are the node's memory (worker 0's
+    counts the supervisor's: amqpd/shell/node_sample.py `of_node`) as ``mem_used`` is, and
+    ``GET /api/vhosts/{name}`` of a spread vhost (its queues, messages and traffic are on
+    every worker)."""
     out = dict(documents[0])
     for document in documents[1:]:
         out = _sum(out, document)
+    return out
+
+
+def merge_vhosts(
+    documents: Sequence[Any], owner: Callable[[str], int], spread: Callable[[str], bool]
+) -> list[dict[str, Any]]:
+    """``GET /api/vhosts``: each vhost's row from its worker; a spread vhost has a row on
+    every worker, which are summed (`merge_summed`)."""
+    out: list[dict[str, Any]] = []
+    at: dict[str, int] = {}
+
+    def where(name: str) -> int:
+        return EVERY_WORKER if spread(name) else owner(name)
+
+    for row in merge_rows(documents, where, _vhost_name):
+        name = row.get("name")
+        if isinstance(name, str) and name in at:
+            out[at[name]] = _sum(out[at[name]], row)
+            continue
+        if isinstance(name, str):
+            at[name] = len(out)
+        out.append(row)
     return out
 
 
