@@ -35,7 +35,7 @@ from amqpd.shell.store_role import LockLost
 from amqpd.shell.workers import placement
 from amqpd.shell.workers import role as worker_role
 from amqpd.shell.workers.memory import NodeMemory, write_pid
-from amqpd.shell.workers.supervisor import become_supervisor, die_with_supervisor
+from amqpd.shell.workers.supervisor import become_supervisor, die_with_supervisor, report_fatal
 from persistence.errors import StoreError
 from persistence.schema import DB_FILENAME
 
@@ -107,6 +107,14 @@ def build_parser() -> argparse.ArgumentParser:
 # messages, ~10% of its CPU under load (py-spy; docs/multicore.md, session 18). A larger
 # threshold keeps the cyclic garbage found per collection the same, only collected later.
 GC_YOUNG_THRESHOLD = 10_000
+
+
+def _fatal(message: str) -> None:
+    """Why the broker stops: logged, or in a worker of several left for the supervisor,
+    which logs it as the node's last line once every worker stopped (the others' shutdown
+    lines would bury it)."""
+    if not report_fatal(message):
+        log.error("%s", message)
 
 
 def tune_garbage_collector() -> None:
@@ -204,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, StoreError, DefinitionsError, BaseExceptionGroup) as exc:
         definitions_error = _find(exc, DefinitionsError)
         if definitions_error is not None:
-            log.error("cannot import definitions: %s", definitions_error)
+            _fatal(f"cannot import definitions: {definitions_error}")
             return 2
         lost = _find(exc, LockLost)
         if lost is not None:
@@ -212,20 +220,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 3
         store_error = _find(exc, StoreError)
         if store_error is not None:
-            log.error("cannot open the store: %s", store_error)
+            _fatal(f"cannot open the store: {store_error}")
             return 2
         listen_error = _find(exc, ListenError)
         if listen_error is not None:
-            log.error("%s", listen_error)
+            _fatal(str(listen_error))
             return 1
         os_error = _find(exc, OSError)
         if os_error is None:
             raise
-        log.error(
-            "cannot listen on %s:%d: %s; is another broker running? Use --port",
-            args.host,
-            args.port,
-            os_error.strerror or os_error,
+        reason = os_error.strerror or os_error
+        _fatal(
+            f"cannot listen on {args.host}:{args.port}: {reason}; is another broker running? "
+            "Use --port"
         )
         return 1
     except KeyboardInterrupt:

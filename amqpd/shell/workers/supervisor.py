@@ -45,6 +45,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import NoReturn
 
 from amqpd.shell.hangup import Hangups
@@ -55,6 +56,7 @@ from amqpd.shell.workers.role import (
     INDEX_VARIABLE,
     READY_FD_VARIABLE,
     REJOINING_VARIABLE,
+    from_environment,
 )
 
 log = logging.getLogger("amqpd.supervisor")
@@ -90,6 +92,7 @@ class Supervisor:
         self.serving = False  # every worker was ready once: deaths are restarted from now
         self.front_ports: list[str] = []  # ["--port", "5672", ...]: worker 0's, once bound
         self.status = 0
+        self.fatal = ""  # why a worker could not start (`report_fatal`)
 
     def run(self) -> int:
         """Serve until a signal stops the node; the exit status."""
@@ -120,6 +123,8 @@ class Supervisor:
             os.close(wake_read)
             os.close(wake_write)
             self._stop_all()
+            if self.fatal:  # the reason, last: after the other workers' shutdown lines
+                log.error("%s", self.fatal)
             shutil.rmtree(self.runtime, ignore_errors=True)
         return self.status
 
@@ -201,6 +206,7 @@ class Supervisor:
                 continue
             if not self.serving and code > 0:  # it refused to start (a setting, the store)
                 log.error("worker %d exited with status %s while starting; stopping", index, code)
+                self.fatal = self.fatal or _reported(self.runtime, index)
                 self._stop(code if code > 0 else 1)
                 continue
             now = time.monotonic()
@@ -253,6 +259,7 @@ def _describe(code: int) -> str:
     return f"status {code}"
 
 
+FATAL_SUFFIX = ".fatal"  # wK.fatal in the runtime directory: why worker K could not start
 LOG_VARIABLE = "AMQPD_SUPERVISOR_LOG"  # the logging settings, for the exec'd supervisor
 
 
@@ -291,6 +298,27 @@ def die_with_supervisor() -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != supervisor or supervisor == 1:
         os._exit(1)
+
+
+def report_fatal(message: str) -> bool:
+    """In a worker of several: leave ``message``, why it cannot start, for the supervisor
+    (True), which logs it once every worker stopped; False elsewhere (log it yourself)."""
+    role = from_environment()
+    if role is None or role.count <= 1:
+        return False
+    try:
+        (role.runtime / f"w{role.index}{FATAL_SUFFIX}").write_text(message)
+    except OSError:
+        return False
+    return True
+
+
+def _reported(runtime: Path, index: int) -> str:
+    """What worker ``index`` reported before it exited (`report_fatal`), if anything."""
+    try:
+        return (runtime / f"w{index}{FATAL_SUFFIX}").read_text()
+    except OSError:
+        return ""
 
 
 def report_ready(ports: dict[str, int]) -> None:
