@@ -476,7 +476,11 @@ def _merge_tables(replies: list[AdminReply]) -> AdminReply:
 
 
 def _add_status(node: dict[str, Any], worker: dict[str, Any]) -> None:
-    """Add one more worker's ``amqpd ctl status`` figures to the node's."""
+    """Add one more worker's ``amqpd ctl status`` figures to the node's (an alarm is the
+    node's if any worker has it, as in ``/api/nodes``)."""
+    node["alarms"] = sorted({*node["alarms"], *worker["alarms"]})
+    node["memory"]["alarm"] = node["memory"]["alarm"] or worker["memory"]["alarm"]
+    node["disk"]["alarm"] = node["disk"]["alarm"] or worker["disk"]["alarm"]
     node["memory"]["used"] += worker["memory"]["used"]
     node["store_bytes"] += worker["store_bytes"]
     for key in ("used", "sockets_used"):
