@@ -11,8 +11,11 @@ kept). The server's ``after_core`` follows topology and demand changes through
 
 from __future__ import annotations
 
+import logging
 import secrets
-from typing import Any
+from typing import Any, Final
+
+import anyio
 
 from amqpd.model.auth import INTERNAL_USER
 from amqpd.model.broker import Broker
@@ -21,6 +24,9 @@ from amqpd.shell.links.federation import ExchangeFederation
 from amqpd.shell.links.federation_status import FederationLinkStatus, FederationStatusSource
 from amqpd.shell.links.queue_federation import QueueFederation
 from amqpd.shell.links.supervisor import Finished, LinkSupervisor
+
+log = logging.getLogger(__name__)
+CLOSE_GRACE: Final = 10.0  # seconds the links have to stop at shutdown
 
 
 class NodeLinks:
@@ -65,13 +71,18 @@ class NodeLinks:
 
     async def aclose(self) -> None:
         """Stop the shovels and federation links; what they had not handed over goes back
-        to its queue (upstream queues of federated exchanges are kept)."""
-        if self.shovels is not None:
-            await self.shovels.aclose()
-        if self.exchange_federation is not None:
-            await self.exchange_federation.aclose()
-        if self.queue_federation is not None:
-            await self.queue_federation.aclose()
+        to its queue (upstream queues of federated exchanges are kept). Bounded: links
+        that have not stopped within CLOSE_GRACE (a peer that never answers) are left to
+        the broker's own shutdown, which closes their connections too."""
+        with anyio.move_on_after(CLOSE_GRACE) as bounded:
+            if self.shovels is not None:
+                await self.shovels.aclose()
+            if self.exchange_federation is not None:
+                await self.exchange_federation.aclose()
+            if self.queue_federation is not None:
+                await self.queue_federation.aclose()
+        if bounded.cancelled_caught:
+            log.warning("links still closing after %.0f s; shutting down anyway", CLOSE_GRACE)
 
     def shovel_status(self, vhost: str | None = None) -> list[dict[str, Any]]:
         """The shovels' state, as RabbitMQ's /api/shovels lists it."""
