@@ -167,6 +167,7 @@ def test_kill_9_keeps_every_confirmed_message(tmp_path: Path) -> None:
         started = threading.Event()
 
         def publish() -> None:
+            publisher = None
             try:
                 publisher = _connect(broker.url)
                 pub = publisher.channel()
@@ -179,6 +180,10 @@ def test_kill_9_keeps_every_confirmed_message(tmp_path: Path) -> None:
                         started.set()
             except pika.exceptions.AMQPError:
                 return
+            finally:  # its sockets closed here, not whenever the collector finds them
+                if publisher is not None and not publisher.is_closed:
+                    with contextlib.suppress(pika.exceptions.AMQPError):
+                        publisher.close()
 
         thread = threading.Thread(target=publish, daemon=True)
         thread.start()
