@@ -222,7 +222,9 @@ class Supervisor:
                 )
                 self._stop(1)
                 continue
-            log.error("worker %d exited (%s); restarting it", index, _describe(code))
+            reason = _reported(self.runtime, index)  # a worker that served may report too
+            because = f": {reason}" if reason else ""
+            log.error("worker %d exited (%s%s); restarting it", index, _describe(code), because)
             self._start(index, rejoining=True)
             self.workers[index].deaths = worker.deaths
 
@@ -315,10 +317,13 @@ def report_fatal(message: str) -> bool:
 
 def _reported(runtime: Path, index: int) -> str:
     """What worker ``index`` reported before it exited (`report_fatal`), if anything."""
+    path = runtime / f"w{index}{FATAL_SUFFIX}"
     try:
-        return (runtime / f"w{index}{FATAL_SUFFIX}").read_text()
+        reason = path.read_text()
+        path.unlink()  # read once: a later exit of its successor is its own
     except OSError:
         return ""
+    return reason
 
 
 def report_ready(ports: dict[str, int]) -> None:
