@@ -65,12 +65,18 @@ class CuttableProxy:
             self._frozen.update(self._sockets)
 
     def cut(self) -> None:
-        """Reset every connection through the proxy."""
+        """Reset every connection through the proxy, idle ones too. ``close`` alone would
+        not: the pipe threads blocked in ``recv`` keep each socket open until a byte
+        arrives, so a link with nothing in flight (a shovel waiting for confirms) stayed up
+        until a heartbeat. ``shutdown`` wakes them and tells the peer at once; the close
+        with a zero linger then resets."""
         with self._lock:
             sockets, self._sockets = self._sockets, []
         for sock in sockets:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
                 sock.close()
 
     def close(self) -> None:
