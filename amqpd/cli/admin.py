@@ -5,8 +5,10 @@ carries it out). If a broker is running on ``--data-dir`` the request goes to it
 socket (amqpd/admin_socket.py) and takes effect at once: a new user can log in, changed
 permissions apply to open channels, a deleted user's or vhost's connections are closed
 with 320, as with ``rabbitmqctl``. Otherwise the command opens the directory's SQLite store
-itself (taking its lock), carries the request out on the stored definitions and writes the
-result back (topology changes, then the access tables: one transaction each).
+(or the PostgreSQL store of ``--store``) itself (taking its lock), carries the request out
+on the stored definitions and writes the result back (topology changes, then the access
+tables: one transaction each); a stopped ``--workers N`` node's other workers' stores too
+where the command reads or changes their topology (amqpd/cli/shards.py).
 
 Commands (RabbitMQ's ``rabbitmqctl`` equivalents in brackets):
 
@@ -40,13 +42,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from amqpd.cli.pg_shards import PgShards
 from amqpd.cli.shards import (
+    NodeShards,
+    SqliteShards,
     delete_in_shards,
     export_node,
     import_in_shards,
     removes_topology,
-    shard_indexes,
     split_import,
+    uses_shards,
 )
 from amqpd.model import bounded_json
 from amqpd.model.admin_commands import AdminError, Outcome, execute, problems_text
@@ -259,35 +264,57 @@ async def _open(data_dir: Path, store_url: str | None) -> StoreBackend:
 
 
 async def _run_on_store(data_dir: Path, request: dict[str, Any], store_url: str | None) -> Outcome:
-    """Carry the request out on a stopped broker's store: load its definitions (not its
-    messages) into a broker core, execute, write back what changed."""
+    """Carry the request out on a stopped broker's store (and, for a --workers node, on its
+    workers' shards: amqpd/cli/shards.py)."""
     store = await _open(data_dir, store_url)
     try:
-        journal = Journal()
-        broker = Broker(BrokerConfig(), journal)
-        broker.load_access(await store.load_access())
-        broker.recover(await store.load(messages=False))
-        parts: dict[int, dict[str, Any]] = {}
-        if store_url is None and request.get("command") == "import":
-            request, parts = split_import(data_dir, request)  # a --workers node's shards
-        outcome = execute(broker, request)
-        exporting = request.get("group") == "definitions" and request.get("command") == "export"
-        if exporting and store_url is None and shard_indexes(data_dir):
-            # a --workers node: the other workers' vhosts are in their shards
-            return Outcome(await export_node(data_dir, broker.access.state, outcome.output))
-        if outcome.changed and store_url is None and removes_topology(request):
-            # a --workers node: what the vhost had on the other workers goes too
-            await delete_in_shards(data_dir, await store.load_access(), request)
-        if outcome.changed:
-            batch = journal.take_batch()
-            if batch is not None:
-                await store.apply(batch)  # a deleted vhost's queues go before the vhost
-            await store.save_access(broker.access.state)
-        if parts:
-            outcome = await import_in_shards(data_dir, broker.access.state, parts, outcome)
-        return outcome
+        shards = await _node_shards(data_dir, store_url, store, request)
+        try:
+            return await _carry_out(store, shards, request)
+        finally:
+            await shards.close()
     finally:
         await store.close()
+
+
+async def _node_shards(
+    data_dir: Path, store_url: str | None, store: StoreBackend, request: dict[str, Any]
+) -> NodeShards:
+    """The shards of the node whose worker 0 store is ``store``: SQLite's ``shard-K/``
+    directories, or PostgreSQL's ``amqpd_shard_K`` schemas (locked and opened now, and only
+    for a command that uses them)."""
+    if store_url is None:
+        return SqliteShards(data_dir)
+    assert isinstance(store, PgStore)
+    if uses_shards(request):
+        return await PgShards.find(store_url, store)
+    return PgShards(store_url, store, {})
+
+
+async def _carry_out(store: StoreBackend, shards: NodeShards, request: dict[str, Any]) -> Outcome:
+    """Load the store's definitions (not its messages) into a broker core, execute, write
+    back what changed (topology changes, then the access tables: one transaction each)."""
+    journal = Journal()
+    broker = Broker(BrokerConfig(), journal)
+    broker.load_access(await store.load_access())
+    broker.recover(await store.load(messages=False))
+    request, parts = await split_import(shards, request)  # a --workers node's shards
+    outcome = execute(broker, request)
+    exporting = request.get("group") == "definitions" and request.get("command") == "export"
+    if exporting and shards.indexes:
+        # a --workers node: the other workers' vhosts are in their shards
+        return Outcome(await export_node(shards, broker.access.state, outcome.output))
+    if outcome.changed and removes_topology(request):
+        # a --workers node: what the vhost had on the other workers goes too
+        await delete_in_shards(shards, await store.load_access(), request)
+    if outcome.changed:
+        batch = journal.take_batch()
+        if batch is not None:
+            await store.apply(batch)  # a deleted vhost's queues go before the vhost
+        await store.save_access(broker.access.state)
+    if parts:
+        outcome = await import_in_shards(shards, broker.access.state, parts, outcome)
+    return outcome
 
 
 def _password(given: str | None, stdin: TextIO | None) -> str:
