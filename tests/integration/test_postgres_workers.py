@@ -119,7 +119,7 @@ def test_a_worker_count_too_small_for_the_stored_placement_is_one_line_and_exit_
     finally:
         node.stop()
     assert node.proc.returncode == 0
-    alone = PgBroker(pg_url, tmp_path / "a")
+    alone = PgBroker(pg_url, tmp_path / "a", extra=("--workers", "1"))
     try:
         assert alone.proc.wait(timeout=DEADLINE) == 2
         alone.wait_for(

@@ -1,16 +1,27 @@
 """Plain TCP connections are read by amqpd/shell/socket_protocol.py (the protocol under the
-transport, no reader task), and a bug while feeding one connection drops that one only."""
+transport, no reader task), and a bug while feeding one connection drops that one only.
+These look into a broker's own objects, so the broker runs in this process even in the
+``--workers`` passes (a node's connections are in its workers)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import pytest
 from pamqp import commands
 
 from amqpd.shell.server import Server
 from amqpd.shell.socket_protocol import FeedProtocol
+from tests.conftest import running_server
 from tests.integration.raw_client import RawClient
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    """A broker in this process (its sockets are looked at)."""
+    with running_server() as srv:
+        yield srv
 
 
 def test_plain_tcp_connections_are_read_by_the_feed_protocol(server: Server) -> None:
