@@ -32,6 +32,13 @@ from tests.integration.tls_certs import make_pki
 AMQPD = (sys.executable, "-m", "amqpd")
 
 
+@pytest.fixture(autouse=True)
+def _whole_vhosts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These nodes serve each vhost on one worker, as these tests place them: the spread
+    pass's AMQPD_SPREAD_VHOSTS=/ (tests/conftest.py) is for the other files' nodes."""
+    monkeypatch.delenv("AMQPD_SPREAD_VHOSTS", raising=False)
+
+
 def _admin(data_dir: Path, *args: str) -> str:
     done = subprocess.run(
         [*AMQPD, *args, "--data-dir", str(data_dir)], check=True, capture_output=True, text=True
