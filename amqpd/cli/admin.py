@@ -42,7 +42,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from amqpd.cli.pg_shards import PgShards
 from amqpd.cli.shards import (
     NodeShards,
     SqliteShards,
@@ -58,11 +57,9 @@ from amqpd.model.admin_commands import AdminError, Outcome, execute, problems_te
 from amqpd.model.auth import hash_password
 from amqpd.model.broker import Broker, BrokerConfig
 from amqpd.shell.admin_socket import AdminSocketError, send_request
-from persistence.backend import StoreBackend, parse_store_url, redact
+from persistence.backend import StoreBackend, parse_store_url
 from persistence.errors import StoreError
 from persistence.journal import Journal
-from persistence.postgres import election
-from persistence.postgres.store import PgStore
 from persistence.store import Store
 
 COMMANDS = ("users", "vhosts", "definitions")
@@ -250,17 +247,10 @@ async def _open(data_dir: Path, store_url: str | None) -> StoreBackend:
     if store_url is None:
         return await Store.open(data_dir)
     parse_store_url(store_url)
-    conn = await election.connect(store_url)
-    try:
-        if not await election.try_lock(conn):
-            raise StoreError(
-                f"{redact(store_url)} is held by the active amqpd: run the command on its "
-                "host (where its admin socket answers)"
-            )
-        return await PgStore.open(store_url, conn)
-    except BaseException:
-        conn.terminate()
-        raise
+    # imported here: asyncpg is loaded by the processes that use a PostgreSQL store only
+    from amqpd.cli.pg_shards import open_node_store
+
+    return await open_node_store(store_url)
 
 
 async def _run_on_store(data_dir: Path, request: dict[str, Any], store_url: str | None) -> Outcome:
@@ -285,6 +275,9 @@ async def _node_shards(
     for a command that uses them)."""
     if store_url is None:
         return SqliteShards(data_dir)
+    from amqpd.cli.pg_shards import PgShards  # see `_open`
+    from persistence.postgres.store import PgStore
+
     assert isinstance(store, PgStore)
     if uses_shards(request):
         return await PgShards.find(store_url, store)

@@ -97,6 +97,25 @@ def _parsed(document: str, workers: int) -> Placement:
     return Placement.from_json(data, workers, shared=True)
 
 
+async def open_node_store(url: str) -> PgStore:
+    """Worker 0's store (a single process's), under the node's lock.
+
+    Raises:
+        StoreError: The lock is held (the active amqpd), or the store fails.
+    """
+    conn = await election.connect(url)
+    try:
+        if not await election.try_lock(conn):
+            raise StoreError(
+                f"{redact(url)} is held by the active amqpd: run the command on its "
+                "host (where its admin socket answers)"
+            )
+        return await PgStore.open(url, conn)
+    except BaseException:
+        conn.terminate()
+        raise
+
+
 async def _shard_indexes(url: str) -> list[int]:
     """The workers K >= 1 whose schema ``amqpd_shard_K`` the database has."""
     conn = await election.connect(url)

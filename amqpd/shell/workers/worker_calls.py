@@ -1,19 +1,22 @@
 """Reaching the workers for the gateways (amqpd/shell/workers/gateway.py): the `WorkerCall`
 type, worker 0's app in-process (`asgi_call`) and worker K's over its Unix socket
 (`UnixCaller`), and asking one worker or every worker at once, a worker that does not answer
-standing as a 503."""
+standing as a 503. httpx is imported on the first call: only worker 0 of a ``--workers``
+node makes any, so the other processes never load it (about 5 MiB each)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
-import httpx
 import orjson
 from starlette.types import ASGIApp
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +27,8 @@ Answer = tuple[int, Headers, bytes]
 WorkerCall = Callable[[int, str, str, bytes, Headers, bytes], Awaitable[Answer]]
 
 FORWARDED_FOR: Final = b"x-forwarded-for"
-TIMEOUT: Final = httpx.Timeout(60.0, connect=5.0)  # a worker's listing of many queues
+TIMEOUT: Final = 60.0  # seconds: a worker's listing of many queues
+CONNECT_TIMEOUT: Final = 5.0
 # set by the HTTP client from what it sends, or about the hop, not the request
 HOP_REQUEST: Final = frozenset(
     {
@@ -47,7 +51,15 @@ HOP_RESPONSE: Final = frozenset(
 
 
 # -- one request to one worker -----------------------------------------------------------------
+def _timeout() -> httpx.Timeout:
+    import httpx  # on first use (see the module's docstring)
+
+    return httpx.Timeout(TIMEOUT, connect=CONNECT_TIMEOUT)
+
+
 def _url(path: str, query: bytes) -> httpx.URL:
+    import httpx
+
     raw = path.encode("ascii") + (b"?" + query if query else b"")
     return httpx.URL(scheme="http", host="worker", raw_path=raw)
 
@@ -80,8 +92,10 @@ async def asgi_call(
 ) -> Answer:
     """One request to ``app`` in-process (httpx's ASGI transport), from the client named by
     X-Forwarded-For."""
+    import httpx
+
     transport = httpx.ASGITransport(app=app, client=_forwarded_client(headers))
-    async with httpx.AsyncClient(transport=transport, timeout=TIMEOUT) as client:
+    async with httpx.AsyncClient(transport=transport, timeout=_timeout()) as client:
         response = await client.request(
             method, _url(path, query), headers=_outgoing(headers), content=body
         )
@@ -105,8 +119,12 @@ class UnixCaller:
             return await asgi_call(self.local, method, path, query, headers, body)
         client = self.clients.get(index)
         if client is None:
+            import httpx
+
             transport = httpx.AsyncHTTPTransport(uds=str(self.sockets(index)), retries=1)
-            client = self.clients[index] = httpx.AsyncClient(transport=transport, timeout=TIMEOUT)
+            client = self.clients[index] = httpx.AsyncClient(
+                transport=transport, timeout=_timeout()
+            )
         outgoing = _outgoing(headers)
         forwarded = [(n, v) for n, v in headers if n.lower() == FORWARDED_FOR]
         response = await client.request(
@@ -149,6 +167,8 @@ async def ask_worker(
     headers: Headers,
     body: bytes,
 ) -> Answer:
+    import httpx
+
     try:
         return await call(index, method, path, query, headers, body)
     except (httpx.HTTPError, OSError) as exc:
