@@ -9,9 +9,11 @@ as usual (`gate` answers True); worker K gets the socket and the bytes so far ov
 hand-over link (`_Links`), worker 0 forgets the connection without a byte more (its copy
 of the descriptor is closed, not shut down, so the client's TCP connection lives on in
 worker K). A TLS connection is relayed instead (the TLS session cannot move; see
-handover.py). A worker that is restarting is waited for up to the handshake timeout; then
-the client gets 541 "vhost … is down", as RabbitMQ answers for a vhost whose supervisor is
-not running.
+handover.py). While it gates a handshake it keeps the connection's timers (`_receive`): a
+client that does not answer our Connection.Close is dropped after its 3 s, as on one
+process, not at the handshake timeout. A worker that is restarting is waited for up to
+the handshake timeout; then the client gets 541 "vhost … is down", as RabbitMQ answers
+for a vhost whose supervisor is not running.
 
 The access state (users, vhosts, permissions, policies, parameters, limits) changes only
 on worker 0 (management API, ``amqpd ctl``, definitions): `replicate` sends it and the
@@ -52,6 +54,22 @@ REPLICATE_TIMEOUT = 5.0  # seconds an admin change waits for the workers to appl
 RECONNECT_INTERVAL = 0.1  # seconds between tries to reach a starting worker
 PROGRESS_AFTER = 5.0  # seconds of waiting for the workers at start-up before saying so
 _LENGTH = struct.Struct(">I")
+TICK_SLACK = 0.01  # seconds past a connection's deadline before the gate ticks it
+
+
+async def _receive(conn: Connection, stream: anyio.abc.ByteStream) -> bytes | None:
+    """The next bytes of a gated handshake, or None once the connection's timers ended it
+    (the 3 s a client has to answer our Connection.Close, the handshake timeout). The
+    server's ticker ticks the connection too, but nothing would wake this read: so it
+    ticks the connection (arming what the last chunk started, such as the Close-Ok
+    deadline) and waits only until its next deadline."""
+    while True:
+        conn.tick(time.time())
+        if conn.should_close:
+            return None
+        with anyio.move_on_after(max(conn.next_deadline - time.time(), 0.0) + TICK_SLACK):
+            data: bytes = await stream.receive(READ_SIZE)
+            return data
 
 
 def encode_state(
@@ -156,9 +174,11 @@ class Front:
         replay = bytearray()
         while not conn.should_close:
             try:
-                data = await stream.receive(READ_SIZE)
+                data = await _receive(conn, stream)
             except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
                 return Gate.CLOSED
+            if data is None:
+                break  # its timers ended it
             start = len(replay)
             replay += data
             found = find_open(replay)
