@@ -76,7 +76,7 @@ class PgShards:
                 placement = _parsed(document, workers)
             except PlacementError:
                 continue  # unreadable: the node says so when it starts
-            if placement.keep_only({name for name in placement.vhosts if name != vhost}):
+            if placement.forget(vhost):
                 await store.save_placement(json.dumps(placement.to_json()))
 
     async def close(self) -> None:

@@ -115,7 +115,7 @@ class SqliteShards:
                 placement = placements.load(directory, workers)
             except placements.PlacementError:
                 continue  # unreadable: the node says so when it starts
-            if placement.keep_only({name for name in placement.vhosts if name != vhost}):
+            if placement.forget(vhost):
                 placements.save(directory, placement)
 
     async def close(self) -> None:

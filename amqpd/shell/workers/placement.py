@@ -53,6 +53,10 @@ class Placement:
             del self.vhosts[name]
         return bool(gone)
 
+    def forget(self, vhost: str) -> bool:
+        """Forget one deleted vhost; True if it was placed."""
+        return self.vhosts.pop(vhost, None) is not None
+
     def _least_loaded(self) -> int:
         counts = [0] * self.workers
         for index in self.vhosts.values():
