@@ -13,7 +13,7 @@ from pamqp import commands
 from amqpd.model.broker import Broker
 from amqpd.model.parameters import clear_parameter, set_parameter
 from amqpd.model.policy_admin import clear_policy, set_policy
-from amqpd.shell.links.client import LocalEndpoint
+from amqpd.shell.links.link_specs import LocalEndpoint
 from amqpd.shell.links.queue_federation import QueueFederation
 from tests.unit.protocol_support import connect, declare
 

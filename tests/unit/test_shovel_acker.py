@@ -8,7 +8,7 @@ import asyncio
 from typing import Any
 
 from amqpd.shell.links.client import Acker as _Acker
-from amqpd.shell.links.client import LocalEndpoint
+from amqpd.shell.links.link_specs import LocalEndpoint
 
 
 class FakeChannel:

@@ -1,7 +1,6 @@
 """What the links (shovels, federation) share as AMQP 0-9-1 clients (aiormq).
 
-`LocalEndpoint` turns a host-less URI into the broker's own listener with the internal
-user; `Acker` coalesces source acks; `close_connection`, `closing`, `closed_reason` and
+`Acker` coalesces source acks; `close_connection`, `closing`, `closed_reason` and
 `reason_of` close connections and name why a link stopped (the reason its status shows);
 `error_text` is a federation link's error as RabbitMQ words the common ones.
 
@@ -28,7 +27,6 @@ import re
 from collections import deque
 from contextlib import suppress
 from typing import Any, Final
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import aiormq.abc
 import pamqp.constants
@@ -36,10 +34,8 @@ import pamqp.encode
 
 __all__ = [
     "CLOSE_TIMEOUT",
-    "HEARTBEAT",
     "Acker",
     "LinkFailed",
-    "LocalEndpoint",
     "LongLong",
     "close_connection",
     "closed_reason",
@@ -51,7 +47,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT: Final = 5.0  # seconds a connection may take to close
-HEARTBEAT: Final = 10  # seconds, unless the URI says (amqp_client's default)
 
 
 class LongLong(int):
@@ -76,37 +71,6 @@ for _domain in ("queue-name", "exchange-name"):
 
 class LinkFailed(Exception):
     """A running link stopped; the message is the reason shown in its status."""
-
-
-class LocalEndpoint:
-    """How the links reach the local broker: its listener and the internal credentials."""
-
-    def __init__(self, host: str, port: int, user: str, secret: str) -> None:
-        self.host = "127.0.0.1" if host in ("", "0.0.0.0") else host
-        self.port = port
-        self.user = user
-        self.secret = secret
-
-    def resolve(self, uri: str) -> str:
-        """The URI to connect to: a host-less URI becomes the local listener; a URI without
-        ``heartbeat`` gets RabbitMQ's client default (10 s), so a link whose peer vanished
-        without closing the TCP connection (a network partition) is noticed."""
-        parts = urlsplit(uri)
-        if "heartbeat=" not in parts.query:
-            query = (
-                f"{parts.query}&heartbeat={HEARTBEAT}" if parts.query else f"heartbeat={HEARTBEAT}"
-            )
-            parts = parts._replace(query=query)
-            uri = urlunsplit(parts)
-        if parts.hostname:
-            return uri
-        vhost = unquote(parts.path[1:]) if parts.path.startswith("/") else ""
-        path = "/" + quote(vhost, safe="") if vhost else "/"
-        query = f"?{parts.query}" if parts.query else ""
-        return (
-            f"amqp://{quote(self.user, safe='')}:{quote(self.secret, safe='')}"
-            f"@{self.host}:{self.port}{path}{query}"
-        )
 
 
 class Acker:

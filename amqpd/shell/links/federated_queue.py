@@ -41,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Final, cast
 from urllib.parse import quote, urlsplit
 
@@ -55,7 +54,6 @@ from amqpd.shell.links.backoff import Backoff
 from amqpd.shell.links.client import (
     Acker,
     LinkFailed,
-    LocalEndpoint,
     close_connection,
     closed_reason,
     closing,
@@ -63,50 +61,15 @@ from amqpd.shell.links.client import (
     reason_of,
 )
 from amqpd.shell.links.federation_status import FederationLinkStatus
+from amqpd.shell.links.link_specs import Demand, LocalEndpoint, LocalQueue
 
-__all__ = ["Demand", "LocalQueue", "QueueLink", "received_from_headers"]
+__all__ = ["QueueLink", "received_from_headers", "with_default_vhost"]
 
 log = logging.getLogger(__name__)
 
 ROUTING_HEADER: Final = "x-received-from"
 LINK_PRIORITY: Final = -1  # upstream consumers of priority >= 0 go first (RabbitMQ)
 _VISIT_KEYS: Final = ("uri", "virtual_host", "queue")  # what identifies an earlier visit
-
-
-@dataclass(slots=True, frozen=True)
-class LocalQueue:
-    """The federated (downstream) queue, as the link needs it."""
-
-    vhost: str
-    name: str
-    durable: bool
-    auto_delete: bool
-    arguments: dict[str, Any]
-    policy: str | None  # the policy that federates it (named in the connection name)
-
-
-class Demand:
-    """Whether a federated queue wants messages now; shared by the links of the queue.
-    The supervisor sets it after each core step; each link waits on its own event."""
-
-    def __init__(self, wants: bool = False) -> None:
-        self.wants = wants
-        self._events: set[asyncio.Event] = set()
-
-    def set(self, wants: bool) -> None:
-        """The queue's demand is ``wants`` now: wake the links' followers."""
-        self.wants = wants
-        for event in self._events:
-            event.set()
-
-    def watch(self) -> asyncio.Event:
-        """An event set whenever the demand is set (clear it before reading `wants`)."""
-        event = asyncio.Event()
-        self._events.add(event)
-        return event
-
-    def unwatch(self, event: asyncio.Event) -> None:
-        self._events.discard(event)
 
 
 def with_default_vhost(uri: str, vhost: str) -> str:

@@ -18,15 +18,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import suppress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from amqpd.model.broker import Broker
 from amqpd.model.exchange import FEDERATION_UPSTREAM, Exchange
 from amqpd.model.federation import UPSTREAM, resolve
-from amqpd.shell.links.client import LocalEndpoint
-from amqpd.shell.links.federation_exchange import ExchangeLink, ExchangeLinkSpec
 from amqpd.shell.links.federation_status import FederationLinkStatus
+from amqpd.shell.links.link_specs import ExchangeLinkSpec, LocalEndpoint
 from amqpd.shell.links.runs_here import runs_here
+
+if TYPE_CHECKING:  # imported by the first link (link_specs.py: aiormq only when used)
+    from amqpd.shell.links.federation_exchange import ExchangeLink
 
 __all__ = ["ExchangeFederation"]
 
@@ -115,6 +117,8 @@ class ExchangeFederation:
         return [(key, dict(arguments)) for _dest, key, arguments in target.router.bindings()]
 
     def _start(self, key: Key, spec_: ExchangeLinkSpec) -> None:
+        from amqpd.shell.links.federation_exchange import ExchangeLink
+
         link = ExchangeLink(spec_, self._local, lambda: self._bindings_of(key[0], key[1]))
         task = asyncio.get_running_loop().create_task(self._run(key, link))
         self._links[key] = (link, task)

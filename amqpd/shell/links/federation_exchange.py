@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
@@ -50,7 +50,7 @@ import aiormq
 import aiormq.abc
 from pamqp import commands as spec
 
-from amqpd.model.federation import Upstream, redact_uri
+from amqpd.model.federation import redact_uri
 from amqpd.model.federation_exchange import (
     SUFFIXES,
     helper_exchange,
@@ -65,7 +65,6 @@ from amqpd.shell.links.client import (
     CLOSE_TIMEOUT,
     Acker,
     LinkFailed,
-    LocalEndpoint,
     LongLong,
     close_connection,
     closed_reason,
@@ -74,8 +73,9 @@ from amqpd.shell.links.client import (
     reason_of,
 )
 from amqpd.shell.links.federation_status import FederationLinkStatus
+from amqpd.shell.links.link_specs import ExchangeLinkSpec, LocalEndpoint
 
-__all__ = ["ExchangeLink", "ExchangeLinkSpec"]
+__all__ = ["ExchangeLink"]
 
 log = logging.getLogger(__name__)
 
@@ -83,23 +83,6 @@ MIN_DELAY: Final = 0.1  # reconnect-delay 0 retries, but not in a busy loop
 PURPOSE: Final = {"x-internal-purpose": "federation"}
 
 Bindings = Callable[[], list[tuple[str, dict[str, Any]]]]
-
-
-@dataclass(slots=True, frozen=True)
-class ExchangeLinkSpec:
-    """What one link runs: the upstream (resolved) and the downstream exchange as
-    declared (the upstream exchange is declared like it when missing)."""
-
-    upstream: Upstream
-    vhost: str
-    exchange: str
-    type_name: str
-    durable: bool
-    auto_delete: bool
-    internal: bool
-    policy: str
-    cluster: str  # this broker's cluster name
-    arguments: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

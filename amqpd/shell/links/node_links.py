@@ -19,9 +19,9 @@ import anyio
 
 from amqpd.model.auth import INTERNAL_USER
 from amqpd.model.broker import Broker
-from amqpd.shell.links.client import LocalEndpoint
 from amqpd.shell.links.federation import ExchangeFederation
 from amqpd.shell.links.federation_status import FederationLinkStatus, FederationStatusSource
+from amqpd.shell.links.link_specs import LocalEndpoint
 from amqpd.shell.links.queue_federation import QueueFederation
 from amqpd.shell.links.supervisor import Finished, LinkSupervisor
 

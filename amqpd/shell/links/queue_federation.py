@@ -20,14 +20,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import suppress
+from typing import TYPE_CHECKING
 
 from amqpd.model.broker import Broker
 from amqpd.model.federated_queues import DemandChange
 from amqpd.model.federation import Upstream, resolve
 from amqpd.model.queue import Queue
-from amqpd.shell.links.client import LocalEndpoint
-from amqpd.shell.links.federated_queue import Demand, LocalQueue, QueueLink
 from amqpd.shell.links.federation_status import FederationLinkStatus
+from amqpd.shell.links.link_specs import Demand, LocalEndpoint, LocalQueue
+
+if TYPE_CHECKING:  # imported by the first link (link_specs.py: aiormq only when used)
+    from amqpd.shell.links.federated_queue import QueueLink
 
 __all__ = ["QueueFederation"]
 
@@ -116,6 +119,8 @@ class QueueFederation:
         )
         for name, upstream in wanted.items():
             if name not in federated.links:
+                from amqpd.shell.links.federated_queue import QueueLink
+
                 link = QueueLink(local, upstream, federated.demand, self._local)
                 task = asyncio.get_running_loop().create_task(self._run(link))
                 federated.links[name] = (upstream, link, task)

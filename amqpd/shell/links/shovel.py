@@ -54,12 +54,12 @@ from amqpd.shell.links.backoff import Backoff
 from amqpd.shell.links.client import (
     Acker,
     LinkFailed,
-    LocalEndpoint,
     close_connection,
     closed_reason,
     closing,
     reason_of,
 )
+from amqpd.shell.links.link_specs import LocalEndpoint
 
 __all__ = ["ShovelLink"]
 

@@ -15,13 +15,15 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from amqpd.model.broker import Broker
 from amqpd.model.shovels import parse, validate
-from amqpd.shell.links.client import LocalEndpoint
+from amqpd.shell.links.link_specs import LocalEndpoint
 from amqpd.shell.links.runs_here import runs_here
-from amqpd.shell.links.shovel import ShovelLink
+
+if TYPE_CHECKING:  # imported by the first shovel (link_specs.py: aiormq only when used)
+    from amqpd.shell.links.shovel import ShovelLink
 
 __all__ = ["SHOVEL_COLUMNS", "LinkSupervisor", "shovel_table"]
 
@@ -56,6 +58,8 @@ class LinkSupervisor:
                 self._start(key, value)
 
     def _start(self, key: tuple[str, str], value: Any) -> None:
+        from amqpd.shell.links.shovel import ShovelLink
+
         link = ShovelLink(parse(key[0], key[1], value), self._local, self._node)
         task = asyncio.get_running_loop().create_task(self._run(key, link))
         self._links[key] = (value, link, task)
