@@ -21,10 +21,17 @@ worker (a queue another worker deleted or moved gets a new stub here, so a kept 
 names a stale one). A publish whose publisher waits (``key`` is not None) is joined in the
 `ShardConfirms`: with one copy on one other worker and nothing here it is that copy's
 *sole* wait (no count kept), else it expects one answer per copy plus the local one.
+
+Topology changes go first: the shell sets ``changes_pending`` when this worker changed a
+spread vhost, and `forward` calls ``write_changes`` (the shell's) before the copy, so a
+peer applies a declare or bind before the publishes routed with it. The engine calls
+`forward` itself (the shell's `ReplicaPort.forward` is this bound method): no interpreted
+frame per crossing publish.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 from amqpd.model.message import Message
@@ -125,12 +132,14 @@ class OutboundRecords:
 class Forwarding:
     """The copies of this worker's publishes for other workers' queues."""
 
-    __slots__ = ("_plans", "joins", "links")
+    __slots__ = ("_plans", "changes_pending", "joins", "links", "write_changes")
 
     def __init__(self, links: dict[int, OutboundRecords], joins: ShardConfirms) -> None:
         self.links = links
         self.joins = joins
         self._plans: dict[tuple[Queue, ...], Plan] = {}
+        self.changes_pending = False  # the shell has topology changes to write first
+        self.write_changes: Callable[[], None] = _nothing
 
     def forward(
         self,
@@ -145,6 +154,8 @@ class Forwarding:
         """One copy of ``message`` (routed to ``targets`` in ``vhost``) for each worker
         owning some of them; ``key`` (None: nobody waits) is joined in `joins`, with a part
         of its own when ``local`` (a copy here waits for its storage batch)."""
+        if self.changes_pending:
+            self.write_changes()
         plan = self._plan(targets)
         sole = key is None or (len(plan) == 1 and not local)
         if not sole:
@@ -173,3 +184,7 @@ class Forwarding:
             ]
             self._plans[key] = plan
         return plan
+
+
+def _nothing() -> None:
+    """No topology changes to write (the shell sets `Forwarding.write_changes`)."""

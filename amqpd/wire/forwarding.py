@@ -483,7 +483,20 @@ def _u32(buf: bytes, pos: int) -> int:
 
 
 def _u64(buf: bytes, pos: int) -> int:
-    return (_u32(buf, pos) << 32) | _u32(buf, pos + 4)
+    high = _u32(buf, pos)
+    if high == 0:  # ids and tags: below 2**32 for a long time; no big-int arithmetic
+        return _u32(buf, pos + 4)
+    return (high << 32) | _u32(buf, pos + 4)
+
+
+def _i64(buf: bytes, pos: int) -> int:
+    high = _u32(buf, pos)
+    if high == 0:
+        return _u32(buf, pos + 4)
+    if high == 0xFFFFFFFF:  # -1 (NO_EXPIRY) to -2**32: no big-int arithmetic either
+        return _u32(buf, pos + 4) - 0x100000000
+    value = (high << 32) | _u32(buf, pos + 4)
+    return value - (1 << 64) if value >= 1 << 63 else value
 
 
 def _decode_forward(buf: bytes, start: int, end: int) -> Forwarded:
@@ -494,9 +507,7 @@ def _decode_forward(buf: bytes, start: int, end: int) -> Forwarded:
     priority = (buf[start + 14] << 8) | buf[start + 15]
     if priority >= 0x8000:
         priority -= 0x10000
-    expiration_ms = _u64(buf, start + 16)
-    if expiration_ms >= 1 << 63:
-        expiration_ms -= 1 << 64
+    expiration_ms = _i64(buf, start + 16)
     count = _u32(buf, start + 24)
     header_size = _u32(buf, start + 28)
     pos = start + 32

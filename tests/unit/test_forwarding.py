@@ -293,3 +293,20 @@ def test_a_queue_name_that_is_not_utf8_is_refused_where_it_is_read() -> None:
     broker = Broker()
     with pytest.raises(ForwardingError, match="bad queue names"):
         InboundLink().accept(record, broker.vhosts["/"], None, broker.batch_waits, set())
+
+
+@pytest.mark.parametrize(
+    "value",
+    [0, 1, 0xFFFFFFFF, 1 << 32, (1 << 63) - 1, -1, -2, -(1 << 32), -(1 << 32) - 1, -(1 << 63)],
+)
+def test_64_bit_fields_keep_their_value_at_every_boundary(value: int) -> None:
+    """The reader's fast paths (high word 0 or all ones) and its general path agree with
+    struct's encoding, for the signed expiration and the unsigned publish id."""
+    out = bytearray()
+    forward(out, value & ((1 << 64) - 1), ["q"], b"body", expiration_ms=value)
+    reader = RecordReader()
+    reader.feed(bytes(out))
+    [record] = read_all(reader)
+    assert isinstance(record, Forwarded)
+    assert record.expiration_ms == value
+    assert record.publish_id == value & ((1 << 64) - 1)

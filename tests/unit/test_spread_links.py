@@ -13,7 +13,7 @@ from amqpd.model.queue import Queue
 from amqpd.model.replica import RemoteQueue
 from amqpd.shell.workers.role import WorkerRole
 from amqpd.shell.workers.spread import SpreadLinks
-from amqpd.wire.forwarding import Forwarded, RecordReader
+from amqpd.wire.forwarding import Forwarded, RecordReader, TopologyChange
 
 
 def _links(tmp_path: Path) -> SpreadLinks:
@@ -69,6 +69,27 @@ def test_many_routing_results_keep_a_bounded_number_of_plans(tmp_path: Path) -> 
         _forward(links, [_stub(f"q{index}", 1)])
     assert len(_sent(links, 1)) == PLANS_KEPT * 2 + 1
     assert len(links.forwarder.copies._plans) <= PLANS_KEPT
+
+
+def test_a_change_is_written_before_the_next_publish_and_only_once(tmp_path: Path) -> None:
+    """The engine calls the compiled copier directly (`SpreadLinks.forward` is
+    `Forwarding.forward`); a declare or bind made here still reaches each peer before the
+    publishes routed with it."""
+    links = _links(tmp_path)
+    _forward(links, [_stub("before", 1)])
+    change = ("test-change", "q")
+    links.changed("/", change)  # type: ignore[arg-type]
+    _forward(links, [_stub("after", 1)])
+    _forward(links, [_stub("again", 1)])
+    reader = RecordReader()
+    reader.feed(bytes(links.forwarder.outboxes[1].buffer))
+    kinds = []
+    while (record := reader.next_record()) is not None:
+        if isinstance(record, Forwarded):
+            kinds.append(record.queues[0])
+        elif isinstance(record, TopologyChange):
+            kinds.append("change")
+    assert kinds == ["before", "change", "after", "again"]
 
 
 class _Decision:

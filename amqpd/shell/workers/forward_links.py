@@ -48,7 +48,6 @@ from amqpd.model.replica_apply import SNAPSHOT_END, apply_change
 from amqpd.model.vhost import VirtualHost
 from amqpd.wire.forwarding import (
     Control,
-    Forwarded,
     ForwardingError,
     RecordReader,
     TopologyChange,
@@ -140,26 +139,26 @@ class ForwardInbox:
             except anyio.EndOfStream:
                 return
             reader.feed(chunk)
-            while (record := reader.next_record()) is not None:
-                if isinstance(record, TopologyChange):
-                    link.inbound.accept_change(record.publish_id)
-                    if self._apply(reader.vhost, record.payload):
-                        link.inbound.refuse_change(record.publish_id)
-                    continue
-                if isinstance(record, Control):
-                    self._serve(link, record.payload)
-                    continue
-                if not isinstance(record, Forwarded):
-                    raise ForwardingError("a SETTLED or DELIVER record sent to the owner")
-                vhost = broker.vhosts.get(reader.vhost) or self._gone
-                link.inbound.accept(
-                    record,
-                    vhost,
+            inbound = link.inbound
+            while (
+                record := inbound.accept_run(
+                    reader,
+                    broker.vhosts,
+                    self._gone,
                     broker.journal,
                     broker.batch_waits,
                     self._flow,
                     broker.reply_queues,
                 )
+            ) is not None:
+                if isinstance(record, TopologyChange):
+                    inbound.accept_change(record.publish_id)
+                    if self._apply(reader.vhost, record.payload):
+                        inbound.refuse_change(record.publish_id)
+                elif isinstance(record, Control):
+                    self._serve(link, record.payload)
+                else:
+                    raise ForwardingError("a SETTLED or DELIVER record sent to the owner")
             floods = link.floods
             if self._flow and floods.note(self._flow):
                 link.flooding.set()

@@ -46,8 +46,6 @@ import anyio
 
 from amqpd.engine.remote_consumers import RemoteConsumers
 from amqpd.model.broker import Broker
-from amqpd.model.message import Message
-from amqpd.model.queue import Queue
 from amqpd.model.replica import Change, Decision
 from amqpd.model.replica_apply import SNAPSHOT_END, snapshot
 from amqpd.shell.workers.forward_outbox import Forwarder, _Outbox
@@ -96,6 +94,9 @@ class SpreadLinks:
         self.consuming = RemoteConsumers(self._request)
         self._changes: list[tuple[str, Change]] = []
         self._copies = self.forwarder.copies
+        self._copies.write_changes = self._write_changes
+        # the engine calls the compiled copier directly (amqpd/model/outbound.py)
+        self.forward = self._copies.forward
         self._through = dict.fromkeys(peers, 0)  # per link: every id up to it applied
         self._holds: deque[_Hold] = deque()
         self._snapshots: set[int] = set()  # the workers whose snapshot arrived here
@@ -125,6 +126,7 @@ class SpreadLinks:
     # -- ReplicaPort -----------------------------------------------------------------------
     def changed(self, vhost: str, change: Change) -> None:
         self._changes.append((vhost, change))
+        self._copies.changes_pending = True
         self._copies.forget_plans()
 
     def hold(self, decision: Decision) -> None:
@@ -137,20 +139,6 @@ class SpreadLinks:
         }
         self._holds.append(_Hold(waits, decision, own))
         self._release(wake=False)  # called by the engine: its caller flushes
-
-    def forward(
-        self,
-        vhost: str,
-        message: Message,
-        expiration_ms: int | None,
-        promised: bool,
-        targets: list[Queue],
-        decision: Decision | None,
-        local: bool,
-    ) -> None:
-        if self._changes:
-            self._write_changes()
-        self._copies.forward(vhost, message, expiration_ms, promised, targets, decision, local)
 
     def local_done(self, decision: Decision, ok: bool) -> None:
         # called by the engine (a storage batch reported): its caller flushes
@@ -199,6 +187,7 @@ class SpreadLinks:
                     stub.flooding = False
 
     def _write_changes(self) -> None:
+        self._copies.changes_pending = False
         if not self._changes:
             return
         changes, self._changes = self._changes, []
