@@ -57,13 +57,16 @@ if TYPE_CHECKING:
 NAMES_KEPT: Final = 1024  # distinct target lists whose decoded names are kept per link
 
 
-def forwarded_message(record: Forwarded) -> Message:
-    """The `Message` a FORWARD record describes."""
+def forwarded_message(
+    record: Forwarded, exchange: str | None = None, routing_key: str | None = None
+) -> Message:
+    """The `Message` a FORWARD record describes; ``exchange`` and ``routing_key``, when
+    given, are its exchange's and routing key's names decoded already."""
     exchange_raw = record.exchange_raw
     routing_key_raw = record.routing_key_raw
     return Message(
-        exchange_raw[1:].decode(),
-        routing_key_raw[1:].decode(),
+        exchange_raw[1:].decode() if exchange is None else exchange,
+        routing_key_raw[1:].decode() if routing_key is None else routing_key,
         exchange_raw,
         routing_key_raw,
         record.header,
@@ -80,6 +83,10 @@ class InboundLink:
 
     __slots__ = (
         "_decided",
+        "_exchange",
+        "_exchange_raw",
+        "_key",
+        "_key_raw",
         "_names",
         "_needed",
         "_received",
@@ -97,6 +104,12 @@ class InboundLink:
         self._received = 0  # the highest id received
         self._reported = 0  # the highest id a SETTLED record covered
         self._needed = 0  # the highest id the sender waits for (promised, or a change)
+        # the last record's exchange and routing key, raw and decoded: publishes in a row
+        # often share them (a bytes comparison instead of a slice and a decode)
+        self._exchange_raw = b"\x00"
+        self._exchange = ""
+        self._key_raw = b"\x00"
+        self._key = ""
 
     def accept(
         self,
@@ -119,7 +132,15 @@ class InboundLink:
         if publish_id <= self._received:
             raise ValueError(f"publish id {publish_id} after {self._received}")
         self._received = publish_id
-        message = forwarded_message(record)
+        raw = record.exchange_raw
+        if raw != self._exchange_raw:
+            self._exchange = raw[1:].decode()
+            self._exchange_raw = raw
+        raw = record.routing_key_raw
+        if raw != self._key_raw:
+            self._key = raw[1:].decode()
+            self._key_raw = raw
+        message = forwarded_message(record, self._exchange, self._key)
         queues: list[Queue] = []
         names = self._names.get(record.names)
         if names is None:

@@ -132,12 +132,24 @@ class OutboundRecords:
 class Forwarding:
     """The copies of this worker's publishes for other workers' queues."""
 
-    __slots__ = ("_plans", "changes_pending", "joins", "links", "write_changes")
+    __slots__ = (
+        "_last_plan",
+        "_last_targets",
+        "_plans",
+        "changes_pending",
+        "joins",
+        "links",
+        "write_changes",
+    )
 
     def __init__(self, links: dict[int, OutboundRecords], joins: ShardConfirms) -> None:
         self.links = links
         self.joins = joins
         self._plans: dict[tuple[Queue, ...], Plan] = {}
+        # the last routing result and its plan: a stream of publishes routed alike (a
+        # fanout, one routing key) compares a few references instead of hashing a tuple
+        self._last_targets: list[Queue] = []
+        self._last_plan: Plan = []
         self.changes_pending = False  # the shell has topology changes to write first
         self.write_changes: Callable[[], None] = _nothing
 
@@ -171,8 +183,18 @@ class Forwarding:
     def forget_plans(self) -> None:
         """This worker's topology changed: work every plan out again."""
         self._plans.clear()
+        self._last_targets = []
+        self._last_plan = []
 
     def _plan(self, targets: list[Queue]) -> Plan:
+        if targets == self._last_targets and targets:  # Queue compares by identity
+            return self._last_plan
+        plan = self._planned(targets)
+        self._last_targets = list(targets)  # a copy: the caller's list may change
+        self._last_plan = plan
+        return plan
+
+    def _planned(self, targets: list[Queue]) -> Plan:
         key = tuple(targets)
         plan = self._plans.get(key)
         if plan is None:

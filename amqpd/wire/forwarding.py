@@ -91,19 +91,20 @@ NO_PRIORITY: Final = -1
 # priority, i64 expiration ms, u32 queue count, u32 header length; then the queue names and
 # exchange and routing key (short strings), the expiration and the headers table (u32 length
 # or 0xFFFFFFFF for absent, then bytes), the header, and the body to the record's end.
-_FORWARD_HEAD = struct.Struct(">IBQBhqII")
-_SETTLED_HEAD = struct.Struct(">IBQI")  # length, kind, through, number of refused ids
-_ID = struct.Struct(">Q")
-_VHOST_HEAD = struct.Struct(">IB")  # length, kind; then the vhost's name (UTF-8)
-_TOPOLOGY_HEAD = struct.Struct(">IBQ")  # length, kind, publish id; then the payload
-_CONTROL_HEAD = struct.Struct(">IB")  # length, kind; then the payload
+_FORWARD_HEAD: Final = struct.Struct(">IBQBhqII")
+_FORWARD_HEAD_SIZE: Final = 32  # _FORWARD_HEAD.size, a constant for the compiled code
+_SETTLED_HEAD: Final = struct.Struct(">IBQI")  # length, kind, through, number of refused ids
+_ID: Final = struct.Struct(">Q")
+_VHOST_HEAD: Final = struct.Struct(">IB")  # length, kind; then the vhost's name (UTF-8)
+_TOPOLOGY_HEAD: Final = struct.Struct(">IBQ")  # length, kind, publish id; then the payload
+_CONTROL_HEAD: Final = struct.Struct(">IB")  # length, kind; then the payload
 # A DELIVER record: u32 length, u8 kind, u64 consumer id, u64 delivery tag (the owner's),
 # u8 flags, u32 delivery count, u32 header length; then the exchange and routing key (wire
 # short strings), the header, and the body to the record's end.
-_DELIVER_HEAD = struct.Struct(">IBQQBII")
+_DELIVER_HEAD: Final = struct.Struct(">IBQQBII")
 REDELIVERED: Final = 1  # Delivery.flags
 ACK_REQUIRED: Final = 2
-_U32 = struct.Struct(">I")
+_U32: Final = struct.Struct(">I")
 _ABSENT: Final = b"\xff\xff\xff\xff"
 _MAX_RECORD: Final = 1 << 31  # far above any message (RabbitMQ's limit is 512 MiB)
 
@@ -295,7 +296,7 @@ def encode_forward(
     expiry = _ABSENT if expiration is None else _optional(expiration.encode())
     table = _ABSENT if headers_raw is None else _optional(headers_raw)
     length = (
-        _FORWARD_HEAD.size
+        _FORWARD_HEAD_SIZE
         - 4
         + len(names)
         + len(exchange_raw)
@@ -500,7 +501,7 @@ def _i64(buf: bytes, pos: int) -> int:
 
 
 def _decode_forward(buf: bytes, start: int, end: int) -> Forwarded:
-    if end - start < _FORWARD_HEAD.size:
+    if end - start < _FORWARD_HEAD_SIZE:
         raise ForwardingError("truncated forward record")
     publish_id = _u64(buf, start + 5)
     flags = buf[start + 13]

@@ -194,3 +194,24 @@ def test_the_message_is_the_one_the_publishing_worker_built() -> None:
     ):
         assert getattr(remote, field) == getattr(local, field), field
     assert remote.headers == {"h": "v"}
+
+
+def test_each_message_keeps_its_own_exchange_and_routing_key_in_a_row() -> None:
+    """The owner keeps the last record's decoded exchange and routing key (publishes in a
+    row share them): a record naming others gets its own."""
+    owner = Owner()
+    names = [("amq.direct", "a"), ("amq.direct", "a"), ("amq.direct", "b"), ("x", "b"), ("", "")]
+    for publish_id, (exchange, key) in enumerate(names, start=1):
+        out = bytearray()
+        encode_forward(
+            out, publish_id, 0, NO_PRIORITY, NO_EXPIRY, 1, queue_names(["transient"]),
+            codec.encode_shortstr(exchange), codec.encode_shortstr(key), None, None,
+            ContentHeader(0, 1, Basic.Properties()).marshal(), b"m",
+        )  # fmt: skip
+        reader = RecordReader()
+        reader.feed(bytes(out))
+        forwarded = reader.next_record()
+        assert isinstance(forwarded, Forwarded)
+        owner.accept(forwarded)
+    ready = owner.vhost.queues["transient"].ready
+    assert [(entry.message.exchange, entry.message.routing_key) for entry in ready] == names
