@@ -32,11 +32,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from amqpd import BUILD
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from perf_brokers import wait_for_port
 
 CONSUME = ["-q", "100", "-A", "50"]
 WORKLOADS = {  # name: (amqpd perf arguments, deliveries per publish)
@@ -67,19 +69,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the broker exited ({process.returncode}) before listening")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return
-        except OSError:
-            time.sleep(0.5)
-    raise RuntimeError(f"the broker did not listen on {port} in {START_TIMEOUT:.0f} s")
 
 
 def _processes(root: int) -> list[int]:
@@ -132,7 +121,7 @@ def measure(workers: int, messages: int, workload: str, work: Path) -> Count:
         env=env,
     )
     try:
-        _wait_for_port(port, broker)
+        wait_for_port(port, START_TIMEOUT)
         pids = _processes(broker.pid)
         _control("--instr=on", pids)
         client = [
