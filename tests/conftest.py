@@ -27,16 +27,20 @@ from tests.pg_cluster import PgCluster
 os.environ.setdefault("AMQPD_MANAGEMENT_PORT", "0")
 os.environ.setdefault("AMQPD_PROMETHEUS_PORT", "0")
 # AMQPD_TEST_WORKERS=N (scripts/test-all's workers passes): every amqpd that a test starts as
-# a subprocess without choosing runs with N workers (the broker's own AMQPD_WORKERS), and
-# under AMQPD_TEST_SPREAD=1 with "/" spread over them (AMQPD_SPREAD_VHOSTS): the CLI's
-# start-up, signals and logs, the crash, shovel and federation tests' own nodes, as an
-# operator who sets them in the service's environment gets them. (Session 23 took the
-# spread back out after one test_shovels.py failure: the test proxy did not cut an idle
-# link, tests/integration/test_tcp_proxy.py.)
+# a subprocess without choosing runs with N workers (the broker's own AMQPD_WORKERS), each
+# vhost wholly on one (AMQPD_SPREAD_VHOSTS empty), or under AMQPD_TEST_SPREAD=1 with every
+# vhost spread over them, the default: the CLI's start-up, signals and logs, the crash,
+# shovel and federation tests' own nodes, as an operator who sets them in the service's
+# environment gets them. Without AMQPD_TEST_WORKERS (the main run) they run as one process,
+# whatever the machine's CPUs (amqpd's default is --workers auto), and a test that chooses
+# --workers N gets whole vhosts unless it spreads them itself.
 if os.environ.get("AMQPD_TEST_WORKERS"):
     os.environ.setdefault("AMQPD_WORKERS", os.environ["AMQPD_TEST_WORKERS"])
-    if os.environ.get("AMQPD_TEST_SPREAD"):
-        os.environ.setdefault("AMQPD_SPREAD_VHOSTS", "/")
+    if not os.environ.get("AMQPD_TEST_SPREAD"):
+        os.environ.setdefault("AMQPD_SPREAD_VHOSTS", "")
+else:
+    os.environ.setdefault("AMQPD_WORKERS", "1")
+    os.environ.setdefault("AMQPD_SPREAD_VHOSTS", "")
 
 
 @contextmanager
@@ -92,8 +96,8 @@ def node_under_test(
     ``AMQPD_TEST_WORKERS=N`` (scripts/test-all runs the files that use it once more so), a
     ``--workers N`` node whose default vhost "/" lives on its last worker (a new store), so
     that every connection the test opens is handed over by worker 0 (docs/multicore.md); with
-    ``AMQPD_TEST_SPREAD=1`` too, a node whose "/" is spread over every worker
-    (``--spread-vhosts /``): connections go to the workers in turn, queues live where
+    ``AMQPD_TEST_SPREAD=1`` too, a node whose vhosts are spread over every worker (the
+    default, ``--spread-vhosts '*'``): connections go to the workers in turn, queues live where
     they were declared, consumers move to their queue's worker.
     ``tick_interval`` is the in-process broker's; the node's timers run on their deadlines
     (amqpd/shell/server.py `_ticker`) with the default periodic tick.
@@ -131,7 +135,7 @@ def node_process(
     if placed:
         placement = {"workers": workers, "vhosts": {"/": workers - 1}}
         (data / PLACEMENT_FILE).write_text(json.dumps(placement))
-    spreading = ("--spread-vhosts", "/") if spread else ()
+    spreading = () if spread else ("--spread-vhosts", "")  # spread: the default, every vhost
     node = BrokerProcess(data, extra=("--workers", str(workers), *spreading, *options))
     try:
         status = send_request(data, {"group": "ctl", "command": "status"})  # amqpd ctl status

@@ -15,10 +15,10 @@ from typing import NoReturn, TypeVar
 import anyio
 
 from amqpd import BUILD, __version__
-from amqpd.cli import admin, ctl
+from amqpd.cli import admin, ctl, worker_count
 from amqpd.cli.config_file import read_config
 from amqpd.cli.logs import configure_logging, reopen_logs
-from amqpd.cli.options import SETTINGS
+from amqpd.cli.options import MAX_WORKERS, SETTINGS
 from amqpd.cli.security import apply_options
 from amqpd.cli.settings import (
     SettingError,
@@ -32,7 +32,6 @@ from amqpd.model.definitions import DefinitionsError
 from amqpd.shell.listen_errors import ListenError
 from amqpd.shell.server import ServerConfig, run
 from amqpd.shell.store_role import LockLost
-from amqpd.shell.workers import placement
 from amqpd.shell.workers import role as worker_role
 from amqpd.shell.workers.memory import NodeMemory, write_pid
 from amqpd.shell.workers.supervisor import become_supervisor, die_with_supervisor, report_fatal
@@ -150,9 +149,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             ) from None
         role = worker_role.from_environment()
         check_data_dir(args.data_dir, STORE_FILES)
-        if role is None and args.store is None:  # a worker count too small for the data:
-            placement.load(args.data_dir, args.workers)  # one line, exit 2 (PostgreSQL: once
-            # worker 0 is active and reads the record, amqpd/shell/workers/node.py)
+        if role is None:  # auto, or a count too small for the data: one line, exit 2
+            # (PostgreSQL: once worker 0 holds the store, amqpd/shell/workers/node.py)
+            store_dir = args.data_dir if args.store is None else None
+            args.workers = worker_count.resolve(args.workers, store_dir, MAX_WORKERS)
         applied = apply_options(args)
     except (SettingError, ValueError) as exc:
         print(f"amqpd: {exc}", file=sys.stderr)

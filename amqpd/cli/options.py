@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from amqpd.cli import worker_count
 from amqpd.cli.settings import (
     Invalid,
     Setting,
@@ -77,7 +78,7 @@ def _workers(text: str) -> int:
     """--workers: a count of worker processes, or "auto" (the CPUs this process may use)."""
     text = text.strip().lower()
     if text == "auto":
-        return resources.available_cpus()
+        return worker_count.AUTO  # the CPUs, but what the data needs (worker_count.resolve)
     if not text.isdigit() or not 1 <= int(text) <= MAX_WORKERS:
         raise Invalid(f'must be "auto" or an integer from 1 to {MAX_WORKERS}')
     return int(text)
@@ -130,22 +131,23 @@ _BROKER: Final[tuple[Setting, ...]] = (
     Setting(
         "workers",
         _workers,
-        "1",
-        'worker processes, each serving its own vhosts ("auto": one per CPU; 1: one process). '
-        "Worker 0 keeps the listeners and hands each connection to its vhost's worker "
-        "(docs/multicore.md)",
+        "auto",
+        'worker processes ("auto": one per CPU this process may use, and at least as many as '
+        "the data directory's queues live on; 1: one process). Worker 0 keeps the listeners "
+        "and hands each connection to the worker of its queues (docs/multicore.md)",
         ("amqpd.workers",),
         metavar="N|auto",
     ),
     Setting(
         "spread_vhosts",
         _vhost_names,
-        "",
-        "with --workers N > 1: vhosts whose queues spread over every worker instead of "
-        "living on one (comma-separated names, * for all): connections go to the workers in "
-        "turn, a queue lives on the worker of the connection that declared it (or the least "
-        "loaded, x-queue-leader-locator=least-leaders), publishes cross to it, and a "
-        "consumer's connection moves to its queue's worker (docs/multicore.md, stage 2)",
+        "*",
+        "with more than one worker: vhosts whose queues spread over every worker (comma-"
+        "separated names, * for all, '' for none: every other vhost lives wholly on one "
+        "worker): connections go to the workers in turn, a queue lives on the worker of the "
+        "connection that declared it (or the least loaded, x-queue-leader-locator="
+        "least-leaders), publishes cross to it, and a consumer's connection moves to its "
+        "queue's worker (docs/multicore.md, stage 2)",
         ("amqpd.spread_vhosts",),
         metavar="NAMES",
     ),

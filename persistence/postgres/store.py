@@ -23,6 +23,7 @@ import re
 from typing import Any
 
 import anyio
+import asyncpg
 
 from persistence import access, fieldcodec
 from persistence.backend import BodyReaderPort, redact
@@ -411,6 +412,36 @@ class PgStore:
                     f"cannot read the placement from {self.description}: {exc}"
                 ) from exc
         return None if found is None else str(found)
+
+    async def first_queue_beyond(self, workers: int) -> tuple[int, str, str] | None:
+        """A queue (worker, vhost, name) in the schema of a worker ``workers`` or above
+        (``amqpd_shard_K``: a spread vhost's queue declared there) of a ``--workers N``
+        node; None if there is none, so a node of ``workers`` serves every queue."""
+        prefix = schema.SHARD_SCHEMA_PREFIX
+        async with self._turn:
+            try:
+                rows = await self._conn.fetch(
+                    "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)", prefix
+                )
+                names = (str(row[0]).removeprefix(prefix) for row in rows)
+                beyond = sorted(
+                    (int(name) for name in names if name.isdigit() and int(name) >= workers),
+                    reverse=True,
+                )
+                for index in beyond:
+                    try:
+                        found = await self._conn.fetchrow(
+                            f'SELECT vhost, name FROM "{prefix}{index}".queues ORDER BY id LIMIT 1'
+                        )
+                    except asyncpg.UndefinedTableError:
+                        continue  # a schema its worker never finished creating
+                    if found is not None:
+                        return index, str(found[0]), str(found[1])
+            except election.CONNECTION_ERRORS as exc:
+                raise StoreError(
+                    f"cannot read the workers' schemas from {self.description}: {exc}"
+                ) from exc
+        return None
 
     async def save_placement(self, document: str) -> None:
         """Record the placement of a ``--workers N`` node (amqpd/shell/workers/placement.py)."""

@@ -128,3 +128,28 @@ def test_a_worker_count_too_small_for_the_stored_placement_is_one_line_and_exit_
         )
     finally:
         alone.stop()
+
+
+def test_a_spread_queue_in_a_workers_schema_needs_that_worker(pg_url: str, tmp_path: Path) -> None:
+    """A spread vhost's queue lives in its worker's schema: a node started with fewer
+    workers on that store refuses to serve without it, one line and exit 2."""
+    node = PgBroker(pg_url, tmp_path / "a", extra=(*WORKERS, "--spread-vhosts", "/"))
+    try:
+        port = node.wait_listening()
+        for queue in ("qa", "qb"):  # connections go to the workers in turn
+            _publish_confirmed(port, "/", queue, [b"kept"])
+    finally:
+        node.stop()
+    assert node.proc.returncode == 0
+    on_one = _stored(pg_url, "amqpd_shard_1")
+    assert len(on_one) == 1, on_one
+    ((_vhost, name),) = on_one
+    alone = PgBroker(pg_url, tmp_path / "a", extra=("--workers", "1"))
+    try:
+        assert alone.proc.wait(timeout=DEADLINE) == 2
+        alone.wait_for(
+            rf"cannot open the store: queue '{name}' in vhost '/' lives on worker 1 \(its "
+            r"data is in the schema amqpd_shard_1\): start with --workers 2 or more"
+        )
+    finally:
+        alone.stop()

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -788,3 +789,50 @@ def test_the_management_api_and_prometheus_show_a_spread_vhost_as_one_node(
         api.close()
         if broker.proc.poll() is None:
             broker.kill()
+
+
+def test_a_spread_nodes_queues_keep_the_workers_they_live_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queue of a spread vhost lives in its worker's store (shard-K/): a restart with fewer
+    workers is refused, one line naming it, and ``auto`` on fewer CPUs starts as many
+    workers as the data needs (amqpd/cli/worker_count.py), every queue served."""
+    with _node(tmp_path) as (broker, data):
+        a, b = _two_workers(broker.port)
+        ca, cb = a.channel(), b.channel()
+        for channel, name in ((ca, "qa"), (cb, "qb")):
+            channel.confirm_delivery()
+            channel.queue_declare(name, durable=True)
+            channel.basic_publish("", name, b"kept", PERSISTENT)
+        on_one = _queues_on(data, 1)
+        a.close()
+        b.close()
+    assert len(on_one) == 1, on_one  # the connections were on different workers
+    refused = subprocess.run(
+        [sys.executable, "-m", "amqpd", "--workers", "1", "--port", "0", "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        f"amqpd: queue '{on_one.pop()}' in vhost '/' lives on worker 1 (its data is in "
+        "shard-1/): start with --workers 2 or more"
+    ]
+    monkeypatch.setenv("AMQPD_WORKERS", "auto")
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})  # inherited by the node: "auto" would be 1
+    try:
+        node = BrokerProcess(data, extra=("--spread-vhosts", "/", "--no-management"))
+    finally:
+        os.sched_setaffinity(0, cpus)
+    try:
+        status = json.loads(_ctl(data, "status", "--format", "json", "-q"))
+        assert len(status["workers"]) == 2
+        conn = _connect(node.port)
+        channel = conn.channel()
+        for name in ("qa", "qb"):
+            assert channel.queue_declare(name, passive=True).method.message_count == 1
+        conn.close()
+    finally:
+        node.stop()

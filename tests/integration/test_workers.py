@@ -34,9 +34,9 @@ AMQPD = (sys.executable, "-m", "amqpd")
 
 @pytest.fixture(autouse=True)
 def _whole_vhosts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These nodes serve each vhost on one worker, as these tests place them: the spread
-    pass's AMQPD_SPREAD_VHOSTS=/ (tests/conftest.py) is for the other files' nodes."""
-    monkeypatch.delenv("AMQPD_SPREAD_VHOSTS", raising=False)
+    """These nodes serve each vhost on one worker, as these tests place them (the spread
+    pass leaves amqpd's default, every vhost spread, to the other files' nodes)."""
+    monkeypatch.setenv("AMQPD_SPREAD_VHOSTS", "")
 
 
 def _admin(data_dir: Path, *args: str) -> str:

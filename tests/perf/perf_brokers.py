@@ -81,8 +81,15 @@ class Amqpd:
         shutil.rmtree(self.data_dir, ignore_errors=True)
         self.data_dir.mkdir(parents=True)
         log = (self.data_dir.parent / "amqpd.log").open("ab")
-        # the HTTP listeners (management, Prometheus) stay on, as a user runs it, on free ports
-        env = dict(os.environ, AMQPD_MANAGEMENT_PORT="0", AMQPD_PROMETHEUS_PORT="0", **self.env)
+        # the HTTP listeners (management, Prometheus) stay on, as a user runs it, on free ports;
+        # with several workers each vhost lives on one unless the run spreads them (env)
+        env = {
+            **os.environ,
+            "AMQPD_MANAGEMENT_PORT": "0",
+            "AMQPD_PROMETHEUS_PORT": "0",
+            "AMQPD_SPREAD_VHOSTS": "",
+            **self.env,
+        }
         if self.source is not None:
             env["PYTHONPATH"] = str(self.source)
         self.process = subprocess.Popen(

@@ -70,23 +70,38 @@ class PlacementStore(Protocol):
 
     async def save_placement(self, document: str) -> None: ...
 
+    async def first_queue_beyond(self, workers: int) -> tuple[int, str, str] | None: ...
+
 
 async def stored_placement(store: object, workers: int) -> Placement | None:
     """The placement a PostgreSQL store records (None: none, or an SQLite store, whose
-    record is placement.json), checked against the worker count, ``--workers 1`` included.
+    record is placement.json), checked against the worker count, ``--workers 1`` included,
+    as is each spread vhost's queue in a worker's schema (amqpd/cli/worker_count.py checks
+    an SQLite node's before it starts).
 
     Raises:
-        StoreError: The record does not fit the worker count (exit 2), or cannot be read.
+        StoreError: The record does not fit the worker count (exit 2), a queue lives on a
+            worker beyond it, or either cannot be read.
     """
     if not isinstance(store, PlacementStore):
         return None
     document = await store.load_placement()
-    if document is None:
-        return None
     try:
-        return Placement.from_json(json.loads(document), workers, shared=True)
+        placement = (
+            None
+            if document is None
+            else Placement.from_json(json.loads(document), workers, shared=True)
+        )
     except ValueError as exc:  # PlacementError included
         raise StoreError(f"the placement recorded in the store: {exc}") from None
+    beyond = await store.first_queue_beyond(workers)
+    if beyond is not None:
+        index, vhost, name = beyond
+        raise StoreError(
+            f"queue '{name}' in vhost '{vhost}' lives on worker {index} (its data is in the "
+            f"schema amqpd_shard_{index}): start with --workers {index + 1} or more"
+        )
+    return placement
 
 
 class WorkerNode:
