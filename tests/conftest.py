@@ -43,6 +43,14 @@ else:
     os.environ.setdefault("AMQPD_SPREAD_VHOSTS", "")
 
 
+@pytest.fixture
+def whole_vhosts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ``--workers N`` nodes of a test that places vhosts on workers itself serve each
+    vhost wholly on one worker (``AMQPD_SPREAD_VHOSTS`` empty), whichever pass runs it:
+    amqpd's default spreads every vhost, and so does the spread pass's environment."""
+    monkeypatch.setenv("AMQPD_SPREAD_VHOSTS", "")
+
+
 @contextmanager
 def running_server(
     tick_interval: float = 1.0,

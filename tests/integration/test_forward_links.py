@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+import pytest
 from pamqp.commands import Basic
 from pamqp.header import ContentHeader
 
@@ -30,6 +31,8 @@ from amqpd.wire.forwarding import (
 )
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.test_workers import _add_v1, _channel, _workers
+
+pytestmark = pytest.mark.usefixtures("whole_vhosts")  # tests/conftest.py
 
 
 def _runtime(worker_pid: int) -> Path:

@@ -12,6 +12,7 @@ from collections.abc import Hashable
 from pathlib import Path
 
 import anyio
+import pytest
 from pamqp.commands import Basic
 from pamqp.header import ContentHeader
 
@@ -23,6 +24,8 @@ from amqpd.wire.codec import encode_shortstr
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.test_forward_links import _runtime
 from tests.integration.test_workers import _add_v1, _channel, _wait_for, _workers
+
+pytestmark = pytest.mark.usefixtures("whole_vhosts")  # tests/conftest.py
 
 TIMEOUT = 60
 

@@ -19,7 +19,7 @@ from tests.integration.test_postgres_failover import DEADLINE, PgBroker, amqpd
 from tests.integration.test_workers import _declares, _drain, _wait_for, _workers
 from tests.ports import spare_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("whole_vhosts")]  # conftest.py
 
 WORKERS = ("--workers", "2", "--no-management", "--no-prometheus")
 

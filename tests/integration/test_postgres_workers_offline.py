@@ -20,7 +20,7 @@ from persistence.postgres import election
 from tests.integration.test_postgres_failover import PgBroker, amqpd
 from tests.integration.test_postgres_workers import WORKERS, _publish_confirmed, _stored
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("whole_vhosts")]  # conftest.py
 
 SHARD = "amqpd_shard_1"
 

@@ -32,11 +32,7 @@ from tests.integration.tls_certs import make_pki
 AMQPD = (sys.executable, "-m", "amqpd")
 
 
-@pytest.fixture(autouse=True)
-def _whole_vhosts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These nodes serve each vhost on one worker, as these tests place them (the spread
-    pass leaves amqpd's default, every vhost spread, to the other files' nodes)."""
-    monkeypatch.setenv("AMQPD_SPREAD_VHOSTS", "")
+pytestmark = pytest.mark.usefixtures("whole_vhosts")  # tests/conftest.py
 
 
 def _admin(data_dir: Path, *args: str) -> str:

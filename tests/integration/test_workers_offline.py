@@ -17,6 +17,8 @@ from amqpd.cli.admin import main as admin
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.pika_support import login
 
+pytestmark = pytest.mark.usefixtures("whole_vhosts")  # tests/conftest.py
+
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
 
