@@ -47,10 +47,11 @@ def _needed(data_dir: Path | None, limit: int) -> tuple[int, str]:
         return 1, ""
     needed, reason = 1, ""
     record = placement.load(data_dir, limit)  # PlacementError: a ValueError
-    for name, index in sorted(record.vhosts.items(), key=lambda item: item[1]):
-        if index + 1 > needed:
-            needed = index + 1
-            reason = f"vhost '{name}' lives on worker {index} (its data is in shard-{index}/)"
+    farthest = max(record.vhosts.items(), key=lambda item: item[1], default=None)
+    if farthest is not None and farthest[1] > 0:
+        name, index = farthest
+        needed = index + 1
+        reason = f"vhost '{name}' lives on worker {index} (its data is in shard-{index}/)"
     for index in reversed(shard_indexes(data_dir)):
         if index + 1 <= needed:
             break

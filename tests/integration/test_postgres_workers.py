@@ -51,6 +51,16 @@ def _stored(url: str, schema: str) -> dict[tuple[str, str], int]:
     return asyncio.run(count())
 
 
+def _refused_alone(url: str, data_dir: Path, reason: str) -> None:
+    """A one-process node on the store exits with status 2, logging ``reason`` (a regex)."""
+    alone = PgBroker(url, data_dir, extra=("--workers", "1"))
+    try:
+        assert alone.proc.wait(timeout=DEADLINE) == 2
+        alone.wait_for(reason)
+    finally:
+        alone.stop()
+
+
 def _admin(data_dir: Path, *args: str) -> None:
     done = amqpd(*args, "--data-dir", str(data_dir))
     assert done.returncode == 0, done.stderr
@@ -119,15 +129,12 @@ def test_a_worker_count_too_small_for_the_stored_placement_is_one_line_and_exit_
     finally:
         node.stop()
     assert node.proc.returncode == 0
-    alone = PgBroker(pg_url, tmp_path / "a", extra=("--workers", "1"))
-    try:
-        assert alone.proc.wait(timeout=DEADLINE) == 2
-        alone.wait_for(
-            r"cannot open the store: the placement recorded in the store: vhost 'v1' lives "
-            r"on worker 1 \(its data is in the schema amqpd_shard_1\): start with --workers 2"
-        )
-    finally:
-        alone.stop()
+    _refused_alone(
+        pg_url,
+        tmp_path / "a",
+        r"cannot open the store: the placement recorded in the store: vhost 'v1' lives "
+        r"on worker 1 \(its data is in the schema amqpd_shard_1\): start with --workers 2",
+    )
 
 
 def test_a_spread_queue_in_a_workers_schema_needs_that_worker(pg_url: str, tmp_path: Path) -> None:
@@ -144,12 +151,9 @@ def test_a_spread_queue_in_a_workers_schema_needs_that_worker(pg_url: str, tmp_p
     on_one = _stored(pg_url, "amqpd_shard_1")
     assert len(on_one) == 1, on_one
     ((_vhost, name),) = on_one
-    alone = PgBroker(pg_url, tmp_path / "a", extra=("--workers", "1"))
-    try:
-        assert alone.proc.wait(timeout=DEADLINE) == 2
-        alone.wait_for(
-            rf"cannot open the store: queue '{name}' in vhost '/' lives on worker 1 \(its "
-            r"data is in the schema amqpd_shard_1\): start with --workers 2 or more"
-        )
-    finally:
-        alone.stop()
+    _refused_alone(
+        pg_url,
+        tmp_path / "a",
+        rf"cannot open the store: queue '{name}' in vhost '/' lives on worker 1 \(its "
+        r"data is in the schema amqpd_shard_1\): start with --workers 2 or more",
+    )

@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -25,7 +24,14 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
 from tests.integration.broker_process import BrokerProcess
-from tests.integration.test_workers import _admin, _ctl, _listener_port, _wait_for, _workers
+from tests.integration.test_workers import (
+    _admin,
+    _ctl,
+    _listener_port,
+    _refused_alone,
+    _wait_for,
+    _workers,
+)
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
@@ -808,14 +814,7 @@ def test_a_spread_nodes_queues_keep_the_workers_they_live_on(
         a.close()
         b.close()
     assert len(on_one) == 1, on_one  # the connections were on different workers
-    refused = subprocess.run(
-        [sys.executable, "-m", "amqpd", "--workers", "1", "--port", "0", "--data-dir", str(data)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert refused.returncode == 2
-    assert refused.stderr.strip().splitlines() == [
+    assert _refused_alone(data) == [
         f"amqpd: queue '{on_one.pop()}' in vhost '/' lives on worker 1 (its data is in "
         "shard-1/): start with --workers 2 or more"
     ]
